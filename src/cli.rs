@@ -1,0 +1,177 @@
+//! The `flashsale` command line.
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use chrono::{DateTime, Utc};
+use clap::{Parser, Subcommand};
+
+use crate::config::Settings;
+use crate::db;
+use crate::domain::{Email, Money, Password};
+use crate::services::accounts::ensure_admin;
+use crate::services::audit::run_audit;
+use crate::services::catalog::{create_product, SaleSpec};
+use crate::services::seed::seed_demo;
+use crate::startup::Application;
+
+#[derive(Parser)]
+#[command(name = "flashsale", version, about = "A flash-sale shop that never sells more than it has")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Migrate the database, then serve the shop on BIND (default 127.0.0.1:8080).
+    Serve,
+    /// Create the database if needed and apply pending migrations.
+    Migrate,
+    /// Create the demo admin, customers and flash sales (idempotent).
+    SeedDemo,
+    /// Manage admin accounts.
+    Admin {
+        #[command(subcommand)]
+        command: AdminCommand,
+    },
+    /// Manage flash-sale products.
+    Product {
+        #[command(subcommand)]
+        command: ProductCommand,
+    },
+    /// Check the stock ledger; exits 1 and names what disagrees.
+    Audit,
+}
+
+#[derive(Subcommand)]
+enum AdminCommand {
+    /// Create an admin (or make an existing account an admin with this password).
+    Create {
+        #[arg(long)]
+        email: String,
+        #[arg(long)]
+        password: String,
+    },
+}
+
+#[derive(Subcommand)]
+enum ProductCommand {
+    /// Create a flash sale and print its id.
+    Create {
+        #[arg(long)]
+        name: String,
+        /// Price in dollars, e.g. 12.50
+        #[arg(long)]
+        price: String,
+        #[arg(long)]
+        stock: i32,
+        /// Units one customer may hold in live orders; no limit when omitted.
+        #[arg(long)]
+        limit: Option<i32>,
+        /// RFC 3339 start of the sale; now when omitted.
+        #[arg(long)]
+        starts_at: Option<DateTime<Utc>>,
+        /// RFC 3339 end of the sale; open-ended when omitted.
+        #[arg(long)]
+        ends_at: Option<DateTime<Utc>>,
+        #[arg(long, default_value = "")]
+        description: String,
+    },
+}
+
+pub async fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,actix_server=warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    match run(cli.command).await {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("flashsale: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(command: Command) -> anyhow::Result<ExitCode> {
+    let settings = Settings::from_env()?;
+    match command {
+        Command::Serve => {
+            migrate(&settings)?;
+            let app = Application::build(settings.clone()).await?;
+            let host = settings.bind.rsplit_once(':').map(|(h, _)| h).unwrap_or("127.0.0.1");
+            println!("flashsale listening on http://{host}:{}", app.port());
+            std::io::stdout().flush()?;
+            app.run_until_stopped().await?;
+        }
+        Command::Migrate => {
+            migrate(&settings)?;
+            println!("database migrated");
+        }
+        Command::SeedDemo => {
+            migrate(&settings)?;
+            let pool = pool(&settings);
+            for line in seed_demo(&pool).await? {
+                println!("{line}");
+            }
+        }
+        Command::Admin {
+            command: AdminCommand::Create { email, password },
+        } => {
+            let account = ensure_admin(&pool(&settings), Email::parse(&email)?, Password::parse(&password)?).await?;
+            println!("admin {} (id {})", account.email, account.id);
+        }
+        Command::Product {
+            command: ProductCommand::Create { name, price, stock, limit, starts_at, ends_at, description },
+        } => {
+            let spec = SaleSpec {
+                name,
+                description,
+                price: Money::parse_decimal(&price)?,
+                stock,
+                per_customer_limit: limit,
+                starts_at: starts_at.unwrap_or_else(Utc::now),
+                ends_at,
+            };
+            let product = create_product(&pool(&settings), spec).await?;
+            println!("{}", product.id);
+        }
+        Command::Audit => {
+            let report = db::run(&pool(&settings), run_audit).await?;
+            for product in &report.products {
+                println!(
+                    "product {:>5}  offered {:>7}  paid {:>7}  awaiting {:>7}  restored {:>7}  stock {:>7}  {}",
+                    product.id,
+                    product.offered(),
+                    product.paid_units,
+                    product.awaiting_units,
+                    product.restored_units,
+                    product.stock,
+                    product.name
+                );
+            }
+            if report.is_clean() {
+                println!("audit clean: {} products", report.products.len());
+            } else {
+                for problem in &report.problems {
+                    println!("PROBLEM: {problem}");
+                }
+                return Ok(ExitCode::FAILURE);
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn migrate(settings: &Settings) -> anyhow::Result<()> {
+    db::create_database_if_missing(&settings.database_url)?;
+    db::run_migrations(&settings.database_url)
+}
+
+fn pool(settings: &Settings) -> db::PgPool {
+    db::build_pool(&settings.database_url, 4, settings.db_statement_timeout, settings.db_connect_timeout)
+}

@@ -1,0 +1,113 @@
+//! Settings come from the environment so one binary serves a laptop, CI and a
+//! real deployment; tests build `Settings` directly.
+
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub database_url: String,
+    pub db_pool_size: u32,
+    /// Bounds every SQL statement; the lock lease is always longer.
+    pub db_statement_timeout: Duration,
+    /// How long a request waits for a free database connection before answering 503.
+    pub db_connect_timeout: Duration,
+    /// One URL, or several separated by commas for a Redlock quorum.
+    pub redis_urls: Vec<String>,
+    /// Prepended to every Redis key, so deployments (and tests) sharing one Redis stay apart.
+    pub redis_key_prefix: String,
+    pub bind: String,
+    pub lock_wait: Duration,
+    pub lock_lease: Duration,
+    pub payment_timeout: Duration,
+    /// 64 bytes that sign and encrypt session cookies; every instance of one shop must share it.
+    pub session_key: Vec<u8>,
+    pub cookie_secure: bool,
+}
+
+impl Settings {
+    pub const DEFAULT_DATABASE_URL: &'static str = "postgres://postgres:postgres@127.0.0.1:5432/flashsale";
+    pub const DEFAULT_REDIS_URL: &'static str = "redis://127.0.0.1:6379";
+
+    pub fn from_env() -> anyhow::Result<Settings> {
+        let settings = Settings {
+            database_url: var("DATABASE_URL").unwrap_or_else(|| Self::DEFAULT_DATABASE_URL.into()),
+            db_pool_size: parse_var("DB_POOL_SIZE", 16)?,
+            db_statement_timeout: Duration::from_millis(parse_var("DB_STATEMENT_TIMEOUT_MS", 5_000)?),
+            db_connect_timeout: Duration::from_millis(parse_var("DB_CONNECT_TIMEOUT_MS", 3_000)?),
+            redis_urls: split_urls(&var("REDIS_URL").unwrap_or_else(|| Self::DEFAULT_REDIS_URL.into())),
+            redis_key_prefix: var("REDIS_KEY_PREFIX").unwrap_or_default(),
+            bind: var("BIND").unwrap_or_else(|| "127.0.0.1:8080".into()),
+            lock_wait: Duration::from_millis(parse_var("LOCK_WAIT_MS", 3_000)?),
+            lock_lease: Duration::from_millis(parse_var("LOCK_LEASE_MS", 15_000)?),
+            payment_timeout: Duration::from_secs(parse_var("PAYMENT_TIMEOUT", 600)?),
+            session_key: match var("SESSION_KEY") {
+                Some(key) => hex::decode(key.trim()).context("SESSION_KEY must be hex")?,
+                None => {
+                    tracing::warn!("SESSION_KEY is not set: using a random key, so sessions end when the process stops");
+                    random_session_key()
+                }
+            },
+            cookie_secure: parse_var("COOKIE_SECURE", false)?,
+        };
+        settings.validate()?;
+        Ok(settings)
+    }
+
+    /// Settings for a throw-away instance (tests, benchmarks) on the given database and Redis prefix.
+    pub fn for_tests(database_url: &str, redis_key_prefix: &str) -> Settings {
+        Settings {
+            database_url: database_url.into(),
+            db_pool_size: 16,
+            db_statement_timeout: Duration::from_secs(5),
+            db_connect_timeout: Duration::from_secs(3),
+            redis_urls: split_urls(&var("REDIS_URL").unwrap_or_else(|| Self::DEFAULT_REDIS_URL.into())),
+            redis_key_prefix: redis_key_prefix.into(),
+            bind: "127.0.0.1:0".into(),
+            lock_wait: Duration::from_secs(3),
+            lock_lease: Duration::from_secs(15),
+            payment_timeout: Duration::from_secs(600),
+            session_key: random_session_key(),
+            cookie_secure: false,
+        }
+    }
+
+    pub fn validate(&self) -> anyhow::Result<()> {
+        if self.redis_urls.is_empty() {
+            bail!("REDIS_URL names no server");
+        }
+        if self.session_key.len() < 64 {
+            bail!("SESSION_KEY must be at least 64 bytes (128 hex characters)");
+        }
+        if self.lock_lease <= self.db_statement_timeout {
+            bail!("LOCK_LEASE_MS must be longer than DB_STATEMENT_TIMEOUT_MS, or a slow statement could outlive the lock");
+        }
+        Ok(())
+    }
+}
+
+fn var(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
+fn parse_var<T: std::str::FromStr>(name: &str, default: T) -> anyhow::Result<T>
+where
+    T::Err: std::fmt::Display,
+{
+    match var(name) {
+        Some(raw) => raw.trim().parse().map_err(|e| anyhow::anyhow!("{name}={raw:?}: {e}")),
+        None => Ok(default),
+    }
+}
+
+fn split_urls(raw: &str) -> Vec<String> {
+    raw.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect()
+}
+
+pub fn random_session_key() -> Vec<u8> {
+    use rand::RngCore;
+    let mut key = vec![0u8; 64];
+    rand::thread_rng().fill_bytes(&mut key);
+    key
+}

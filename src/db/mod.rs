@@ -1,0 +1,96 @@
+//! The database: connection pool, the one helper that runs blocking Diesel
+//! code off the async executor, migrations, and the row types.
+
+pub mod models;
+pub mod schema;
+
+use std::time::Duration;
+
+use diesel::pg::PgConnection;
+use diesel::r2d2::{ConnectionManager, CustomizeConnection, Pool, PooledConnection};
+use diesel::{Connection, RunQueryDsl};
+use diesel_migrations::{embed_migrations, EmbeddedMigrations, MigrationHarness};
+
+use crate::error::AppError;
+
+pub type PgPool = Pool<ConnectionManager<PgConnection>>;
+pub type PgConn = PooledConnection<ConnectionManager<PgConnection>>;
+
+pub const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations");
+
+/// Every pooled connection gets a statement timeout, so no query can hold a
+/// row lock longer than the Redis lease that guards it.
+#[derive(Debug, Clone, Copy)]
+struct SessionDefaults {
+    statement_timeout: Duration,
+}
+
+impl CustomizeConnection<PgConnection, diesel::r2d2::Error> for SessionDefaults {
+    fn on_acquire(&self, conn: &mut PgConnection) -> Result<(), diesel::r2d2::Error> {
+        let ms = self.statement_timeout.as_millis();
+        diesel::sql_query(format!(
+            "SET statement_timeout = {ms}; SET idle_in_transaction_session_timeout = {ms}; SET TIME ZONE 'UTC'"
+        ))
+        .execute(conn)
+        .map(|_| ())
+        .map_err(diesel::r2d2::Error::QueryError)
+    }
+}
+
+pub fn build_pool(database_url: &str, size: u32, statement_timeout: Duration, connect_timeout: Duration) -> PgPool {
+    Pool::builder()
+        .max_size(size)
+        .min_idle(Some(2))
+        .connection_timeout(connect_timeout)
+        .test_on_check_out(false)
+        .connection_customizer(Box::new(SessionDefaults { statement_timeout }))
+        // build_unchecked: the shop starts even while Postgres is still coming
+        // up, and answers 503 until it is reachable.
+        .build_unchecked(ConnectionManager::new(database_url))
+}
+
+/// Runs blocking Diesel work on the blocking thread pool with a pooled connection.
+pub async fn run<T, F>(pool: &PgPool, work: F) -> Result<T, AppError>
+where
+    F: FnOnce(&mut PgConn) -> Result<T, AppError> + Send + 'static,
+    T: Send + 'static,
+{
+    let pool = pool.clone();
+    actix_web::web::block(move || {
+        let mut conn = pool.get().map_err(|e| AppError::Unavailable(format!("database connection: {e}")))?;
+        work(&mut conn)
+    })
+    .await
+    .map_err(|e| AppError::Internal(anyhow::anyhow!("blocking task failed: {e}")))?
+}
+
+pub fn run_migrations(database_url: &str) -> anyhow::Result<()> {
+    let mut conn = PgConnection::establish(database_url)?;
+    conn.run_pending_migrations(MIGRATIONS)
+        .map_err(|e| anyhow::anyhow!("migrations failed: {e}"))?;
+    Ok(())
+}
+
+/// Creates the database named in `database_url` if it does not exist yet.
+pub fn create_database_if_missing(database_url: &str) -> anyhow::Result<()> {
+    if PgConnection::establish(database_url).is_ok() {
+        return Ok(());
+    }
+    let (server_url, name) = split_database_url(database_url)?;
+    let mut conn = PgConnection::establish(&format!("{server_url}/postgres"))?;
+    diesel::sql_query(format!("CREATE DATABASE \"{name}\"")).execute(&mut conn)?;
+    Ok(())
+}
+
+/// Splits `postgres://user@host:port/name?params` into the server part and the database name.
+pub fn split_database_url(database_url: &str) -> anyhow::Result<(String, String)> {
+    let without_params = database_url.split('?').next().unwrap_or(database_url);
+    let (server, name) = without_params
+        .rsplit_once('/')
+        .filter(|(server, name)| server.contains("://") && !server.ends_with('/') && !name.is_empty())
+        .ok_or_else(|| anyhow::anyhow!("DATABASE_URL {database_url:?} names no database"))?;
+    if !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
+        anyhow::bail!("database name {name:?} has unexpected characters");
+    }
+    Ok((server.to_string(), name.to_string()))
+}

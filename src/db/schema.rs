@@ -1,0 +1,89 @@
+// @generated automatically by Diesel CLI.
+
+diesel::table! {
+    customers (id) {
+        id -> Int8,
+        email -> Text,
+        password_hash -> Text,
+        role -> Text,
+        created_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
+    order_items (id) {
+        id -> Int8,
+        order_id -> Int8,
+        product_id -> Int8,
+        quantity -> Int4,
+        unit_price_cents -> Int8,
+    }
+}
+
+diesel::table! {
+    orders (id) {
+        id -> Int8,
+        customer_id -> Int8,
+        status -> Text,
+        total_cents -> Int8,
+        payment_deadline -> Timestamptz,
+        created_at -> Timestamptz,
+        updated_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
+    payments (id) {
+        id -> Int8,
+        order_id -> Int8,
+        outcome -> Text,
+        amount_cents -> Int8,
+        card_last4 -> Text,
+        created_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
+    products (id) {
+        id -> Int8,
+        name -> Text,
+        description -> Text,
+        price_cents -> Int8,
+        stock -> Int4,
+        initial_stock -> Int4,
+        per_customer_limit -> Nullable<Int4>,
+        sale_starts_at -> Timestamptz,
+        sale_ends_at -> Nullable<Timestamptz>,
+        created_at -> Timestamptz,
+        updated_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
+    stock_history (id) {
+        id -> Int8,
+        product_id -> Int8,
+        order_id -> Nullable<Int8>,
+        delta -> Int4,
+        stock_after -> Int4,
+        reason -> Text,
+        note -> Text,
+        created_at -> Timestamptz,
+    }
+}
+
+diesel::joinable!(order_items -> orders (order_id));
+diesel::joinable!(order_items -> products (product_id));
+diesel::joinable!(orders -> customers (customer_id));
+diesel::joinable!(payments -> orders (order_id));
+diesel::joinable!(stock_history -> orders (order_id));
+diesel::joinable!(stock_history -> products (product_id));
+
+diesel::allow_tables_to_appear_in_same_query!(
+    customers,
+    order_items,
+    orders,
+    payments,
+    products,
+    stock_history,
+);

@@ -1,0 +1,44 @@
+//! Types that are valid by construction: once a handler has parsed its form
+//! into these, the services never re-check shape, only business rules.
+
+mod ids;
+mod money;
+mod order_status;
+mod quantity;
+mod credentials;
+
+pub use credentials::{Email, Password};
+pub use ids::{CustomerId, OrderId, ProductId};
+pub use money::Money;
+pub use order_status::{OrderStatus, StockReason, TransitionRefused};
+pub use quantity::Quantity;
+
+/// A form field or path segment that does not parse into its domain type.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct InvalidInput(pub String);
+
+/// Who a signed-in account is: it decides which pages it may see.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    Customer,
+    Admin,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Customer => "customer",
+            Role::Admin => "admin",
+        }
+    }
+
+    pub fn parse(raw: &str) -> Option<Role> {
+        match raw {
+            "customer" => Some(Role::Customer),
+            "admin" => Some(Role::Admin),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,97 @@
+use std::fmt;
+
+use super::InvalidInput;
+
+/// An amount in the shop's currency, kept in integer minor units (cents) so
+/// sums are exact.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub struct Money {
+    cents: i64,
+}
+
+impl Money {
+    pub const CURRENCY: &'static str = "USD";
+
+    pub fn from_cents(cents: i64) -> Result<Money, InvalidInput> {
+        if cents < 0 {
+            return Err(InvalidInput("A price cannot be negative.".into()));
+        }
+        Ok(Money { cents })
+    }
+
+    pub fn cents(self) -> i64 {
+        self.cents
+    }
+
+    pub fn times(self, quantity: i32) -> Money {
+        Money {
+            cents: self.cents * i64::from(quantity),
+        }
+    }
+
+    /// Parses what a person types in a price field: "12", "12.5", "12.50".
+    pub fn parse_decimal(raw: &str) -> Result<Money, InvalidInput> {
+        let refuse = || InvalidInput(format!("“{}” is not a price: write it like 12.50.", raw.chars().take(40).collect::<String>()));
+        let trimmed = raw.trim().trim_start_matches('$');
+        let (whole, fraction) = match trimmed.split_once('.') {
+            Some((w, f)) => (w, f),
+            None => (trimmed, ""),
+        };
+        if whole.is_empty() || whole.len() > 9 || !whole.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(refuse());
+        }
+        if fraction.len() > 2 || !fraction.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(refuse());
+        }
+        let whole: i64 = whole.parse().map_err(|_| refuse())?;
+        let fraction: i64 = match fraction.len() {
+            0 => 0,
+            1 => fraction.parse::<i64>().map_err(|_| refuse())? * 10,
+            _ => fraction.parse().map_err(|_| refuse())?,
+        };
+        Money::from_cents(whole * 100 + fraction)
+    }
+}
+
+impl fmt::Display for Money {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let whole = self.cents / 100;
+        let mut grouped = String::new();
+        let digits = whole.to_string();
+        for (i, ch) in digits.chars().enumerate() {
+            if i > 0 && (digits.len() - i) % 3 == 0 {
+                grouped.push(',');
+            }
+            grouped.push(ch);
+        }
+        write!(f, "${}.{:02}", grouped, self.cents % 100)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_with_currency_and_grouping() {
+        assert_eq!(Money::from_cents(0).unwrap().to_string(), "$0.00");
+        assert_eq!(Money::from_cents(1999).unwrap().to_string(), "$19.99");
+        assert_eq!(Money::from_cents(123456789).unwrap().to_string(), "$1,234,567.89");
+    }
+
+    #[test]
+    fn parses_decimal_prices() {
+        assert_eq!(Money::parse_decimal("12").unwrap().cents(), 1200);
+        assert_eq!(Money::parse_decimal("12.5").unwrap().cents(), 1250);
+        assert_eq!(Money::parse_decimal("$0.05").unwrap().cents(), 5);
+        for bad in ["", "-1", "1.234", "abc", "1e3", "12.", ".5x", "9999999999"] {
+            assert!(Money::parse_decimal(bad).is_err(), "{bad:?} should be refused");
+        }
+        assert!(Money::from_cents(-1).is_err());
+    }
+
+    #[test]
+    fn multiplies_by_quantity() {
+        assert_eq!(Money::from_cents(250).unwrap().times(3).cents(), 750);
+    }
+}

@@ -1,0 +1,128 @@
+//! One error type for the whole shop, mapped to HTTP in exactly one place.
+
+use actix_web::http::{header, StatusCode};
+use actix_web::{HttpResponse, ResponseError};
+use askama::Template;
+use diesel::result::{DatabaseErrorKind, Error as DieselError};
+
+use crate::domain::InvalidInput;
+use crate::web::pages::ErrorPage;
+
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    /// The request's content does not parse: nothing was attempted.
+    #[error("{0}")]
+    Invalid(String),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    Forbidden(String),
+    #[error("sign in to continue")]
+    SignInRequired,
+    #[error("the form was not issued by this shop for this session")]
+    BadCsrf,
+    /// A well-formed request that the shop's rules refuse (sold out, already paid, ...).
+    #[error("{message}")]
+    Conflict { title: &'static str, message: String },
+    /// The product's lock was not obtained within the wait deadline.
+    #[error("too many buyers at this moment")]
+    Busy,
+    /// Redis or Postgres did not answer: the shop fails closed.
+    #[error("{0}")]
+    Unavailable(String),
+    #[error(transparent)]
+    Internal(#[from] anyhow::Error),
+}
+
+impl AppError {
+    pub fn conflict(title: &'static str, message: impl Into<String>) -> AppError {
+        AppError::Conflict { title, message: message.into() }
+    }
+
+    fn title_and_message(&self) -> (&'static str, String) {
+        match self {
+            AppError::Invalid(message) => ("Please check what you entered", message.clone()),
+            AppError::NotFound(message) => ("Not found", message.clone()),
+            AppError::Forbidden(message) => ("Not allowed", message.clone()),
+            AppError::SignInRequired => ("Sign in required", "Sign in to continue.".into()),
+            AppError::BadCsrf => (
+                "This form has expired",
+                "The form you sent was not issued to this session (it may be old, or come from another site). Nothing was changed. Go back, reload the page and try again.".into(),
+            ),
+            AppError::Conflict { title, message } => (title, message.clone()),
+            AppError::Busy => (
+                "Too many buyers right now",
+                "So many people are buying this item at this moment that we could not serve you in time. Nothing was charged or reserved. Please try again in a moment.".into(),
+            ),
+            AppError::Unavailable(_) => (
+                "The shop is briefly unavailable",
+                "Part of the shop is not answering right now, so we did not take your order: nothing was reserved or charged. Please try again in a minute.".into(),
+            ),
+            AppError::Internal(_) => (
+                "Something went wrong",
+                "An unexpected error stopped this request. Nothing was charged. Please try again; if it keeps happening, contact support.".into(),
+            ),
+        }
+    }
+}
+
+impl From<InvalidInput> for AppError {
+    fn from(error: InvalidInput) -> Self {
+        AppError::Invalid(error.0)
+    }
+}
+
+impl From<DieselError> for AppError {
+    fn from(error: DieselError) -> Self {
+        match &error {
+            DieselError::NotFound => AppError::NotFound("We could not find that.".into()),
+            DieselError::DatabaseError(DatabaseErrorKind::ClosedConnection | DatabaseErrorKind::UnableToSendCommand, info) => {
+                AppError::Unavailable(format!("database: {}", info.message()))
+            }
+            DieselError::DatabaseError(_, info) if info.message().contains("statement timeout") => {
+                AppError::Unavailable(format!("database: {}", info.message()))
+            }
+            _ => AppError::Internal(anyhow::Error::new(error)),
+        }
+    }
+}
+
+impl ResponseError for AppError {
+    fn status_code(&self) -> StatusCode {
+        match self {
+            AppError::Invalid(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            AppError::NotFound(_) => StatusCode::NOT_FOUND,
+            AppError::Forbidden(_) | AppError::BadCsrf => StatusCode::FORBIDDEN,
+            AppError::SignInRequired => StatusCode::SEE_OTHER,
+            AppError::Conflict { .. } => StatusCode::CONFLICT,
+            AppError::Busy | AppError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            AppError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        match self {
+            AppError::Internal(error) => tracing::error!(error = ?error, "request failed"),
+            AppError::Unavailable(reason) => tracing::warn!(%reason, "dependency unavailable"),
+            _ => {}
+        }
+        let status = self.status_code();
+        if let AppError::SignInRequired = self {
+            return HttpResponse::SeeOther().insert_header((header::LOCATION, "/login")).finish();
+        }
+        let (title, message) = self.title_and_message();
+        let mut response = HttpResponse::build(status);
+        if matches!(self, AppError::Busy | AppError::Unavailable(_)) {
+            response.insert_header((header::RETRY_AFTER, "2"));
+        }
+        let page = ErrorPage {
+            status: status.as_u16(),
+            title,
+            message: &message,
+        };
+        match page.render() {
+            Ok(html) => response.content_type("text/html; charset=utf-8").body(html),
+            Err(_) => response.content_type("text/plain; charset=utf-8").body(format!("{title}\n\n{message}")),
+        }
+    }
+}

@@ -1,0 +1,11 @@
+//! flashsale: a server-rendered flash-sale shop that never sells more than it has.
+
+pub mod cli;
+pub mod config;
+pub mod db;
+pub mod domain;
+pub mod error;
+pub mod lock;
+pub mod services;
+pub mod startup;
+pub mod web;

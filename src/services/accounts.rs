@@ -1,0 +1,106 @@
+//! Sign-up and sign-in. Passwords are hashed with argon2 on the blocking pool.
+
+use argon2::password_hash::rand_core::OsRng;
+use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
+use argon2::Argon2;
+use diesel::prelude::*;
+use diesel::result::{DatabaseErrorKind, Error as DieselError};
+
+use crate::db::models::{Customer, NewCustomer};
+use crate::db::schema::customers;
+use crate::db::{self, PgPool};
+use crate::domain::{CustomerId, Email, Password, Role};
+use crate::error::AppError;
+
+/// Who is signed in; kept in the signed session cookie.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Account {
+    pub id: CustomerId,
+    pub email: String,
+    pub role: Role,
+}
+
+impl From<Customer> for Account {
+    fn from(c: Customer) -> Self {
+        Account {
+            id: CustomerId(c.id),
+            role: Role::parse(&c.role).unwrap_or(Role::Customer),
+            email: c.email,
+        }
+    }
+}
+
+pub fn hash_password(password: &Password) -> anyhow::Result<String> {
+    let salt = SaltString::generate(&mut OsRng);
+    Argon2::default()
+        .hash_password(password.expose().as_bytes(), &salt)
+        .map(|h| h.to_string())
+        .map_err(|e| anyhow::anyhow!("hashing failed: {e}"))
+}
+
+pub async fn sign_up(pool: &PgPool, email: Email, password: Password, role: Role) -> Result<Account, AppError> {
+    db::run(pool, move |conn| {
+        let hash = hash_password(&password)?;
+        let inserted = diesel::insert_into(customers::table)
+            .values(NewCustomer {
+                email: email.as_str(),
+                password_hash: &hash,
+                role: role.as_str(),
+            })
+            .returning(Customer::as_returning())
+            .get_result(conn);
+        match inserted {
+            Ok(customer) => Ok(customer.into()),
+            Err(DieselError::DatabaseError(DatabaseErrorKind::UniqueViolation, _)) => Err(AppError::conflict(
+                "Email already registered",
+                format!("An account for {} already exists. Sign in instead, or use another address.", email.as_str()),
+            )),
+            Err(other) => Err(other.into()),
+        }
+    })
+    .await
+}
+
+/// Checks the password. Unknown email and wrong password get the same answer,
+/// so the form does not reveal who has an account.
+pub async fn sign_in(pool: &PgPool, email: Email, password: Password) -> Result<Account, AppError> {
+    db::run(pool, move |conn| {
+        let customer: Option<Customer> = customers::table
+            .filter(customers::email.eq(email.as_str()))
+            .select(Customer::as_select())
+            .first(conn)
+            .optional()?;
+        let refused = || AppError::Forbidden("That email and password do not match an account. Check them and try again.".into());
+        let Some(customer) = customer else {
+            // Spend the same time as a real check so timing does not tell either.
+            let _ = hash_password(&password);
+            return Err(refused());
+        };
+        let parsed = PasswordHash::new(&customer.password_hash).map_err(|e| anyhow::anyhow!("stored hash: {e}"))?;
+        Argon2::default()
+            .verify_password(password.expose().as_bytes(), &parsed)
+            .map_err(|_| refused())?;
+        Ok(customer.into())
+    })
+    .await
+}
+
+/// Creates the account, or makes an existing one an admin with the given password.
+pub async fn ensure_admin(pool: &PgPool, email: Email, password: Password) -> Result<Account, AppError> {
+    db::run(pool, move |conn| {
+        let hash = hash_password(&password)?;
+        let customer = diesel::insert_into(customers::table)
+            .values(NewCustomer {
+                email: email.as_str(),
+                password_hash: &hash,
+                role: Role::Admin.as_str(),
+            })
+            .on_conflict(customers::email)
+            .do_update()
+            .set((customers::password_hash.eq(&hash), customers::role.eq(Role::Admin.as_str())))
+            .returning(Customer::as_returning())
+            .get_result(conn)?;
+        Ok(customer.into())
+    })
+    .await
+}

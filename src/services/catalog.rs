@@ -1,0 +1,84 @@
+//! Flash-sale products: creating them and reading them for the shop pages.
+
+use chrono::{DateTime, Utc};
+use diesel::prelude::*;
+
+use crate::db::models::{NewProduct, Product};
+use crate::db::schema::products;
+use crate::db::{self, PgPool};
+use crate::domain::{InvalidInput, Money, ProductId};
+use crate::error::AppError;
+
+/// A flash sale as an admin describes it, already checked.
+#[derive(Debug, Clone)]
+pub struct SaleSpec {
+    pub name: String,
+    pub description: String,
+    pub price: Money,
+    pub stock: i32,
+    pub per_customer_limit: Option<i32>,
+    pub starts_at: DateTime<Utc>,
+    pub ends_at: Option<DateTime<Utc>>,
+}
+
+impl SaleSpec {
+    pub fn validate(self) -> Result<SaleSpec, InvalidInput> {
+        let name = self.name.trim().to_string();
+        if name.is_empty() || name.chars().count() > 200 {
+            return Err(InvalidInput("Give the product a name of 1 to 200 characters.".into()));
+        }
+        if !(0..=10_000_000).contains(&self.stock) {
+            return Err(InvalidInput("Stock must be between 0 and 10,000,000 units.".into()));
+        }
+        if self.per_customer_limit.is_some_and(|l| l < 1) {
+            return Err(InvalidInput("A per-customer limit must be at least 1 (leave it empty for no limit).".into()));
+        }
+        if self.ends_at.is_some_and(|end| end <= self.starts_at) {
+            return Err(InvalidInput("The sale must end after it starts.".into()));
+        }
+        Ok(SaleSpec { name, ..self })
+    }
+}
+
+pub async fn create_product(pool: &PgPool, spec: SaleSpec) -> Result<Product, AppError> {
+    let spec = spec.validate()?;
+    db::run(pool, move |conn| {
+        let product = diesel::insert_into(products::table)
+                .values(NewProduct {
+                    name: &spec.name,
+                    description: &spec.description,
+                    price_cents: spec.price.cents(),
+                    stock: spec.stock,
+                    initial_stock: spec.stock,
+                    per_customer_limit: spec.per_customer_limit,
+                    sale_starts_at: spec.starts_at,
+                    sale_ends_at: spec.ends_at,
+                })
+                .returning(Product::as_returning())
+                .get_result(conn)?;
+        Ok(product)
+    })
+    .await
+}
+
+pub async fn list_products(pool: &PgPool) -> Result<Vec<Product>, AppError> {
+    db::run(pool, |conn| {
+        Ok(products::table
+            .order((products::sale_starts_at.asc(), products::id.asc()))
+            .select(Product::as_select())
+            .load(conn)?)
+    })
+    .await
+}
+
+pub async fn find_product(pool: &PgPool, id: ProductId) -> Result<Product, AppError> {
+    db::run(pool, move |conn| {
+        products::table
+            .find(id.get())
+            .select(Product::as_select())
+            .first(conn)
+            .optional()?
+            .ok_or_else(|| AppError::NotFound(format!("There is no product with id {id}.")))
+    })
+    .await
+}

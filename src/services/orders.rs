@@ -1,0 +1,88 @@
+//! Reading orders for the order pages: the customer's own, and the admin's view.
+
+use diesel::prelude::*;
+
+use crate::db::models::{Order, OrderItem, Payment, StockChange};
+use crate::db::schema::{customers, order_items, orders, payments, products, stock_history};
+use crate::db::{self, PgPool};
+use crate::domain::{CustomerId, OrderId};
+use crate::error::AppError;
+
+#[derive(Debug, Clone)]
+pub struct OrderLine {
+    pub item: OrderItem,
+    pub product_name: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct OrderDetail {
+    pub order: Order,
+    pub customer_email: String,
+    pub lines: Vec<OrderLine>,
+    pub payments: Vec<Payment>,
+    pub history: Vec<StockChange>,
+}
+
+/// One order with its items, payments and ledger rows. `owner`, when given,
+/// must own the order: anyone else gets the same 404 as for a missing order.
+pub async fn order_detail(pool: &PgPool, order: OrderId, owner: Option<CustomerId>) -> Result<OrderDetail, AppError> {
+    db::run(pool, move |conn| {
+        let not_found = || AppError::NotFound(format!("You have no order {order}."));
+        let (found, customer_email): (Order, String) = orders::table
+            .inner_join(customers::table)
+            .filter(orders::id.eq(order.get()))
+            .select((Order::as_select(), customers::email))
+            .first(conn)
+            .optional()?
+            .ok_or_else(not_found)?;
+        if owner.is_some_and(|owner| owner.get() != found.customer_id) {
+            return Err(not_found());
+        }
+        let lines = order_items::table
+            .inner_join(products::table)
+            .filter(order_items::order_id.eq(order.get()))
+            .order(order_items::product_id.asc())
+            .select((OrderItem::as_select(), products::name))
+            .load::<(OrderItem, String)>(conn)?
+            .into_iter()
+            .map(|(item, product_name)| OrderLine { item, product_name })
+            .collect();
+        let payments = payments::table
+            .filter(payments::order_id.eq(order.get()))
+            .order(payments::id.asc())
+            .select(Payment::as_select())
+            .load(conn)?;
+        let history = stock_history::table
+            .filter(stock_history::order_id.eq(order.get()))
+            .order(stock_history::id.asc())
+            .select(StockChange::as_select())
+            .load(conn)?;
+        Ok(OrderDetail { order: found, customer_email, lines, payments, history })
+    })
+    .await
+}
+
+pub async fn orders_of(pool: &PgPool, customer: CustomerId) -> Result<Vec<Order>, AppError> {
+    db::run(pool, move |conn| {
+        Ok(orders::table
+            .filter(orders::customer_id.eq(customer.get()))
+            .order(orders::id.desc())
+            .limit(200)
+            .select(Order::as_select())
+            .load(conn)?)
+    })
+    .await
+}
+
+/// The admin's order list, newest first, with the buyer's email.
+pub async fn recent_orders(pool: &PgPool, limit: i64) -> Result<Vec<(Order, String)>, AppError> {
+    db::run(pool, move |conn| {
+        Ok(orders::table
+            .inner_join(customers::table)
+            .order(orders::id.desc())
+            .limit(limit)
+            .select((Order::as_select(), customers::email))
+            .load(conn)?)
+    })
+    .await
+}

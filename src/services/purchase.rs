@@ -1,0 +1,183 @@
+//! Buying: lock the products, re-read them `FOR UPDATE`, check, and write the
+//! order, its items, the ledger rows and the new stock in one transaction.
+
+use chrono::{DateTime, Utc};
+use diesel::prelude::*;
+
+use super::Shop;
+use crate::db::models::{NewOrder, NewOrderItem, NewStockChange, Product, SaleState};
+use crate::db::schema::{order_items, orders, products, stock_history};
+use crate::db::{self, PgConn};
+use crate::domain::{CustomerId, Money, OrderId, OrderStatus, ProductId, Quantity, StockReason};
+use crate::error::AppError;
+use crate::lock::ensure_lease_valid;
+
+/// One product and how many units of it, as the buyer asked.
+#[derive(Debug, Clone, Copy)]
+pub struct Line {
+    pub product: ProductId,
+    pub quantity: Quantity,
+}
+
+/// What a purchase attempt came to. Refusals are ordinary outcomes, not errors;
+/// `into_result` maps them to the shop's one error type (and so to HTTP) once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PurchaseOutcome {
+    Purchased(OrderId),
+    SoldOut { product: String, available: i32 },
+    LimitReached { product: String, limit: i32, already: i64 },
+    SaleNotOpen { product: String, state: SaleState },
+    Busy,
+    Unavailable(String),
+}
+
+impl PurchaseOutcome {
+    pub fn into_result(self) -> Result<OrderId, AppError> {
+        match self {
+            PurchaseOutcome::Purchased(order) => Ok(order),
+            PurchaseOutcome::SoldOut { product, available: 0 } => Err(AppError::conflict(
+                "Sold out",
+                format!("{product} is sold out: every unit has been bought. Nothing was reserved or charged."),
+            )),
+            PurchaseOutcome::SoldOut { product, available } => Err(AppError::conflict(
+                "Not enough left",
+                format!("Only {available} of {product} left — choose a smaller quantity. Nothing was reserved or charged."),
+            )),
+            PurchaseOutcome::LimitReached { product, limit, already } => Err(AppError::conflict(
+                "Purchase limit reached",
+                format!("{product} is limited to {limit} per customer, and your orders already hold {already}. Nothing was reserved or charged."),
+            )),
+            PurchaseOutcome::SaleNotOpen { product, state } => Err(AppError::conflict(
+                "Sale not open",
+                match state {
+                    SaleState::Upcoming => format!("The sale of {product} has not started yet. Come back when the countdown ends."),
+                    _ => format!("The sale of {product} has ended."),
+                },
+            )),
+            PurchaseOutcome::Busy => Err(AppError::Busy),
+            PurchaseOutcome::Unavailable(reason) => Err(AppError::Unavailable(reason)),
+        }
+    }
+}
+
+/// Buys `lines` (one order, all lines or none) for `customer`.
+pub async fn purchase(shop: &Shop, customer: CustomerId, mut lines: Vec<Line>) -> Result<PurchaseOutcome, AppError> {
+    // Lock order and row-lock order are both ascending product id.
+    lines.sort_by_key(|l| l.product);
+    if lines.is_empty() || lines.windows(2).any(|w| w[0].product == w[1].product) {
+        return Err(AppError::Invalid("An order needs each product once, with a quantity.".into()));
+    }
+    let products: Vec<ProductId> = lines.iter().map(|l| l.product).collect();
+    let pool = shop.pool.clone();
+    let payment_deadline = Utc::now() + shop.settings.payment_timeout;
+    let result = shop
+        .locks
+        .with_locks(products, move |lease_valid_until| async move {
+            db::run(&pool, move |conn| {
+                conn.transaction(|conn| {
+                    let outcome = purchase_in_transaction(conn, customer, &lines, payment_deadline)?;
+                    ensure_lease_valid(lease_valid_until)?;
+                    Ok(outcome)
+                })
+            })
+            .await
+        })
+        .await;
+    match result {
+        Err(AppError::Busy) => Ok(PurchaseOutcome::Busy),
+        Err(AppError::Unavailable(reason)) => Ok(PurchaseOutcome::Unavailable(reason)),
+        other => other,
+    }
+}
+
+/// Everything between lock and unlock. Returning a refusal commits nothing
+/// (no row was written before the checks passed).
+fn purchase_in_transaction(
+    conn: &mut PgConn,
+    customer: CustomerId,
+    lines: &[Line],
+    payment_deadline: DateTime<Utc>,
+) -> Result<PurchaseOutcome, AppError> {
+    let now = Utc::now();
+    let mut checked: Vec<(Product, Quantity)> = Vec::with_capacity(lines.len());
+    for line in lines {
+        let product: Product = products::table
+            .find(line.product.get())
+            .for_update()
+            .select(Product::as_select())
+            .first(conn)
+            .optional()?
+            .ok_or_else(|| AppError::NotFound(format!("There is no product with id {}.", line.product)))?;
+        match product.sale_state(now) {
+            state @ (SaleState::Upcoming | SaleState::Ended) => {
+                return Ok(PurchaseOutcome::SaleNotOpen { product: product.name, state });
+            }
+            SaleState::Live | SaleState::SoldOut => {}
+        }
+        if product.stock < line.quantity.get() {
+            return Ok(PurchaseOutcome::SoldOut { product: product.name, available: product.stock });
+        }
+        if let Some(limit) = product.per_customer_limit {
+            let already = units_held_by(conn, customer, line.product)?;
+            if already + i64::from(line.quantity.get()) > i64::from(limit) {
+                return Ok(PurchaseOutcome::LimitReached { product: product.name, limit, already });
+            }
+        }
+        checked.push((product, line.quantity));
+    }
+
+    let total = checked.iter().map(|(p, q)| p.price().times(q.get()).cents()).sum::<i64>();
+    let order_id: i64 = diesel::insert_into(orders::table)
+        .values(NewOrder {
+            customer_id: customer.get(),
+            status: OrderStatus::AwaitingPayment.as_str(),
+            total_cents: Money::from_cents(total)?.cents(),
+            payment_deadline,
+        })
+        .returning(orders::id)
+        .get_result(conn)?;
+    let items: Vec<NewOrderItem> = checked
+        .iter()
+        .map(|(p, q)| NewOrderItem {
+            order_id,
+            product_id: p.id,
+            quantity: q.get(),
+            unit_price_cents: p.price_cents,
+        })
+        .collect();
+    diesel::insert_into(order_items::table).values(&items).execute(conn)?;
+    for (product, quantity) in &checked {
+        let stock_after = take_stock(conn, product.id, quantity.get())?;
+        diesel::insert_into(stock_history::table)
+            .values(NewStockChange {
+                product_id: product.id,
+                order_id: Some(order_id),
+                delta: -quantity.get(),
+                stock_after,
+                reason: StockReason::Purchase.as_str(),
+                note: "",
+            })
+            .execute(conn)?;
+    }
+    Ok(PurchaseOutcome::Purchased(OrderId(order_id)))
+}
+
+fn take_stock(conn: &mut PgConn, product: i64, units: i32) -> Result<i32, AppError> {
+    Ok(diesel::update(products::table.find(product))
+        .set((products::stock.eq(products::stock - units), products::updated_at.eq(Utc::now())))
+        .returning(products::stock)
+        .get_result(conn)?)
+}
+
+/// Units of `product` in the customer's live orders (awaiting payment or paid).
+pub fn units_held_by(conn: &mut PgConn, customer: CustomerId, product: ProductId) -> Result<i64, AppError> {
+    let live = [OrderStatus::AwaitingPayment.as_str(), OrderStatus::Paid.as_str()];
+    let held: Option<i64> = order_items::table
+        .inner_join(orders::table)
+        .filter(orders::customer_id.eq(customer.get()))
+        .filter(orders::status.eq_any(live))
+        .filter(order_items::product_id.eq(product.get()))
+        .select(diesel::dsl::sum(order_items::quantity))
+        .first(conn)?;
+    Ok(held.unwrap_or(0))
+}

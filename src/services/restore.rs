@@ -1,0 +1,106 @@
+//! Giving stock back: payment declined, order expired, order refunded.
+//! One function for all three, under the same product locks and row locks as
+//! a purchase, so a restore and a sale of the same unit can never interleave.
+
+use chrono::Utc;
+use diesel::prelude::*;
+
+use super::Shop;
+use crate::db::models::{NewStockChange, Order, OrderItem};
+use crate::db::schema::{order_items, orders, products, stock_history};
+use crate::db::{self, PgConn};
+use crate::domain::{OrderId, OrderStatus, ProductId};
+use crate::error::AppError;
+use crate::lock::ensure_lease_valid;
+
+/// Moves `order` into `to` (a restoring status) and puts its units back.
+/// The state machine refuses a second restore, and a unique index on the
+/// ledger would refuse it again if the check were ever bypassed.
+pub async fn restore_order(shop: &Shop, order: OrderId, to: OrderStatus) -> Result<(), AppError> {
+    let reason = to
+        .restore_reason()
+        .ok_or_else(|| AppError::Internal(anyhow::anyhow!("{to:?} does not give stock back")))?;
+    let items = order_items_of(shop, order).await?;
+    let products: Vec<ProductId> = items.iter().map(|i| ProductId(i.product_id)).collect();
+    let pool = shop.pool.clone();
+    shop.locks
+        .with_locks(products, move |lease_valid_until| async move {
+            db::run(&pool, move |conn| {
+                conn.transaction(|conn| {
+                    let current: Order = orders::table
+                        .find(order.get())
+                        .for_update()
+                        .select(Order::as_select())
+                        .first(conn)?;
+                    current.status().transition(to).map_err(|refused| refused_transition(order, refused.from, to))?;
+                    for item in &items {
+                        let stock_after = give_back(conn, item)?;
+                        diesel::insert_into(stock_history::table)
+                            .values(NewStockChange {
+                                product_id: item.product_id,
+                                order_id: Some(order.get()),
+                                delta: item.quantity,
+                                stock_after,
+                                reason: reason.as_str(),
+                                note: "",
+                            })
+                            .execute(conn)?;
+                    }
+                    set_status(conn, order, to)?;
+                    ensure_lease_valid(lease_valid_until)
+                })
+            })
+            .await
+        })
+        .await
+}
+
+/// The order's items in ascending product id: the order in which rows are locked.
+pub async fn order_items_of(shop: &Shop, order: OrderId) -> Result<Vec<OrderItem>, AppError> {
+    let items: Vec<OrderItem> = db::run(&shop.pool, move |conn| {
+        Ok(order_items::table
+            .filter(order_items::order_id.eq(order.get()))
+            .order(order_items::product_id.asc())
+            .select(OrderItem::as_select())
+            .load(conn)?)
+    })
+    .await?;
+    if items.is_empty() {
+        return Err(AppError::NotFound(format!("There is no order {order}.")));
+    }
+    Ok(items)
+}
+
+fn give_back(conn: &mut PgConn, item: &OrderItem) -> Result<i32, AppError> {
+    // Re-read under the row lock, as every stock change does.
+    products::table
+        .find(item.product_id)
+        .for_update()
+        .select(products::stock)
+        .first::<i32>(conn)?;
+    Ok(diesel::update(products::table.find(item.product_id))
+        .set((products::stock.eq(products::stock + item.quantity), products::updated_at.eq(Utc::now())))
+        .returning(products::stock)
+        .get_result(conn)?)
+}
+
+pub fn set_status(conn: &mut PgConn, order: OrderId, to: OrderStatus) -> Result<(), AppError> {
+    diesel::update(orders::table.find(order.get()))
+        .set((orders::status.eq(to.as_str()), orders::updated_at.eq(Utc::now())))
+        .execute(conn)?;
+    Ok(())
+}
+
+/// Plain words for a move the state machine refuses.
+pub fn refused_transition(order: OrderId, from: OrderStatus, to: OrderStatus) -> AppError {
+    use OrderStatus::*;
+    let message = match (from, to) {
+        (Refunded, Refunded) => format!("Order {order} has already been refunded; nothing was changed."),
+        (_, Refunded) => format!("Order {order} is {}: only a paid order can be refunded.", from.label().to_lowercase()),
+        (Paid, Paid) => format!("Order {order} is already paid; you were not charged again."),
+        (Expired, _) => format!("The payment window of order {order} has closed and its units were released."),
+        (PaymentFailed, _) => format!("The payment for order {order} was declined and its units were released; please place a new order."),
+        _ => format!("Order {order} is {} and cannot become {}.", from.label().to_lowercase(), to.label().to_lowercase()),
+    };
+    AppError::conflict("This order cannot change that way", message)
+}

@@ -1,0 +1,79 @@
+//! Building and running the HTTP server. Tests call `Application::build` with
+//! `bind = 127.0.0.1:0` and read the port the OS picked.
+
+use std::net::TcpListener;
+
+use actix_session::config::CookieContentSecurity;
+use actix_session::storage::CookieSessionStore;
+use actix_session::SessionMiddleware;
+use actix_web::cookie::{Key, SameSite};
+use actix_web::dev::Server;
+use actix_web::middleware::DefaultHeaders;
+use actix_web::{web, App, HttpServer};
+
+use crate::config::Settings;
+use crate::services::Shop;
+
+pub struct Application {
+    port: u16,
+    server: Server,
+    shop: Shop,
+}
+
+impl Application {
+    pub async fn build(settings: Settings) -> anyhow::Result<Application> {
+        let listener = TcpListener::bind(&settings.bind)?;
+        let port = listener.local_addr()?.port();
+        let shop = Shop::new(settings)?;
+        let server = serve(listener, shop.clone())?;
+        Ok(Application { port, server, shop })
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn shop(&self) -> &Shop {
+        &self.shop
+    }
+
+    pub async fn run_until_stopped(self) -> std::io::Result<()> {
+        self.server.await
+    }
+}
+
+fn serve(listener: TcpListener, shop: Shop) -> anyhow::Result<Server> {
+    let key = Key::from(&shop.settings.session_key);
+    let secure_cookies = shop.settings.cookie_secure;
+    let shop = web::Data::new(shop);
+    let server = HttpServer::new(move || {
+        App::new()
+            .wrap(security_headers())
+            .wrap(
+                SessionMiddleware::builder(CookieSessionStore::default(), key.clone())
+                    .cookie_name("flashsale_session".into())
+                    .cookie_content_security(CookieContentSecurity::Private)
+                    .cookie_http_only(true)
+                    .cookie_same_site(SameSite::Lax)
+                    .cookie_secure(secure_cookies)
+                    .build(),
+            )
+            .app_data(shop.clone())
+            .configure(crate::web::routes)
+    })
+    .workers(std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2).clamp(2, 8))
+    .listen(listener)?
+    .run();
+    Ok(server)
+}
+
+fn security_headers() -> DefaultHeaders {
+    DefaultHeaders::new()
+        .add((
+            "Content-Security-Policy",
+            "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'; object-src 'none'",
+        ))
+        .add(("X-Content-Type-Options", "nosniff"))
+        .add(("Referrer-Policy", "same-origin"))
+        .add(("X-Frame-Options", "DENY"))
+}

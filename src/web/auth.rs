@@ -1,0 +1,99 @@
+use actix_session::Session;
+use actix_web::http::StatusCode;
+use actix_web::{get, post, web, HttpResponse, ResponseError};
+
+use super::pages::{render, AuthPage, Nav};
+use super::session::{self, verify_csrf};
+use super::{html, see_other};
+use crate::domain::{Email, Password, Role};
+use crate::error::AppError;
+use crate::services::accounts::{sign_in, sign_up};
+use crate::services::Shop;
+
+#[derive(serde::Deserialize)]
+pub struct CredentialsForm {
+    #[serde(default)]
+    email: String,
+    #[serde(default)]
+    password: String,
+    #[serde(default)]
+    csrf_token: String,
+}
+
+fn auth_page(session: &Session, is_signup: bool, email: &str, error: Option<&AppError>) -> Result<HttpResponse, AppError> {
+    let page = AuthPage {
+        nav: Nav::from_session(session),
+        is_signup,
+        email: email.chars().take(254).collect(),
+        error: error.map(|e| e.to_string()),
+    };
+    let status = error.map(ResponseError::status_code).unwrap_or(StatusCode::OK);
+    Ok(html(status, render(&page)?))
+}
+
+#[get("/signup")]
+pub async fn signup_page(session: Session) -> Result<HttpResponse, AppError> {
+    auth_page(&session, true, "", None)
+}
+
+#[get("/login")]
+pub async fn login_page(session: Session) -> Result<HttpResponse, AppError> {
+    auth_page(&session, false, "", None)
+}
+
+/// Form mistakes (taken email, wrong password, short password) come back on
+/// the same form with the message; anything else is an error page.
+fn form_or_error(session: &Session, is_signup: bool, email: &str, error: AppError) -> Result<HttpResponse, AppError> {
+    match error {
+        AppError::Invalid(_) | AppError::Conflict { .. } | AppError::Forbidden(_) => auth_page(session, is_signup, email, Some(&error)),
+        other => Err(other),
+    }
+}
+
+#[post("/signup")]
+pub async fn signup(shop: web::Data<Shop>, session: Session, form: web::Form<CredentialsForm>) -> Result<HttpResponse, AppError> {
+    verify_csrf(&session, &form.csrf_token)?;
+    let attempt = async {
+        let email = Email::parse(&form.email)?;
+        let password = Password::parse(&form.password)?;
+        sign_up(&shop.pool, email, password, Role::Customer).await
+    };
+    match attempt.await {
+        Ok(account) => {
+            session::sign_in(&session, &account)?;
+            Ok(see_other("/"))
+        }
+        Err(error) => form_or_error(&session, true, &form.email, error),
+    }
+}
+
+#[post("/login")]
+pub async fn login(shop: web::Data<Shop>, session: Session, form: web::Form<CredentialsForm>) -> Result<HttpResponse, AppError> {
+    verify_csrf(&session, &form.csrf_token)?;
+    let attempt = async {
+        let email = Email::parse(&form.email)?;
+        let password = Password::parse(&form.password)
+            .map_err(|_| AppError::Forbidden("That email and password do not match an account. Check them and try again.".into()))?;
+        sign_in(&shop.pool, email, password).await
+    };
+    match attempt.await {
+        Ok(account) => {
+            session::sign_in(&session, &account)?;
+            Ok(see_other(if account.role == Role::Admin { "/admin" } else { "/" }))
+        }
+        Err(error) => form_or_error(&session, false, &form.email, error),
+    }
+}
+
+#[derive(serde::Deserialize)]
+pub struct CsrfOnlyForm {
+    #[serde(default)]
+    pub csrf_token: String,
+}
+
+#[post("/logout")]
+pub async fn logout(session: Session, form: web::Form<CsrfOnlyForm>) -> Result<HttpResponse, AppError> {
+    verify_csrf(&session, &form.csrf_token)?;
+    session::sign_out(&session);
+    Ok(see_other("/"))
+}

@@ -1,0 +1,52 @@
+//! HTTP: thin handlers that parse forms into domain types, call a service,
+//! and render a page or redirect (303 after every POST).
+
+pub mod admin;
+pub mod auth;
+pub mod health;
+pub mod orders;
+pub mod pages;
+pub mod session;
+pub mod shop;
+
+use actix_web::http::header;
+use actix_web::{web, HttpResponse};
+
+use crate::error::AppError;
+
+pub const MAX_FORM_BYTES: usize = 64 * 1024;
+
+pub fn routes(cfg: &mut web::ServiceConfig) {
+    cfg.app_data(
+        web::FormConfig::default()
+            .limit(MAX_FORM_BYTES)
+            .error_handler(|error, _req| AppError::Invalid(format!("The form could not be read: {error}.")).into()),
+    )
+    .service(health::healthz)
+    .service(pages::stylesheet)
+    .service(pages::script)
+    .service(shop::sale_list)
+    .service(shop::product_page)
+    .service(shop::buy)
+    .service(auth::signup_page)
+    .service(auth::signup)
+    .service(auth::login_page)
+    .service(auth::login)
+    .service(auth::logout)
+    .service(orders::my_orders)
+    .service(orders::order_page)
+    .service(orders::pay)
+    .service(admin::dashboard)
+    .service(admin::orders)
+    .service(admin::order_detail_page)
+    .service(admin::refund)
+    .default_service(web::to(|| async { Err::<HttpResponse, _>(AppError::NotFound("There is no page at this address.".into())) }));
+}
+
+pub fn see_other(location: &str) -> HttpResponse {
+    HttpResponse::SeeOther().insert_header((header::LOCATION, location)).finish()
+}
+
+pub fn html(status: actix_web::http::StatusCode, body: String) -> HttpResponse {
+    HttpResponse::build(status).content_type("text/html; charset=utf-8").body(body)
+}

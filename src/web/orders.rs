@@ -1,0 +1,70 @@
+use actix_session::Session;
+use actix_web::http::StatusCode;
+use actix_web::{get, post, web, HttpResponse};
+
+use super::pages::{render, Nav, OrderPage, OrderRow, OrdersPage};
+use super::session::{verify_csrf, SignedIn};
+use super::{html, see_other};
+use crate::domain::OrderId;
+use crate::error::AppError;
+use crate::services::orders::{order_detail, orders_of};
+use crate::services::payment::{pay as pay_order, CardNumber};
+use crate::services::Shop;
+
+pub fn parse_order_id(raw: &str) -> Result<OrderId, AppError> {
+    raw.parse().map_err(|e: crate::domain::InvalidInput| AppError::NotFound(e.0))
+}
+
+#[get("/orders")]
+pub async fn my_orders(shop: web::Data<Shop>, SignedIn(account): SignedIn, session: Session) -> Result<HttpResponse, AppError> {
+    let orders = orders_of(&shop.pool, account.id)
+        .await?
+        .iter()
+        .map(|o| OrderRow::new(o, &account.email))
+        .collect();
+    let page = OrdersPage {
+        nav: Nav::from_session(&session),
+        orders,
+    };
+    Ok(html(StatusCode::OK, render(&page)?))
+}
+
+#[get("/orders/{id}")]
+pub async fn order_page(
+    shop: web::Data<Shop>,
+    SignedIn(account): SignedIn,
+    session: Session,
+    path: web::Path<String>,
+) -> Result<HttpResponse, AppError> {
+    let detail = order_detail(&shop.pool, parse_order_id(&path)?, Some(account.id)).await?;
+    let page = OrderPage {
+        nav: Nav::from_session(&session),
+        detail,
+        admin_view: false,
+    };
+    Ok(html(StatusCode::OK, render(&page)?))
+}
+
+#[derive(serde::Deserialize)]
+pub struct PayForm {
+    #[serde(default)]
+    card_number: String,
+    #[serde(default)]
+    csrf_token: String,
+}
+
+/// Approved or declined, the answer is the order page, which shows the outcome.
+#[post("/orders/{id}/pay")]
+pub async fn pay(
+    shop: web::Data<Shop>,
+    SignedIn(account): SignedIn,
+    session: Session,
+    path: web::Path<String>,
+    form: web::Form<PayForm>,
+) -> Result<HttpResponse, AppError> {
+    verify_csrf(&session, &form.csrf_token)?;
+    let order = parse_order_id(&path)?;
+    let card = CardNumber::parse(&form.card_number)?;
+    pay_order(&shop, account.id, order, card).await?;
+    Ok(see_other(&format!("/orders/{order}")))
+}

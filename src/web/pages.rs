@@ -1,0 +1,261 @@
+//! Page templates (askama, one base layout) and the view data they show.
+
+use actix_session::Session;
+use actix_web::{get, http::header, HttpResponse};
+use askama::Template;
+use chrono::{DateTime, Utc};
+
+use super::session::{csrf_token, current_account};
+use crate::db::models::{Order, Product, SaleState};
+use crate::domain::{Money, Quantity, Role};
+use crate::error::AppError;
+use crate::services::accounts::Account;
+use crate::services::audit::AuditReport;
+use crate::services::orders::OrderDetail;
+
+/// What the base layout needs on every page: who is signed in and the form token.
+pub struct Nav {
+    pub account: Option<Account>,
+    pub csrf_token: String,
+}
+
+impl Nav {
+    pub fn from_session(session: &Session) -> Nav {
+        Nav {
+            account: current_account(session),
+            csrf_token: csrf_token(session),
+        }
+    }
+
+    pub fn is_admin(&self) -> bool {
+        self.account.as_ref().is_some_and(|a| a.role == Role::Admin)
+    }
+}
+
+pub fn render(page: &impl Template) -> Result<String, AppError> {
+    page.render().map_err(|e| AppError::Internal(anyhow::anyhow!("template: {e}")))
+}
+
+/// Shown in the customer's zone by the page script; the text is the UTC fallback.
+pub fn timestamp(at: impl std::borrow::Borrow<DateTime<Utc>>) -> String {
+    at.borrow().format("%Y-%m-%d %H:%M UTC").to_string()
+}
+
+pub fn iso(at: &DateTime<Utc>) -> String {
+    at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+pub fn money(cents: impl std::borrow::Borrow<i64>) -> String {
+    Money::from_cents(*cents.borrow()).unwrap_or_default().to_string()
+}
+
+/// A product as the shop pages show it.
+pub struct SaleView {
+    pub id: i64,
+    pub name: String,
+    pub description: String,
+    pub price: String,
+    pub stock: i32,
+    pub offered: i32,
+    pub percent_left: i64,
+    pub state: SaleState,
+    pub starts_at: DateTime<Utc>,
+    pub ends_at: Option<DateTime<Utc>>,
+    pub per_customer_limit: Option<i32>,
+    /// The most one order may ask for: bounded by stock, limit and `Quantity::MAX`.
+    pub max_quantity: i32,
+}
+
+impl SaleView {
+    pub fn new(product: &Product, now: DateTime<Utc>) -> SaleView {
+        let offered = product.initial_stock.max(product.stock);
+        let max_quantity = product
+            .stock
+            .min(product.per_customer_limit.unwrap_or(i32::MAX))
+            .min(Quantity::MAX);
+        SaleView {
+            id: product.id,
+            name: product.name.clone(),
+            description: product.description.clone(),
+            price: product.price().to_string(),
+            stock: product.stock,
+            offered,
+            percent_left: if offered == 0 { 0 } else { i64::from(product.stock) * 100 / i64::from(offered) },
+            state: product.sale_state(now),
+            starts_at: product.sale_starts_at,
+            ends_at: product.sale_ends_at,
+            per_customer_limit: product.per_customer_limit,
+            max_quantity,
+        }
+    }
+
+    pub fn state_label(&self) -> &'static str {
+        match self.state {
+            SaleState::Upcoming => "Upcoming",
+            SaleState::Live => "Live",
+            SaleState::SoldOut => "Sold out",
+            SaleState::Ended => "Ended",
+        }
+    }
+
+    pub fn state_class(&self) -> &'static str {
+        match self.state {
+            SaleState::Upcoming => "upcoming",
+            SaleState::Live => "live",
+            SaleState::SoldOut => "soldout",
+            SaleState::Ended => "ended",
+        }
+    }
+
+    pub fn can_buy(&self) -> bool {
+        self.state == SaleState::Live && self.max_quantity >= 1
+    }
+
+    pub fn starts_at_text(&self) -> String {
+        timestamp(&self.starts_at)
+    }
+
+    pub fn starts_at_iso(&self) -> String {
+        iso(&self.starts_at)
+    }
+
+    pub fn ends_at_text(&self) -> Option<String> {
+        self.ends_at.as_ref().map(timestamp)
+    }
+}
+
+pub struct OrderRow {
+    pub id: i64,
+    pub status: String,
+    pub status_class: &'static str,
+    pub total: String,
+    pub created_at: String,
+    pub email: String,
+}
+
+impl OrderRow {
+    pub fn new(order: &Order, email: &str) -> OrderRow {
+        OrderRow {
+            id: order.id,
+            status: order.status().label().to_string(),
+            status_class: order.status().as_str(),
+            total: order.total().to_string(),
+            created_at: timestamp(&order.created_at),
+            email: email.to_string(),
+        }
+    }
+}
+
+#[derive(Template)]
+#[template(path = "error.html")]
+pub struct ErrorPage<'a> {
+    pub status: u16,
+    pub title: &'a str,
+    pub message: &'a str,
+}
+
+#[derive(Template)]
+#[template(path = "sale_list.html")]
+pub struct SaleListPage {
+    pub nav: Nav,
+    pub sales: Vec<SaleView>,
+}
+
+#[derive(Template)]
+#[template(path = "product.html")]
+pub struct ProductPage {
+    pub nav: Nav,
+    pub sale: SaleView,
+}
+
+#[derive(Template)]
+#[template(path = "auth.html")]
+pub struct AuthPage {
+    pub nav: Nav,
+    pub is_signup: bool,
+    pub email: String,
+    pub error: Option<String>,
+}
+
+#[derive(Template)]
+#[template(path = "order.html")]
+pub struct OrderPage {
+    pub nav: Nav,
+    pub detail: OrderDetail,
+    pub admin_view: bool,
+}
+
+impl OrderPage {
+    pub fn status_label(&self) -> &'static str {
+        self.detail.order.status().label()
+    }
+
+    pub fn status_class(&self) -> &'static str {
+        self.detail.order.status().as_str()
+    }
+
+    pub fn awaiting_payment(&self) -> bool {
+        self.detail.order.status() == crate::domain::OrderStatus::AwaitingPayment
+    }
+
+    pub fn refundable(&self) -> bool {
+        self.detail.order.status() == crate::domain::OrderStatus::Paid
+    }
+
+    pub fn total(&self) -> String {
+        self.detail.order.total().to_string()
+    }
+
+    pub fn deadline_text(&self) -> String {
+        timestamp(&self.detail.order.payment_deadline)
+    }
+
+    pub fn deadline_iso(&self) -> String {
+        iso(&self.detail.order.payment_deadline)
+    }
+
+    pub fn created_text(&self) -> String {
+        timestamp(&self.detail.order.created_at)
+    }
+
+    pub fn declined_reason(&self) -> bool {
+        self.detail.order.status() == crate::domain::OrderStatus::PaymentFailed
+    }
+}
+
+#[derive(Template)]
+#[template(path = "orders.html")]
+pub struct OrdersPage {
+    pub nav: Nav,
+    pub orders: Vec<OrderRow>,
+}
+
+#[derive(Template)]
+#[template(path = "admin_dashboard.html")]
+pub struct AdminDashboardPage {
+    pub nav: Nav,
+    pub audit: AuditReport,
+}
+
+#[derive(Template)]
+#[template(path = "admin_orders.html")]
+pub struct AdminOrdersPage {
+    pub nav: Nav,
+    pub orders: Vec<OrderRow>,
+}
+
+#[get("/static/app.css")]
+pub async fn stylesheet() -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("text/css; charset=utf-8")
+        .insert_header((header::CACHE_CONTROL, "public, max-age=3600"))
+        .body(include_str!("../../templates/static/app.css"))
+}
+
+#[get("/static/app.js")]
+pub async fn script() -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("text/javascript; charset=utf-8")
+        .insert_header((header::CACHE_CONTROL, "public, max-age=3600"))
+        .body(include_str!("../../templates/static/app.js"))
+}
