@@ -33,6 +33,11 @@ impl Application {
         self.port
     }
 
+    /// Stops the server from outside (tests stop theirs when they end).
+    pub fn handle(&self) -> actix_web::dev::ServerHandle {
+        self.server.handle()
+    }
+
     pub fn shop(&self) -> &Shop {
         &self.shop
     }

@@ -8,13 +8,15 @@ use std::time::Duration;
 
 use diesel::pg::PgConnection;
 use diesel::r2d2::{ConnectionManager, CustomizeConnection, Pool, PooledConnection};
+use diesel::connection::SimpleConnection;
 use diesel::{Connection, RunQueryDsl};
 use diesel_migrations::{embed_migrations, EmbeddedMigrations, MigrationHarness};
 
 use crate::error::AppError;
 
 pub type PgPool = Pool<ConnectionManager<PgConnection>>;
-pub type PgConn = PooledConnection<ConnectionManager<PgConnection>>;
+/// What services take: a plain connection (pooled or not).
+pub type PgConn = PgConnection;
 
 pub const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations");
 
@@ -28,11 +30,9 @@ struct SessionDefaults {
 impl CustomizeConnection<PgConnection, diesel::r2d2::Error> for SessionDefaults {
     fn on_acquire(&self, conn: &mut PgConnection) -> Result<(), diesel::r2d2::Error> {
         let ms = self.statement_timeout.as_millis();
-        diesel::sql_query(format!(
+        conn.batch_execute(&format!(
             "SET statement_timeout = {ms}; SET idle_in_transaction_session_timeout = {ms}; SET TIME ZONE 'UTC'"
         ))
-        .execute(conn)
-        .map(|_| ())
         .map_err(diesel::r2d2::Error::QueryError)
     }
 }
@@ -57,7 +57,8 @@ where
 {
     let pool = pool.clone();
     actix_web::web::block(move || {
-        let mut conn = pool.get().map_err(|e| AppError::Unavailable(format!("database connection: {e}")))?;
+        let mut conn: PooledConnection<ConnectionManager<PgConnection>> =
+            pool.get().map_err(|e| AppError::Unavailable(format!("database connection: {e}")))?;
         work(&mut conn)
     })
     .await

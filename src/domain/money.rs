@@ -40,7 +40,7 @@ impl Money {
         if whole.is_empty() || whole.len() > 9 || !whole.bytes().all(|b| b.is_ascii_digit()) {
             return Err(refuse());
         }
-        if fraction.len() > 2 || !fraction.bytes().all(|b| b.is_ascii_digit()) {
+        if trimmed.ends_with('.') || fraction.len() > 2 || !fraction.bytes().all(|b| b.is_ascii_digit()) {
             return Err(refuse());
         }
         let whole: i64 = whole.parse().map_err(|_| refuse())?;

@@ -35,7 +35,7 @@ pub fn current_account(session: &Session) -> Option<Account> {
 /// Starts a fresh session for `account`: a new cookie and a new CSRF token,
 /// so nothing issued before sign-in is trusted after it.
 pub fn sign_in(session: &Session, account: &Account) -> Result<(), AppError> {
-    session.purge();
+    session.clear();
     session
         .insert(
             ACCOUNT_KEY,

@@ -1,0 +1,443 @@
+//! Test harness: a fresh database per test (cloned from a migrated template),
+//! a Redis key prefix per test, the real HTTP server on a free port, and
+//! browser-like clients that carry cookies and CSRF tokens.
+#![allow(dead_code)]
+
+use std::collections::hash_map::DefaultHasher;
+use std::hash::{Hash, Hasher};
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use diesel::prelude::*;
+use diesel::sql_types::BigInt;
+use diesel::PgConnection;
+use flashsale::config::Settings;
+use flashsale::db::split_database_url;
+use flashsale::services::audit::{run_audit, AuditReport};
+use flashsale::services::Shop;
+use flashsale::startup::Application;
+use reqwest::redirect::Policy;
+use reqwest::StatusCode;
+
+pub const PASSWORD: &str = "correct horse battery";
+pub const GOOD_CARD: &str = "4242 4242 4242 4242";
+pub const DECLINED_CARD: &str = "4000 0000 0000 0002";
+
+fn server_url() -> String {
+    let base = std::env::var("DATABASE_URL").unwrap_or_else(|_| Settings::DEFAULT_DATABASE_URL.into());
+    split_database_url(&base).expect("DATABASE_URL names a database").0
+}
+
+fn admin_connection(server: &str) -> PgConnection {
+    PgConnection::establish(&format!("{server}/postgres")).expect("Postgres is reachable (run scripts/test, which starts it)")
+}
+
+/// The template is keyed by the migrations' content, so a changed migration
+/// gets a new template instead of a stale one.
+fn template_name() -> String {
+    let mut hasher = DefaultHasher::new();
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations");
+    let mut entries: Vec<_> = walk(&dir);
+    entries.sort();
+    for path in entries {
+        path.to_string_lossy().hash(&mut hasher);
+        std::fs::read(&path).unwrap().hash(&mut hasher);
+    }
+    format!("flashsale_tpl_{:016x}", hasher.finish())
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            out.extend(walk(&path));
+        } else {
+            out.push(path);
+        }
+    }
+    out
+}
+
+#[derive(QueryableByName)]
+struct Count {
+    #[diesel(sql_type = BigInt)]
+    n: i64,
+}
+
+/// A database of this test's own, dropped when the test ends (pass or fail).
+pub struct TestDb {
+    pub url: String,
+    name: String,
+    server: String,
+}
+
+impl TestDb {
+    pub fn new() -> TestDb {
+        let server = server_url();
+        let template = template_name();
+        let name = format!("flashsale_test_{}", uuid::Uuid::new_v4().simple());
+        let mut admin = admin_connection(&server);
+        // Serialise template creation and cloning across parallel test processes:
+        // CREATE DATABASE ... TEMPLATE fails while anyone is connected to the template.
+        diesel::sql_query("SELECT pg_advisory_lock(727274)").execute(&mut admin).unwrap();
+        let exists: Count = diesel::sql_query(format!("SELECT count(*) AS n FROM pg_database WHERE datname = '{template}'"))
+            .get_result(&mut admin)
+            .unwrap();
+        if exists.n == 0 {
+            let building = format!("{template}_building");
+            diesel::sql_query(format!("DROP DATABASE IF EXISTS \"{building}\" WITH (FORCE)")).execute(&mut admin).unwrap();
+            diesel::sql_query(format!("CREATE DATABASE \"{building}\"")).execute(&mut admin).unwrap();
+            flashsale::db::run_migrations(&format!("{server}/{building}")).unwrap();
+            diesel::sql_query(format!("ALTER DATABASE \"{building}\" RENAME TO \"{template}\"")).execute(&mut admin).unwrap();
+        }
+        let cloned = diesel::sql_query(format!("CREATE DATABASE \"{name}\" TEMPLATE \"{template}\"")).execute(&mut admin);
+        diesel::sql_query("SELECT pg_advisory_unlock(727274)").execute(&mut admin).unwrap();
+        cloned.unwrap();
+        TestDb {
+            url: format!("{server}/{name}"),
+            name,
+            server,
+        }
+    }
+
+    pub fn conn(&self) -> PgConnection {
+        PgConnection::establish(&self.url).unwrap()
+    }
+
+    pub fn count(&self, sql: &str) -> i64 {
+        diesel::sql_query(sql).get_result::<Count>(&mut self.conn()).unwrap().n
+    }
+
+    pub fn stock(&self, product: i64) -> i64 {
+        self.count(&format!("SELECT stock::int8 AS n FROM products WHERE id = {product}"))
+    }
+
+    /// Rows written anywhere in the ledger tables: "nothing written" means this does not move.
+    pub fn ledger_rows(&self) -> i64 {
+        self.count(
+            "SELECT (SELECT count(*) FROM orders) + (SELECT count(*) FROM order_items) \
+             + (SELECT count(*) FROM stock_history) + (SELECT count(*) FROM payments) AS n",
+        )
+    }
+
+    pub fn audit(&self) -> AuditReport {
+        run_audit(&mut self.conn()).unwrap()
+    }
+
+    pub fn assert_audit_clean(&self) {
+        let report = self.audit();
+        assert!(report.is_clean(), "audit found problems: {:#?}", report.problems);
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        if let Ok(mut admin) = PgConnection::establish(&format!("{}/postgres", self.server)) {
+            let _ = diesel::sql_query(format!("DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)", self.name)).execute(&mut admin);
+        }
+    }
+}
+
+pub fn unique_prefix() -> String {
+    format!("test:{}:", uuid::Uuid::new_v4().simple())
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// The shop running in this test process on a port the OS picked.
+pub struct TestApp {
+    pub address: String,
+    pub shop: Shop,
+    pub settings: Settings,
+    server: actix_web::dev::ServerHandle,
+    // Declared last: dropped after the server stops using it.
+    pub db: TestDb,
+}
+
+pub async fn spawn_app() -> TestApp {
+    spawn_app_with(|_| {}).await
+}
+
+pub async fn spawn_app_with(customize: impl FnOnce(&mut Settings)) -> TestApp {
+    let db = TestDb::new();
+    spawn_app_on(db, customize).await
+}
+
+pub async fn spawn_app_on(db: TestDb, customize: impl FnOnce(&mut Settings)) -> TestApp {
+    let mut settings = Settings::for_tests(&db.url, &unique_prefix());
+    customize(&mut settings);
+    let app = Application::build(settings.clone()).await.expect("the app builds");
+    let address = format!("http://127.0.0.1:{}", app.port());
+    let shop = app.shop().clone();
+    let server = app.handle();
+    tokio::spawn(app.run_until_stopped());
+    TestApp {
+        address,
+        shop,
+        settings,
+        server,
+        db,
+    }
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        let server = self.server.clone();
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move { server.stop(false).await });
+        }
+    }
+}
+
+/// Extracts the CSRF token from a page's form.
+pub fn csrf_from(html: &str) -> String {
+    let re = regex::Regex::new(r#"name="csrf_token" value="([^"]+)""#).unwrap();
+    re.captures(html)
+        .unwrap_or_else(|| panic!("no csrf_token in page:\n{html}"))
+        .get(1)
+        .unwrap()
+        .as_str()
+        .to_string()
+}
+
+/// A browser: its own cookie jar, no automatic redirects (tests check the 303s).
+#[derive(Clone)]
+pub struct Browser {
+    pub client: reqwest::Client,
+    pub base: String,
+    pub email: String,
+}
+
+impl Browser {
+    pub fn new(base: &str) -> Browser {
+        Browser {
+            client: reqwest::Client::builder()
+                .cookie_store(true)
+                .redirect(Policy::none())
+                .pool_max_idle_per_host(4)
+                .timeout(Duration::from_secs(60))
+                .build()
+                .unwrap(),
+            base: base.to_string(),
+            email: String::new(),
+        }
+    }
+
+    pub async fn get(&self, path: &str) -> reqwest::Response {
+        self.client.get(format!("{}{}", self.base, path)).send().await.unwrap()
+    }
+
+    pub async fn get_text(&self, path: &str) -> (StatusCode, String) {
+        let response = self.get(path).await;
+        let status = response.status();
+        (status, response.text().await.unwrap())
+    }
+
+    /// A CSRF token as a page of the shop would hand it out to this session.
+    pub async fn csrf(&self) -> String {
+        let (status, html) = self.get_text("/login").await;
+        assert_eq!(status, StatusCode::OK);
+        csrf_from(&html)
+    }
+
+    pub async fn post(&self, path: &str, fields: &[(&str, &str)]) -> reqwest::Response {
+        self.client
+            .post(format!("{}{}", self.base, path))
+            .form(fields)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// Posts a form with this session's CSRF token added.
+    pub async fn post_form(&self, path: &str, fields: &[(&str, &str)]) -> reqwest::Response {
+        let token = self.csrf().await;
+        let mut fields = fields.to_vec();
+        fields.push(("csrf_token", &token));
+        self.post(path, &fields).await
+    }
+
+    pub fn sign_up(base: &str, email: &str) -> impl std::future::Future<Output = Browser> + 'static {
+        let mut browser = Browser::new(base);
+        browser.email = email.to_string();
+        async move {
+            let email = browser.email.clone();
+            let response = browser.post_form("/signup", &[("email", &email), ("password", PASSWORD)]).await;
+            assert_eq!(response.status(), StatusCode::SEE_OTHER, "sign-up of {email} failed: {}", response.text().await.unwrap());
+            browser
+        }
+    }
+
+    pub async fn sign_in(base: &str, email: &str, password: &str) -> Browser {
+        let mut browser = Browser::new(base);
+        browser.email = email.to_string();
+        let response = browser.post_form("/login", &[("email", email), ("password", password)]).await;
+        assert_eq!(response.status(), StatusCode::SEE_OTHER, "sign-in of {email} failed");
+        browser
+    }
+
+    pub async fn buy_with_token(&self, product: i64, quantity: &str, token: &str) -> reqwest::Response {
+        self.post(&format!("/products/{product}/buy"), &[("quantity", quantity), ("csrf_token", token)]).await
+    }
+
+    pub async fn buy(&self, product: i64, quantity: u32) -> reqwest::Response {
+        let token = self.csrf().await;
+        self.buy_with_token(product, &quantity.to_string(), &token).await
+    }
+
+    pub async fn pay(&self, order: i64, card: &str) -> reqwest::Response {
+        self.post_form(&format!("/orders/{order}/pay"), &[("card_number", card)]).await
+    }
+}
+
+/// The order id a successful buy redirected to.
+pub fn order_id_from(response: &reqwest::Response) -> i64 {
+    let location = response.headers().get("location").expect("a redirect").to_str().unwrap();
+    location.trim_start_matches("/orders/").parse().unwrap_or_else(|_| panic!("unexpected location {location}"))
+}
+
+impl TestApp {
+    pub fn browser(&self) -> Browser {
+        Browser::new(&self.address)
+    }
+
+    pub async fn customer(&self, email: &str) -> Browser {
+        Browser::sign_up(&self.address, email).await
+    }
+
+    /// Signs up `n` customers concurrently.
+    pub async fn customers(&self, n: usize, tag: &str) -> Vec<Browser> {
+        let signups = (0..n).map(|i| Browser::sign_up(&self.address, &format!("{tag}{i}@example.com")));
+        futures::future::join_all(signups).await
+    }
+
+    pub async fn admin(&self) -> Browser {
+        let email = "admin@example.com";
+        flashsale::services::accounts::ensure_admin(
+            &self.shop.pool,
+            flashsale::domain::Email::parse(email).unwrap(),
+            flashsale::domain::Password::parse(PASSWORD).unwrap(),
+        )
+        .await
+        .unwrap();
+        Browser::sign_in(&self.address, email, PASSWORD).await
+    }
+
+    /// Creates an open sale with `stock` units and returns its id.
+    pub async fn product(&self, stock: i32, limit: Option<i32>) -> i64 {
+        create_product(&self.shop.pool, stock, limit).await
+    }
+}
+
+pub async fn create_product(pool: &flashsale::db::PgPool, stock: i32, limit: Option<i32>) -> i64 {
+    use flashsale::services::catalog::{create_product, SaleSpec};
+    create_product(
+        pool,
+        SaleSpec {
+            name: format!("Test item ({stock} units)"),
+            description: "for tests".into(),
+            price: flashsale::domain::Money::from_cents(1_000).unwrap(),
+            stock,
+            per_customer_limit: limit,
+            starts_at: chrono::Utc::now() - chrono::Duration::minutes(1),
+            ends_at: None,
+        },
+    )
+    .await
+    .unwrap()
+    .id
+}
+
+/// A process this test started; killed by PID when the guard drops, pass or fail.
+pub struct ChildGuard(pub Child);
+
+impl ChildGuard {
+    pub fn pid(&self) -> u32 {
+        self.0.id()
+    }
+
+    pub fn kill(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A Redis server of this test's own, on a free port, keeping nothing on disk.
+pub fn start_redis() -> (ChildGuard, u16) {
+    let port = free_port();
+    let child = Command::new("redis-server")
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("redis-server is installed (scripts/test installs it)");
+    let guard = ChildGuard(child);
+    for _ in 0..100 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return (guard, port);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("redis-server on port {port} did not start");
+}
+
+/// The real `flashsale serve` binary as a separate process on a free port.
+pub struct ServerProcess {
+    pub guard: ChildGuard,
+    pub address: String,
+}
+
+pub fn start_server_process(db_url: &str, redis_prefix: &str, session_key_hex: &str, extra_env: &[(&str, &str)]) -> ServerProcess {
+    use std::io::{BufRead, BufReader};
+    let mut command = Command::new(env!("CARGO_BIN_EXE_flashsale"));
+    command
+        .arg("serve")
+        .env("DATABASE_URL", db_url)
+        .env("REDIS_KEY_PREFIX", redis_prefix)
+        .env("SESSION_KEY", session_key_hex)
+        .env("BIND", "127.0.0.1:0")
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    for (key, value) in extra_env {
+        command.env(key, value);
+    }
+    let mut child = command.spawn().expect("the flashsale binary starts");
+    let stdout = child.stdout.take().unwrap();
+    let guard = ChildGuard(child);
+    let mut line = String::new();
+    BufReader::new(stdout).read_line(&mut line).unwrap();
+    let address = line
+        .trim()
+        .strip_prefix("flashsale listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line from flashsale serve: {line:?}"))
+        .to_string();
+    ServerProcess { guard, address }
+}
+
+/// A buy's status, insisting that every 303 is an order (not a sign-in redirect).
+pub fn checked_status(response: reqwest::Response) -> StatusCode {
+    if response.status() == StatusCode::SEE_OTHER {
+        order_id_from(&response);
+    }
+    response.status()
+}
+
+/// Counts answers by status code.
+pub fn tally(statuses: &[StatusCode]) -> std::collections::BTreeMap<u16, usize> {
+    let mut counts = std::collections::BTreeMap::new();
+    for status in statuses {
+        *counts.entry(status.as_u16()).or_insert(0) += 1;
+    }
+    counts
+}
