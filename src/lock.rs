@@ -28,7 +28,7 @@ pub struct ProductLocks {
 
 struct Inner {
     manager: LockManager,
-    clients: Vec<redis::Client>,
+    nodes: Vec<RedisNode>,
     local_queues: Mutex<HashMap<ProductId, Arc<tokio::sync::Mutex<()>>>>,
     key_prefix: String,
     wait: Duration,
@@ -61,7 +61,7 @@ impl ProductLocks {
         Ok(ProductLocks {
             inner: Arc::new(Inner {
                 manager,
-                clients,
+                nodes: clients.into_iter().map(RedisNode::new).collect(),
                 local_queues: Mutex::new(HashMap::new()),
                 key_prefix: key_prefix.to_string(),
                 wait,
@@ -116,15 +116,9 @@ impl ProductLocks {
 
     /// Whether a majority of the Redis servers answer PING: the same quorum a lock needs.
     pub async fn quorum_reachable(&self) -> bool {
-        let pings = self.inner.clients.iter().map(|client| async move {
-            let ping = async {
-                let mut conn = client.get_multiplexed_async_connection().await?;
-                redis::cmd("PING").query_async::<String>(&mut conn).await
-            };
-            matches!(tokio::time::timeout(Duration::from_secs(1), ping).await, Ok(Ok(_)))
-        });
+        let pings = self.inner.nodes.iter().map(|node| node.ping());
         let answered = futures::future::join_all(pings).await.into_iter().filter(|ok| *ok).count();
-        answered > self.inner.clients.len() / 2
+        answered > self.inner.nodes.len() / 2
     }
 
     fn local_queue(&self, product: ProductId) -> Arc<tokio::sync::Mutex<()>> {
@@ -154,8 +148,8 @@ impl ProductLocks {
                 // rslock says "unavailable" both when another holder has the key and when
                 // no quorum of servers answered; only the first is worth waiting for.
                 Ok(Err(LockError::Unavailable)) => {
-                    if self.inner.manager.query_redis_for_key_value(key.as_bytes()).await.is_err() {
-                        return Err(AppError::Unavailable("no Redis server answered the lock request".into()));
+                    if !self.quorum_reachable().await {
+                        return Err(AppError::Unavailable("too few Redis servers answered the lock request".into()));
                     }
                 }
                 Ok(Err(error)) => return Err(AppError::Unavailable(format!("lock: {error}"))),
@@ -204,4 +198,40 @@ pub fn ensure_lease_valid(valid_until: Instant) -> Result<(), AppError> {
         return Err(AppError::Unavailable("the product lock's lease ran out before commit".into()));
     }
     Ok(())
+}
+
+/// One Redis server, with a connection kept open between checks and
+/// re-established after an error.
+struct RedisNode {
+    client: redis::Client,
+    connection: tokio::sync::Mutex<Option<redis::aio::MultiplexedConnection>>,
+}
+
+impl RedisNode {
+    const TIMEOUT: Duration = Duration::from_millis(500);
+
+    fn new(client: redis::Client) -> RedisNode {
+        RedisNode {
+            client,
+            connection: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    async fn ping(&self) -> bool {
+        let mut slot = self.connection.lock().await;
+        let attempt = async {
+            if slot.is_none() {
+                *slot = Some(self.client.get_multiplexed_async_connection().await?);
+            }
+            let connection = slot.as_mut().expect("connected above");
+            redis::cmd("PING").query_async::<String>(connection).await
+        };
+        match tokio::time::timeout(Self::TIMEOUT, attempt).await {
+            Ok(Ok(_)) => true,
+            _ => {
+                *slot = None;
+                false
+            }
+        }
+    }
 }

@@ -46,6 +46,7 @@ pub fn sign_in(session: &Session, account: &Account) -> Result<(), AppError> {
             },
         )
         .map_err(|e| AppError::Internal(anyhow::anyhow!("session: {e}")))?;
+    new_csrf_token(session);
     session.renew();
     Ok(())
 }
@@ -59,6 +60,10 @@ pub fn csrf_token(session: &Session) -> String {
     if let Ok(Some(token)) = session.get::<String>(CSRF_KEY) {
         return token;
     }
+    new_csrf_token(session)
+}
+
+fn new_csrf_token(session: &Session) -> String {
     let token = uuid::Uuid::new_v4().simple().to_string();
     let _ = session.insert(CSRF_KEY, &token);
     token
