@@ -16,7 +16,11 @@ use crate::services::seed::seed_demo;
 use crate::startup::Application;
 
 #[derive(Parser)]
-#[command(name = "flashsale", version, about = "A flash-sale shop that never sells more than it has")]
+#[command(
+    name = "flashsale",
+    version,
+    about = "A flash-sale shop that never sells more than it has"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -83,7 +87,8 @@ enum ProductCommand {
 pub async fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,actix_server=warn".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,actix_server=warn".into()),
         )
         .with_writer(std::io::stderr)
         .init();
@@ -103,7 +108,11 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Serve => {
             migrate(&settings)?;
             let app = Application::build(settings.clone()).await?;
-            let host = settings.bind.rsplit_once(':').map(|(h, _)| h).unwrap_or("127.0.0.1");
+            let host = settings
+                .bind
+                .rsplit_once(':')
+                .map(|(h, _)| h)
+                .unwrap_or("127.0.0.1");
             println!("flashsale listening on http://{host}:{}", app.port());
             std::io::stdout().flush()?;
             app.run_until_stopped().await?;
@@ -122,11 +131,25 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Admin {
             command: AdminCommand::Create { email, password },
         } => {
-            let account = ensure_admin(&pool(&settings), Email::parse(&email)?, Password::parse(&password)?).await?;
+            let account = ensure_admin(
+                &pool(&settings),
+                Email::parse(&email)?,
+                Password::parse(&password)?,
+            )
+            .await?;
             println!("admin {} (id {})", account.email, account.id);
         }
         Command::Product {
-            command: ProductCommand::Create { name, price, stock, limit, starts_at, ends_at, description },
+            command:
+                ProductCommand::Create {
+                    name,
+                    price,
+                    stock,
+                    limit,
+                    starts_at,
+                    ends_at,
+                    description,
+                },
         } => {
             let spec = SaleSpec {
                 name,
@@ -173,5 +196,10 @@ fn migrate(settings: &Settings) -> anyhow::Result<()> {
 }
 
 fn pool(settings: &Settings) -> db::PgPool {
-    db::build_pool(&settings.database_url, 4, settings.db_statement_timeout, settings.db_connect_timeout)
+    db::build_pool(
+        &settings.database_url,
+        4,
+        settings.db_statement_timeout,
+        settings.db_connect_timeout,
+    )
 }

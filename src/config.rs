@@ -27,16 +27,22 @@ pub struct Settings {
 }
 
 impl Settings {
-    pub const DEFAULT_DATABASE_URL: &'static str = "postgres://postgres:postgres@127.0.0.1:5432/flashsale";
+    pub const DEFAULT_DATABASE_URL: &'static str =
+        "postgres://postgres:postgres@127.0.0.1:5432/flashsale";
     pub const DEFAULT_REDIS_URL: &'static str = "redis://127.0.0.1:6379";
 
     pub fn from_env() -> anyhow::Result<Settings> {
         let settings = Settings {
             database_url: var("DATABASE_URL").unwrap_or_else(|| Self::DEFAULT_DATABASE_URL.into()),
             db_pool_size: parse_var("DB_POOL_SIZE", 16)?,
-            db_statement_timeout: Duration::from_millis(parse_var("DB_STATEMENT_TIMEOUT_MS", 5_000)?),
+            db_statement_timeout: Duration::from_millis(parse_var(
+                "DB_STATEMENT_TIMEOUT_MS",
+                5_000,
+            )?),
             db_connect_timeout: Duration::from_millis(parse_var("DB_CONNECT_TIMEOUT_MS", 3_000)?),
-            redis_urls: split_urls(&var("REDIS_URL").unwrap_or_else(|| Self::DEFAULT_REDIS_URL.into())),
+            redis_urls: split_urls(
+                &var("REDIS_URL").unwrap_or_else(|| Self::DEFAULT_REDIS_URL.into()),
+            ),
             redis_key_prefix: var("REDIS_KEY_PREFIX").unwrap_or_default(),
             bind: var("BIND").unwrap_or_else(|| "127.0.0.1:8080".into()),
             lock_wait: Duration::from_millis(parse_var("LOCK_WAIT_MS", 3_000)?),
@@ -62,7 +68,9 @@ impl Settings {
             db_pool_size: 16,
             db_statement_timeout: Duration::from_secs(5),
             db_connect_timeout: Duration::from_secs(3),
-            redis_urls: split_urls(&var("REDIS_URL").unwrap_or_else(|| Self::DEFAULT_REDIS_URL.into())),
+            redis_urls: split_urls(
+                &var("REDIS_URL").unwrap_or_else(|| Self::DEFAULT_REDIS_URL.into()),
+            ),
             redis_key_prefix: redis_key_prefix.into(),
             bind: "127.0.0.1:0".into(),
             lock_wait: Duration::from_secs(3),
@@ -96,13 +104,20 @@ where
     T::Err: std::fmt::Display,
 {
     match var(name) {
-        Some(raw) => raw.trim().parse().map_err(|e| anyhow::anyhow!("{name}={raw:?}: {e}")),
+        Some(raw) => raw
+            .trim()
+            .parse()
+            .map_err(|e| anyhow::anyhow!("{name}={raw:?}: {e}")),
         None => Ok(default),
     }
 }
 
 fn split_urls(raw: &str) -> Vec<String> {
-    raw.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect()
+    raw.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(String::from)
+        .collect()
 }
 
 pub fn random_session_key() -> Vec<u8> {

@@ -23,7 +23,10 @@ pub enum AppError {
     BadCsrf,
     /// A well-formed request that the shop's rules refuse (sold out, already paid, ...).
     #[error("{message}")]
-    Conflict { title: &'static str, message: String },
+    Conflict {
+        title: &'static str,
+        message: String,
+    },
     /// The product's lock was not obtained within the wait deadline.
     #[error("too many buyers at this moment")]
     Busy,
@@ -36,7 +39,10 @@ pub enum AppError {
 
 impl AppError {
     pub fn conflict(title: &'static str, message: impl Into<String>) -> AppError {
-        AppError::Conflict { title, message: message.into() }
+        AppError::Conflict {
+            title,
+            message: message.into(),
+        }
     }
 
     fn title_and_message(&self) -> (&'static str, String) {
@@ -76,9 +82,10 @@ impl From<DieselError> for AppError {
     fn from(error: DieselError) -> Self {
         match &error {
             DieselError::NotFound => AppError::NotFound("We could not find that.".into()),
-            DieselError::DatabaseError(DatabaseErrorKind::ClosedConnection | DatabaseErrorKind::UnableToSendCommand, info) => {
-                AppError::Unavailable(format!("database: {}", info.message()))
-            }
+            DieselError::DatabaseError(
+                DatabaseErrorKind::ClosedConnection | DatabaseErrorKind::UnableToSendCommand,
+                info,
+            ) => AppError::Unavailable(format!("database: {}", info.message())),
             DieselError::DatabaseError(_, info) if info.message().contains("statement timeout") => {
                 AppError::Unavailable(format!("database: {}", info.message()))
             }
@@ -108,7 +115,9 @@ impl ResponseError for AppError {
         }
         let status = self.status_code();
         if let AppError::SignInRequired = self {
-            return HttpResponse::SeeOther().insert_header((header::LOCATION, "/login")).finish();
+            return HttpResponse::SeeOther()
+                .insert_header((header::LOCATION, "/login"))
+                .finish();
         }
         let (title, message) = self.title_and_message();
         let mut response = HttpResponse::build(status);
@@ -122,7 +131,9 @@ impl ResponseError for AppError {
         };
         match page.render() {
             Ok(html) => response.content_type("text/html; charset=utf-8").body(html),
-            Err(_) => response.content_type("text/plain; charset=utf-8").body(format!("{title}\n\n{message}")),
+            Err(_) => response
+                .content_type("text/plain; charset=utf-8")
+                .body(format!("{title}\n\n{message}")),
         }
     }
 }

@@ -49,7 +49,12 @@ struct HeldLock {
 }
 
 impl ProductLocks {
-    pub fn new(redis_urls: &[String], key_prefix: &str, wait: Duration, lease: Duration) -> anyhow::Result<ProductLocks> {
+    pub fn new(
+        redis_urls: &[String],
+        key_prefix: &str,
+        wait: Duration,
+        lease: Duration,
+    ) -> anyhow::Result<ProductLocks> {
         let clients = redis_urls
             .iter()
             .map(|url| redis::Client::open(url.as_str()))
@@ -78,7 +83,11 @@ impl ProductLocks {
     /// whatever `work` returns. The work runs on its own task, so a client
     /// that disconnects mid-purchase cannot cancel it between lock and unlock.
     /// `work` receives the instant at which the lease may lapse.
-    pub async fn with_locks<T, W, Fut>(&self, products: Vec<ProductId>, work: W) -> Result<T, AppError>
+    pub async fn with_locks<T, W, Fut>(
+        &self,
+        products: Vec<ProductId>,
+        work: W,
+    ) -> Result<T, AppError>
     where
         W: FnOnce(Instant) -> Fut + Send + 'static,
         Fut: Future<Output = Result<T, AppError>> + Send + 'static,
@@ -101,7 +110,9 @@ impl ProductLocks {
         products.sort_unstable();
         products.dedup();
         let deadline = Instant::now() + self.inner.wait;
-        let mut held = HeldLocks { locks: Vec::with_capacity(products.len()) };
+        let mut held = HeldLocks {
+            locks: Vec::with_capacity(products.len()),
+        };
         for product in products {
             match self.acquire_one(product, deadline).await {
                 Ok(lock) => held.locks.push(lock),
@@ -117,16 +128,28 @@ impl ProductLocks {
     /// Whether a majority of the Redis servers answer PING: the same quorum a lock needs.
     pub async fn quorum_reachable(&self) -> bool {
         let pings = self.inner.nodes.iter().map(|node| node.ping());
-        let answered = futures::future::join_all(pings).await.into_iter().filter(|ok| *ok).count();
+        let answered = futures::future::join_all(pings)
+            .await
+            .into_iter()
+            .filter(|ok| *ok)
+            .count();
         answered > self.inner.nodes.len() / 2
     }
 
     fn local_queue(&self, product: ProductId) -> Arc<tokio::sync::Mutex<()>> {
-        let mut queues = self.inner.local_queues.lock().unwrap_or_else(|p| p.into_inner());
+        let mut queues = self
+            .inner
+            .local_queues
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         queues.entry(product).or_default().clone()
     }
 
-    async fn acquire_one(&self, product: ProductId, deadline: Instant) -> Result<HeldLock, AppError> {
+    async fn acquire_one(
+        &self,
+        product: ProductId,
+        deadline: Instant,
+    ) -> Result<HeldLock, AppError> {
         let local_turn = timeout_at(deadline, self.local_queue(product).lock_owned())
             .await
             .map_err(|_| AppError::Busy)?;
@@ -134,8 +157,17 @@ impl ProductLocks {
         let mut backoff = Duration::from_millis(1);
         loop {
             let started = Instant::now();
-            match timeout_at(deadline, self.inner.manager.lock(key.as_bytes(), self.inner.lease)).await {
-                Err(_) => return Err(AppError::Unavailable("Redis did not answer before the lock deadline".into())),
+            match timeout_at(
+                deadline,
+                self.inner.manager.lock(key.as_bytes(), self.inner.lease),
+            )
+            .await
+            {
+                Err(_) => {
+                    return Err(AppError::Unavailable(
+                        "Redis did not answer before the lock deadline".into(),
+                    ))
+                }
                 Ok(Ok(lock)) => {
                     let valid_until = started + Duration::from_millis(lock.validity_time as u64);
                     return Ok(HeldLock {
@@ -149,7 +181,9 @@ impl ProductLocks {
                 // no quorum of servers answered; only the first is worth waiting for.
                 Ok(Err(LockError::Unavailable)) => {
                     if !self.quorum_reachable().await {
-                        return Err(AppError::Unavailable("too few Redis servers answered the lock request".into()));
+                        return Err(AppError::Unavailable(
+                            "too few Redis servers answered the lock request".into(),
+                        ));
                     }
                 }
                 Ok(Err(error)) => return Err(AppError::Unavailable(format!("lock: {error}"))),
@@ -167,7 +201,11 @@ impl ProductLocks {
 impl HeldLocks {
     /// The earliest instant at which one of the leases may have lapsed.
     pub fn valid_until(&self) -> Instant {
-        self.locks.iter().map(|l| l.valid_until).min().unwrap_or_else(Instant::now)
+        self.locks
+            .iter()
+            .map(|l| l.valid_until)
+            .min()
+            .unwrap_or_else(Instant::now)
     }
 
     pub async fn release(mut self) {
@@ -195,7 +233,9 @@ impl Drop for HeldLock {
 pub fn ensure_lease_valid(valid_until: Instant) -> Result<(), AppError> {
     const SAFETY_MARGIN: Duration = Duration::from_millis(200);
     if Instant::now() + SAFETY_MARGIN >= valid_until {
-        return Err(AppError::Unavailable("the product lock's lease ran out before commit".into()));
+        return Err(AppError::Unavailable(
+            "the product lock's lease ran out before commit".into(),
+        ));
     }
     Ok(())
 }

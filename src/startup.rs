@@ -66,7 +66,12 @@ fn serve(listener: TcpListener, shop: Shop) -> anyhow::Result<Server> {
             .app_data(shop.clone())
             .configure(crate::web::routes)
     })
-    .workers(std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2).clamp(2, 8))
+    .workers(
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(2)
+            .clamp(2, 8),
+    )
     .listen(listener)?
     .run();
     Ok(server)

@@ -22,7 +22,11 @@ async fn race(buyers: &[Browser], product: i64) -> Vec<StatusCode> {
             checked_status(buyer.buy_with_token(product, "1", &token).await)
         })
     });
-    futures::future::join_all(tasks).await.into_iter().map(|r| r.unwrap()).collect()
+    futures::future::join_all(tasks)
+        .await
+        .into_iter()
+        .map(|r| r.unwrap())
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -39,10 +43,17 @@ async fn twenty_buyers_five_units_exactly_five_sold() {
     let db = &app.db;
     assert_eq!(db.count("SELECT count(*) AS n FROM orders"), 5);
     assert_eq!(db.count("SELECT count(*) AS n FROM order_items"), 5);
-    assert_eq!(db.count("SELECT count(*) AS n FROM stock_history WHERE reason = 'purchase'"), 5);
+    assert_eq!(
+        db.count("SELECT count(*) AS n FROM stock_history WHERE reason = 'purchase'"),
+        5
+    );
     assert_eq!(db.stock(product), 0);
     let successes = counts[&303] as i64;
-    assert_eq!(successes + db.stock(product), 5, "successes + remaining = initial stock");
+    assert_eq!(
+        successes + db.stock(product),
+        5,
+        "successes + remaining = initial stock"
+    );
     assert!(successes <= 5);
     db.assert_audit_clean();
 
@@ -75,7 +86,9 @@ async fn thousand_requests_hundred_units_on_32_workers() {
             // Worker w sends requests w, w+32, w+64, ... of the 1,000.
             let mut statuses = Vec::new();
             for _ in (worker..REQUESTS).step_by(WORKERS) {
-                statuses.push(checked_status(buyer.buy_with_token(product, "1", &token).await));
+                statuses.push(checked_status(
+                    buyer.buy_with_token(product, "1", &token).await,
+                ));
             }
             statuses
         })
@@ -92,7 +105,11 @@ async fn thousand_requests_hundred_units_on_32_workers() {
     assert_eq!(statuses.len(), REQUESTS);
     assert_eq!(counts.get(&303), Some(&100), "answers: {counts:?}");
     assert_eq!(counts.get(&409), Some(&900), "answers: {counts:?}");
-    assert_eq!(counts.get(&503), None, "no buyer may be turned away as busy: {counts:?}");
+    assert_eq!(
+        counts.get(&503),
+        None,
+        "no buyer may be turned away as busy: {counts:?}"
+    );
     assert_eq!(app.db.stock(product), 0);
     assert_eq!(app.db.count("SELECT count(*) AS n FROM orders"), 100);
     assert_eq!(app.db.count("SELECT count(*) AS n FROM stock_history"), 100);
@@ -106,11 +123,25 @@ async fn two_server_processes_share_the_stock() {
     let key = "ab".repeat(64);
     let first = start_server_process(&db.url, &prefix, &key, &[]);
     let second = start_server_process(&db.url, &prefix, &key, &[]);
-    let product = create_product(&flashsale::db::build_pool(&db.url, 2, std::time::Duration::from_secs(5), std::time::Duration::from_secs(3)), 7, None).await;
+    let product = create_product(
+        &flashsale::db::build_pool(
+            &db.url,
+            2,
+            std::time::Duration::from_secs(5),
+            std::time::Duration::from_secs(3),
+        ),
+        7,
+        None,
+    )
+    .await;
 
     let mut buyers = Vec::new();
     for i in 0..40 {
-        let server = if i % 2 == 0 { &first.address } else { &second.address };
+        let server = if i % 2 == 0 {
+            &first.address
+        } else {
+            &second.address
+        };
         buyers.push(Browser::sign_up(server, &format!("split{i}@example.com")));
     }
     let buyers = futures::future::join_all(buyers).await;
@@ -122,7 +153,13 @@ async fn two_server_processes_share_the_stock() {
     // Both instances sold: neither was idle behind the other's lock.
     let per_instance: Vec<usize> = [0, 1]
         .iter()
-        .map(|parity| statuses.iter().enumerate().filter(|(i, s)| i % 2 == *parity && **s == StatusCode::SEE_OTHER).count())
+        .map(|parity| {
+            statuses
+                .iter()
+                .enumerate()
+                .filter(|(i, s)| i % 2 == *parity && **s == StatusCode::SEE_OTHER)
+                .count()
+        })
         .collect();
     assert_eq!(per_instance.iter().sum::<usize>(), 7);
     assert_eq!(db.stock(product), 0);

@@ -24,7 +24,10 @@ async fn declines_and_refunds_race_purchases_and_the_ledger_holds() {
         orders.push(order_id_from(&response));
     }
     for (buyer, order) in early.iter().zip(&orders).skip(5) {
-        assert_eq!(buyer.pay(*order, GOOD_CARD).await.status(), StatusCode::SEE_OTHER);
+        assert_eq!(
+            buyer.pay(*order, GOOD_CARD).await.status(),
+            StatusCode::SEE_OTHER
+        );
     }
     assert_eq!(app.db.stock(product), 20);
 
@@ -37,7 +40,10 @@ async fn declines_and_refunds_race_purchases_and_the_ledger_holds() {
         tasks.push(tokio::spawn(async move {
             let token = buyer.csrf().await;
             barrier.wait().await;
-            ("buy", checked_status(buyer.buy_with_token(product, "1", &token).await))
+            (
+                "buy",
+                checked_status(buyer.buy_with_token(product, "1", &token).await),
+            )
         }));
     }
     for (buyer, order) in early.iter().cloned().zip(orders.clone()).take(5) {
@@ -46,7 +52,10 @@ async fn declines_and_refunds_race_purchases_and_the_ledger_holds() {
             let token = buyer.csrf().await;
             barrier.wait().await;
             let response = buyer
-                .post(&format!("/orders/{order}/pay"), &[("card_number", DECLINED_CARD), ("csrf_token", &token)])
+                .post(
+                    &format!("/orders/{order}/pay"),
+                    &[("card_number", DECLINED_CARD), ("csrf_token", &token)],
+                )
                 .await;
             ("decline", response.status())
         }));
@@ -57,31 +66,66 @@ async fn declines_and_refunds_race_purchases_and_the_ledger_holds() {
         tasks.push(tokio::spawn(async move {
             let token = admin.csrf().await;
             barrier.wait().await;
-            let response = admin.post(&format!("/admin/orders/{order}/refund"), &[("csrf_token", &token)]).await;
+            let response = admin
+                .post(
+                    &format!("/admin/orders/{order}/refund"),
+                    &[("csrf_token", &token)],
+                )
+                .await;
             ("refund", response.status())
         }));
     }
-    let results: Vec<(&str, StatusCode)> = futures::future::join_all(tasks).await.into_iter().map(|r| r.unwrap()).collect();
+    let results: Vec<(&str, StatusCode)> = futures::future::join_all(tasks)
+        .await
+        .into_iter()
+        .map(|r| r.unwrap())
+        .collect();
 
     for (kind, status) in &results {
         if *kind != "buy" {
             assert_eq!(*status, StatusCode::SEE_OTHER, "{kind} must succeed");
         }
     }
-    let bought = results.iter().filter(|(k, s)| *k == "buy" && *s == StatusCode::SEE_OTHER).count() as i64;
-    let sold_out = results.iter().filter(|(k, s)| *k == "buy" && *s == StatusCode::CONFLICT).count() as i64;
-    assert_eq!(bought + sold_out, 40, "every buyer got 303 or 409: {results:?}");
+    let bought = results
+        .iter()
+        .filter(|(k, s)| *k == "buy" && *s == StatusCode::SEE_OTHER)
+        .count() as i64;
+    let sold_out = results
+        .iter()
+        .filter(|(k, s)| *k == "buy" && *s == StatusCode::CONFLICT)
+        .count() as i64;
+    assert_eq!(
+        bought + sold_out,
+        40,
+        "every buyer got 303 or 409: {results:?}"
+    );
     // 20 units were free, and 10 came back while the race ran: between 20 and 30 sold.
     assert!((20..=30).contains(&bought), "bought {bought}");
 
     let db = &app.db;
     let stock = db.stock(product);
     assert!(stock >= 0);
-    assert_eq!(bought + stock, 30, "every restored unit was sold or is on the shelf");
-    assert_eq!(db.count("SELECT count(*) AS n FROM stock_history WHERE reason = 'payment_failed'"), 5);
-    assert_eq!(db.count("SELECT count(*) AS n FROM stock_history WHERE reason = 'refund'"), 5);
-    assert_eq!(db.count("SELECT count(*) AS n FROM orders WHERE status = 'payment_failed'"), 5);
-    assert_eq!(db.count("SELECT count(*) AS n FROM orders WHERE status = 'refunded'"), 5);
+    assert_eq!(
+        bought + stock,
+        30,
+        "every restored unit was sold or is on the shelf"
+    );
+    assert_eq!(
+        db.count("SELECT count(*) AS n FROM stock_history WHERE reason = 'payment_failed'"),
+        5
+    );
+    assert_eq!(
+        db.count("SELECT count(*) AS n FROM stock_history WHERE reason = 'refund'"),
+        5
+    );
+    assert_eq!(
+        db.count("SELECT count(*) AS n FROM orders WHERE status = 'payment_failed'"),
+        5
+    );
+    assert_eq!(
+        db.count("SELECT count(*) AS n FROM orders WHERE status = 'refunded'"),
+        5
+    );
     assert_eq!(
         db.count(&format!("SELECT (30 + COALESCE(sum(delta), 0))::int8 AS n FROM stock_history WHERE product_id = {product}")),
         stock,

@@ -6,9 +6,9 @@ pub mod schema;
 
 use std::time::Duration;
 
+use diesel::connection::SimpleConnection;
 use diesel::pg::PgConnection;
 use diesel::r2d2::{ConnectionManager, CustomizeConnection, Pool, PooledConnection};
-use diesel::connection::SimpleConnection;
 use diesel::{Connection, RunQueryDsl};
 use diesel_migrations::{embed_migrations, EmbeddedMigrations, MigrationHarness};
 
@@ -37,7 +37,12 @@ impl CustomizeConnection<PgConnection, diesel::r2d2::Error> for SessionDefaults 
     }
 }
 
-pub fn build_pool(database_url: &str, size: u32, statement_timeout: Duration, connect_timeout: Duration) -> PgPool {
+pub fn build_pool(
+    database_url: &str,
+    size: u32,
+    statement_timeout: Duration,
+    connect_timeout: Duration,
+) -> PgPool {
     Pool::builder()
         .max_size(size)
         .min_idle(Some(2))
@@ -57,8 +62,9 @@ where
 {
     let pool = pool.clone();
     actix_web::web::block(move || {
-        let mut conn: PooledConnection<ConnectionManager<PgConnection>> =
-            pool.get().map_err(|e| AppError::Unavailable(format!("database connection: {e}")))?;
+        let mut conn: PooledConnection<ConnectionManager<PgConnection>> = pool
+            .get()
+            .map_err(|e| AppError::Unavailable(format!("database connection: {e}")))?;
         work(&mut conn)
     })
     .await
@@ -88,9 +94,14 @@ pub fn split_database_url(database_url: &str) -> anyhow::Result<(String, String)
     let without_params = database_url.split('?').next().unwrap_or(database_url);
     let (server, name) = without_params
         .rsplit_once('/')
-        .filter(|(server, name)| server.contains("://") && !server.ends_with('/') && !name.is_empty())
+        .filter(|(server, name)| {
+            server.contains("://") && !server.ends_with('/') && !name.is_empty()
+        })
         .ok_or_else(|| anyhow::anyhow!("DATABASE_URL {database_url:?} names no database"))?;
-    if !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
+    if !name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    {
         anyhow::bail!("database name {name:?} has unexpected characters");
     }
     Ok((server.to_string(), name.to_string()))

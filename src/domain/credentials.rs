@@ -9,12 +9,20 @@ impl Email {
         let email = raw.trim().to_lowercase();
         let valid_shape = match email.split_once('@') {
             Some((local, domain)) => {
-                !local.is_empty() && domain.contains('.') && !domain.starts_with('.') && !domain.ends_with('.')
+                !local.is_empty()
+                    && domain.contains('.')
+                    && !domain.starts_with('.')
+                    && !domain.ends_with('.')
             }
             None => false,
         };
-        if !valid_shape || email.len() > 254 || email.chars().any(|c| c.is_whitespace() || c.is_control()) {
-            return Err(InvalidInput("Enter an email address like name@example.com.".into()));
+        if !valid_shape
+            || email.len() > 254
+            || email.chars().any(|c| c.is_whitespace() || c.is_control())
+        {
+            return Err(InvalidInput(
+                "Enter an email address like name@example.com.".into(),
+            ));
         }
         Ok(Email(email))
     }
@@ -33,10 +41,15 @@ impl Password {
     pub fn parse(raw: &str) -> Result<Password, InvalidInput> {
         let length = raw.chars().count();
         if length < Self::MIN_LEN {
-            return Err(InvalidInput(format!("Choose a password of at least {} characters.", Self::MIN_LEN)));
+            return Err(InvalidInput(format!(
+                "Choose a password of at least {} characters.",
+                Self::MIN_LEN
+            )));
         }
         if length > 256 {
-            return Err(InvalidInput("That password is too long (256 characters at most).".into()));
+            return Err(InvalidInput(
+                "That password is too long (256 characters at most).".into(),
+            ));
         }
         Ok(Password(raw.to_owned()))
     }
@@ -58,8 +71,19 @@ mod tests {
 
     #[test]
     fn email_is_normalised_and_checked() {
-        assert_eq!(Email::parse(" Ann@Example.COM ").unwrap().as_str(), "ann@example.com");
-        for bad in ["", "ann", "ann@", "@example.com", "ann@example", "a b@example.com", "ann@.com"] {
+        assert_eq!(
+            Email::parse(" Ann@Example.COM ").unwrap().as_str(),
+            "ann@example.com"
+        );
+        for bad in [
+            "",
+            "ann",
+            "ann@",
+            "@example.com",
+            "ann@example",
+            "a b@example.com",
+            "ann@.com",
+        ] {
             assert!(Email::parse(bad).is_err(), "{bad:?} should be refused");
         }
     }
@@ -69,6 +93,9 @@ mod tests {
         assert!(Password::parse("short").is_err());
         assert!(Password::parse("long enough").is_ok());
         assert!(Password::parse(&"x".repeat(300)).is_err());
-        assert_eq!(format!("{:?}", Password::parse("secret-pass").unwrap()), "Password(<redacted>)");
+        assert_eq!(
+            format!("{:?}", Password::parse("secret-pass").unwrap()),
+            "Password(<redacted>)"
+        );
     }
 }

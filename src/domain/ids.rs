@@ -5,7 +5,18 @@ use super::InvalidInput;
 
 macro_rules! id_type {
     ($name:ident, $what:literal) => {
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
+        #[derive(
+            Debug,
+            Clone,
+            Copy,
+            PartialEq,
+            Eq,
+            PartialOrd,
+            Ord,
+            Hash,
+            serde::Serialize,
+            serde::Deserialize,
+        )]
         #[serde(transparent)]
         pub struct $name(pub i64);
 
@@ -28,7 +39,10 @@ macro_rules! id_type {
             fn from_str(raw: &str) -> Result<Self, Self::Err> {
                 match raw.parse::<i64>() {
                     Ok(id) if id > 0 && raw.bytes().all(|b| b.is_ascii_digit()) => Ok($name(id)),
-                    _ => Err(InvalidInput(format!(concat!("There is no ", $what, " with id “{}”."), raw.chars().take(40).collect::<String>()))),
+                    _ => Err(InvalidInput(format!(
+                        concat!("There is no ", $what, " with id “{}”."),
+                        raw.chars().take(40).collect::<String>()
+                    ))),
                 }
             }
         }
@@ -46,8 +60,20 @@ mod tests {
     #[test]
     fn ids_accept_positive_decimals_only() {
         assert_eq!("42".parse::<ProductId>().unwrap(), ProductId(42));
-        for bad in ["0", "-1", "+1", "abc", "", "1e3", "99999999999999999999", " 1"] {
-            assert!(bad.parse::<ProductId>().is_err(), "{bad:?} should be refused");
+        for bad in [
+            "0",
+            "-1",
+            "+1",
+            "abc",
+            "",
+            "1e3",
+            "99999999999999999999",
+            " 1",
+        ] {
+            assert!(
+                bad.parse::<ProductId>().is_err(),
+                "{bad:?} should be refused"
+            );
         }
     }
 }

@@ -1,11 +1,11 @@
 //! Types that are valid by construction: once a handler has parsed its form
 //! into these, the services never re-check shape, only business rules.
 
+mod credentials;
 mod ids;
 mod money;
 mod order_status;
 mod quantity;
-mod credentials;
 
 pub use credentials::{Email, Password};
 pub use ids::{CustomerId, OrderId, ProductId};

@@ -31,7 +31,12 @@ impl Money {
 
     /// Parses what a person types in a price field: "12", "12.5", "12.50".
     pub fn parse_decimal(raw: &str) -> Result<Money, InvalidInput> {
-        let refuse = || InvalidInput(format!("“{}” is not a price: write it like 12.50.", raw.chars().take(40).collect::<String>()));
+        let refuse = || {
+            InvalidInput(format!(
+                "“{}” is not a price: write it like 12.50.",
+                raw.chars().take(40).collect::<String>()
+            ))
+        };
         let trimmed = raw.trim().trim_start_matches('$');
         let (whole, fraction) = match trimmed.split_once('.') {
             Some((w, f)) => (w, f),
@@ -40,7 +45,10 @@ impl Money {
         if whole.is_empty() || whole.len() > 9 || !whole.bytes().all(|b| b.is_ascii_digit()) {
             return Err(refuse());
         }
-        if trimmed.ends_with('.') || fraction.len() > 2 || !fraction.bytes().all(|b| b.is_ascii_digit()) {
+        if trimmed.ends_with('.')
+            || fraction.len() > 2
+            || !fraction.bytes().all(|b| b.is_ascii_digit())
+        {
             return Err(refuse());
         }
         let whole: i64 = whole.parse().map_err(|_| refuse())?;
@@ -59,7 +67,7 @@ impl fmt::Display for Money {
         let mut grouped = String::new();
         let digits = whole.to_string();
         for (i, ch) in digits.chars().enumerate() {
-            if i > 0 && (digits.len() - i) % 3 == 0 {
+            if i > 0 && (digits.len() - i).is_multiple_of(3) {
                 grouped.push(',');
             }
             grouped.push(ch);
@@ -76,7 +84,10 @@ mod tests {
     fn formats_with_currency_and_grouping() {
         assert_eq!(Money::from_cents(0).unwrap().to_string(), "$0.00");
         assert_eq!(Money::from_cents(1999).unwrap().to_string(), "$19.99");
-        assert_eq!(Money::from_cents(123456789).unwrap().to_string(), "$1,234,567.89");
+        assert_eq!(
+            Money::from_cents(123456789).unwrap().to_string(),
+            "$1,234,567.89"
+        );
     }
 
     #[test]
@@ -85,7 +96,10 @@ mod tests {
         assert_eq!(Money::parse_decimal("12.5").unwrap().cents(), 1250);
         assert_eq!(Money::parse_decimal("$0.05").unwrap().cents(), 5);
         for bad in ["", "-1", "1.234", "abc", "1e3", "12.", ".5x", "9999999999"] {
-            assert!(Money::parse_decimal(bad).is_err(), "{bad:?} should be refused");
+            assert!(
+                Money::parse_decimal(bad).is_err(),
+                "{bad:?} should be refused"
+            );
         }
         assert!(Money::from_cents(-1).is_err());
     }

@@ -71,7 +71,10 @@ impl OrderStatus {
     pub fn transition(self, to: OrderStatus) -> Result<OrderStatus, TransitionRefused> {
         use OrderStatus::*;
         match (self, to) {
-            (AwaitingPayment, Paid) | (AwaitingPayment, PaymentFailed) | (AwaitingPayment, Expired) | (Paid, Refunded) => Ok(to),
+            (AwaitingPayment, Paid)
+            | (AwaitingPayment, PaymentFailed)
+            | (AwaitingPayment, Expired)
+            | (Paid, Refunded) => Ok(to),
             _ => Err(TransitionRefused { from: self, to }),
         }
     }
@@ -132,7 +135,11 @@ mod tests {
                 if allowed.contains(&(from, to)) {
                     continue;
                 }
-                assert_eq!(from.transition(to), Err(TransitionRefused { from, to }), "{from:?} -> {to:?}");
+                assert_eq!(
+                    from.transition(to),
+                    Err(TransitionRefused { from, to }),
+                    "{from:?} -> {to:?}"
+                );
                 refused += 1;
             }
         }
@@ -147,7 +154,10 @@ mod tests {
 
     #[test]
     fn restoring_statuses_name_their_ledger_reason() {
-        assert_eq!(PaymentFailed.restore_reason(), Some(StockReason::PaymentFailed));
+        assert_eq!(
+            PaymentFailed.restore_reason(),
+            Some(StockReason::PaymentFailed)
+        );
         assert_eq!(Expired.restore_reason(), Some(StockReason::Expired));
         assert_eq!(Refunded.restore_reason(), Some(StockReason::Refund));
         assert_eq!(Paid.restore_reason(), None);

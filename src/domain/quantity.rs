@@ -12,7 +12,10 @@ impl Quantity {
         if (1..=Self::MAX).contains(&units) {
             Ok(Quantity(units))
         } else {
-            Err(InvalidInput(format!("Choose a quantity between 1 and {}.", Self::MAX)))
+            Err(InvalidInput(format!(
+                "Choose a quantity between 1 and {}.",
+                Self::MAX
+            )))
         }
     }
 
@@ -25,7 +28,10 @@ impl Quantity {
                 Self::MAX
             )));
         }
-        Quantity::new(raw.parse().map_err(|_| InvalidInput("Quantity is out of range.".into()))?)
+        Quantity::new(
+            raw.parse()
+                .map_err(|_| InvalidInput("Quantity is out of range.".into()))?,
+        )
     }
 
     pub fn get(self) -> i32 {
@@ -46,7 +52,17 @@ mod tests {
 
     #[test]
     fn refuses_everything_else() {
-        for bad in ["0", "-1", "abc", "", "101", "1000000000000", "1.5", "٣", "1\0"] {
+        for bad in [
+            "0",
+            "-1",
+            "abc",
+            "",
+            "101",
+            "1000000000000",
+            "1.5",
+            "٣",
+            "1\0",
+        ] {
             assert!(Quantity::parse(bad).is_err(), "{bad:?} should be refused");
         }
     }

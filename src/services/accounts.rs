@@ -38,7 +38,12 @@ pub fn hash_password(password: &Password) -> anyhow::Result<String> {
         .map_err(|e| anyhow::anyhow!("hashing failed: {e}"))
 }
 
-pub async fn sign_up(pool: &PgPool, email: Email, password: Password, role: Role) -> Result<Account, AppError> {
+pub async fn sign_up(
+    pool: &PgPool,
+    email: Email,
+    password: Password,
+    role: Role,
+) -> Result<Account, AppError> {
     db::run(pool, move |conn| {
         let hash = hash_password(&password)?;
         let inserted = diesel::insert_into(customers::table)
@@ -70,13 +75,18 @@ pub async fn sign_in(pool: &PgPool, email: Email, password: Password) -> Result<
             .select(Customer::as_select())
             .first(conn)
             .optional()?;
-        let refused = || AppError::Forbidden("That email and password do not match an account. Check them and try again.".into());
+        let refused = || {
+            AppError::Forbidden(
+                "That email and password do not match an account. Check them and try again.".into(),
+            )
+        };
         let Some(customer) = customer else {
             // Spend the same time as a real check so timing does not tell either.
             let _ = hash_password(&password);
             return Err(refused());
         };
-        let parsed = PasswordHash::new(&customer.password_hash).map_err(|e| anyhow::anyhow!("stored hash: {e}"))?;
+        let parsed = PasswordHash::new(&customer.password_hash)
+            .map_err(|e| anyhow::anyhow!("stored hash: {e}"))?;
         Argon2::default()
             .verify_password(password.expose().as_bytes(), &parsed)
             .map_err(|_| refused())?;
@@ -86,7 +96,11 @@ pub async fn sign_in(pool: &PgPool, email: Email, password: Password) -> Result<
 }
 
 /// Creates the account, or makes an existing one an admin with the given password.
-pub async fn ensure_admin(pool: &PgPool, email: Email, password: Password) -> Result<Account, AppError> {
+pub async fn ensure_admin(
+    pool: &PgPool,
+    email: Email,
+    password: Password,
+) -> Result<Account, AppError> {
     db::run(pool, move |conn| {
         let hash = hash_password(&password)?;
         let customer = diesel::insert_into(customers::table)
@@ -97,7 +111,10 @@ pub async fn ensure_admin(pool: &PgPool, email: Email, password: Password) -> Re
             })
             .on_conflict(customers::email)
             .do_update()
-            .set((customers::password_hash.eq(&hash), customers::role.eq(Role::Admin.as_str())))
+            .set((
+                customers::password_hash.eq(&hash),
+                customers::role.eq(Role::Admin.as_str()),
+            ))
             .returning(Customer::as_returning())
             .get_result(conn)?;
         Ok(customer.into())

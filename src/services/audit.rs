@@ -74,7 +74,10 @@ impl ProductLedger {
             ));
         }
         if self.purchase_rows != self.items {
-            problems.push(format!("{who}: {} order items but {} purchase history rows", self.items, self.purchase_rows));
+            problems.push(format!(
+                "{who}: {} order items but {} purchase history rows",
+                self.items, self.purchase_rows
+            ));
         }
         if self.restore_rows != self.restored_items {
             problems.push(format!(
@@ -89,7 +92,10 @@ impl ProductLedger {
             ));
         }
         if self.last_stock_after >= 0 && self.last_stock_after != stock {
-            problems.push(format!("{who}: last history row says stock {} but stock is {}", self.last_stock_after, self.stock));
+            problems.push(format!(
+                "{who}: last history row says stock {} but stock is {}",
+                self.last_stock_after, self.stock
+            ));
         }
         problems
     }

@@ -25,13 +25,19 @@ impl SaleSpec {
     pub fn validate(self) -> Result<SaleSpec, InvalidInput> {
         let name = self.name.trim().to_string();
         if name.is_empty() || name.chars().count() > 200 {
-            return Err(InvalidInput("Give the product a name of 1 to 200 characters.".into()));
+            return Err(InvalidInput(
+                "Give the product a name of 1 to 200 characters.".into(),
+            ));
         }
         if !(0..=10_000_000).contains(&self.stock) {
-            return Err(InvalidInput("Stock must be between 0 and 10,000,000 units.".into()));
+            return Err(InvalidInput(
+                "Stock must be between 0 and 10,000,000 units.".into(),
+            ));
         }
         if self.per_customer_limit.is_some_and(|l| l < 1) {
-            return Err(InvalidInput("A per-customer limit must be at least 1 (leave it empty for no limit).".into()));
+            return Err(InvalidInput(
+                "A per-customer limit must be at least 1 (leave it empty for no limit).".into(),
+            ));
         }
         if self.ends_at.is_some_and(|end| end <= self.starts_at) {
             return Err(InvalidInput("The sale must end after it starts.".into()));
@@ -44,18 +50,18 @@ pub async fn create_product(pool: &PgPool, spec: SaleSpec) -> Result<Product, Ap
     let spec = spec.validate()?;
     db::run(pool, move |conn| {
         let product = diesel::insert_into(products::table)
-                .values(NewProduct {
-                    name: &spec.name,
-                    description: &spec.description,
-                    price_cents: spec.price.cents(),
-                    stock: spec.stock,
-                    initial_stock: spec.stock,
-                    per_customer_limit: spec.per_customer_limit,
-                    sale_starts_at: spec.starts_at,
-                    sale_ends_at: spec.ends_at,
-                })
-                .returning(Product::as_returning())
-                .get_result(conn)?;
+            .values(NewProduct {
+                name: &spec.name,
+                description: &spec.description,
+                price_cents: spec.price.cents(),
+                stock: spec.stock,
+                initial_stock: spec.stock,
+                per_customer_limit: spec.per_customer_limit,
+                sale_starts_at: spec.starts_at,
+                sale_ends_at: spec.ends_at,
+            })
+            .returning(Product::as_returning())
+            .get_result(conn)?;
         Ok(product)
     })
     .await

@@ -34,7 +34,12 @@ impl Shop {
             settings.db_statement_timeout,
             settings.db_connect_timeout,
         );
-        let locks = ProductLocks::new(&settings.redis_urls, &settings.redis_key_prefix, settings.lock_wait, settings.lock_lease)?;
+        let locks = ProductLocks::new(
+            &settings.redis_urls,
+            &settings.redis_key_prefix,
+            settings.lock_wait,
+            settings.lock_lease,
+        )?;
         Ok(Shop {
             pool,
             locks,

@@ -25,7 +25,11 @@ pub struct OrderDetail {
 
 /// One order with its items, payments and ledger rows. `owner`, when given,
 /// must own the order: anyone else gets the same 404 as for a missing order.
-pub async fn order_detail(pool: &PgPool, order: OrderId, owner: Option<CustomerId>) -> Result<OrderDetail, AppError> {
+pub async fn order_detail(
+    pool: &PgPool,
+    order: OrderId,
+    owner: Option<CustomerId>,
+) -> Result<OrderDetail, AppError> {
     db::run(pool, move |conn| {
         let not_found = || AppError::NotFound(format!("You have no order {order}."));
         let (found, customer_email): (Order, String) = orders::table
@@ -57,7 +61,13 @@ pub async fn order_detail(pool: &PgPool, order: OrderId, owner: Option<CustomerI
             .order(stock_history::id.asc())
             .select(StockChange::as_select())
             .load(conn)?;
-        Ok(OrderDetail { order: found, customer_email, lines, payments, history })
+        Ok(OrderDetail {
+            order: found,
+            customer_email,
+            lines,
+            payments,
+            history,
+        })
     })
     .await
 }

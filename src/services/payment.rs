@@ -19,7 +19,9 @@ pub struct CardNumber(String);
 impl CardNumber {
     pub fn parse(raw: &str) -> Result<CardNumber, InvalidInput> {
         let digits: String = raw.chars().filter(|c| !matches!(c, ' ' | '-')).collect();
-        let refuse = || InvalidInput("Enter the card number as printed on the card (12 to 19 digits).".into());
+        let refuse = || {
+            InvalidInput("Enter the card number as printed on the card (12 to 19 digits).".into())
+        };
         if !(12..=19).contains(&digits.len()) || !digits.bytes().all(|b| b.is_ascii_digit()) {
             return Err(refuse());
         }
@@ -40,8 +42,10 @@ impl CardNumber {
                 }
             })
             .sum();
-        if luhn_sum % 10 != 0 {
-            return Err(InvalidInput("That card number has a typo (its check digit does not match).".into()));
+        if !luhn_sum.is_multiple_of(10) {
+            return Err(InvalidInput(
+                "That card number has a typo (its check digit does not match).".into(),
+            ));
         }
         Ok(CardNumber(digits))
     }
@@ -94,7 +98,12 @@ pub enum PaymentOutcome {
 
 /// Charges the card for `order`. An approval marks the order paid; a decline
 /// marks it `payment_failed` and puts its units back under the product locks.
-pub async fn pay(shop: &Shop, customer: CustomerId, order: OrderId, card: CardNumber) -> Result<PaymentOutcome, AppError> {
+pub async fn pay(
+    shop: &Shop,
+    customer: CustomerId,
+    order: OrderId,
+    card: CardNumber,
+) -> Result<PaymentOutcome, AppError> {
     let gateway = shop.gateway.clone();
     // The order row lock serialises payments of one order, so a double click
     // can never charge twice. Paying changes no stock, so no product lock here.
@@ -155,9 +164,21 @@ mod tests {
 
     #[test]
     fn card_numbers_are_luhn_checked() {
-        assert_eq!(CardNumber::parse("4242 4242 4242 4242").unwrap().last4(), "4242");
-        assert_eq!(CardNumber::parse("4000-0000-0000-0002").unwrap().last4(), "0002");
-        for bad in ["", "4242", "4242 4242 4242 4241", "abcd abcd abcd abcd", "4242424242424242424242"] {
+        assert_eq!(
+            CardNumber::parse("4242 4242 4242 4242").unwrap().last4(),
+            "4242"
+        );
+        assert_eq!(
+            CardNumber::parse("4000-0000-0000-0002").unwrap().last4(),
+            "0002"
+        );
+        for bad in [
+            "",
+            "4242",
+            "4242 4242 4242 4241",
+            "abcd abcd abcd abcd",
+            "4242424242424242424242",
+        ] {
             assert!(CardNumber::parse(bad).is_err(), "{bad:?} should be refused");
         }
     }
@@ -168,7 +189,10 @@ mod tests {
         let ok = CardNumber::parse(SandboxGateway::APPROVED_CARD).unwrap();
         let declined = CardNumber::parse(SandboxGateway::DECLINED_CARD).unwrap();
         assert_eq!(SandboxGateway.charge(&ok, amount), Charge::Approved);
-        assert!(matches!(SandboxGateway.charge(&declined, amount), Charge::Declined(_)));
+        assert!(matches!(
+            SandboxGateway.charge(&declined, amount),
+            Charge::Declined(_)
+        ));
         assert!(!format!("{ok:?}").contains("42424242"));
     }
 }

@@ -24,9 +24,19 @@ pub struct Line {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PurchaseOutcome {
     Purchased(OrderId),
-    SoldOut { product: String, available: i32 },
-    LimitReached { product: String, limit: i32, already: i64 },
-    SaleNotOpen { product: String, state: SaleState },
+    SoldOut {
+        product: String,
+        available: i32,
+    },
+    LimitReached {
+        product: String,
+        limit: i32,
+        already: i64,
+    },
+    SaleNotOpen {
+        product: String,
+        state: SaleState,
+    },
     Busy,
     Unavailable(String),
 }
@@ -61,11 +71,17 @@ impl PurchaseOutcome {
 }
 
 /// Buys `lines` (one order, all lines or none) for `customer`.
-pub async fn purchase(shop: &Shop, customer: CustomerId, mut lines: Vec<Line>) -> Result<PurchaseOutcome, AppError> {
+pub async fn purchase(
+    shop: &Shop,
+    customer: CustomerId,
+    mut lines: Vec<Line>,
+) -> Result<PurchaseOutcome, AppError> {
     // Lock order and row-lock order are both ascending product id.
     lines.sort_by_key(|l| l.product);
     if lines.is_empty() || lines.windows(2).any(|w| w[0].product == w[1].product) {
-        return Err(AppError::Invalid("An order needs each product once, with a quantity.".into()));
+        return Err(AppError::Invalid(
+            "An order needs each product once, with a quantity.".into(),
+        ));
     }
     let products: Vec<ProductId> = lines.iter().map(|l| l.product).collect();
     let pool = shop.pool.clone();
@@ -75,7 +91,8 @@ pub async fn purchase(shop: &Shop, customer: CustomerId, mut lines: Vec<Line>) -
         .with_locks(products, move |lease_valid_until| async move {
             db::run(&pool, move |conn| {
                 conn.transaction(|conn| {
-                    let outcome = purchase_in_transaction(conn, customer, &lines, payment_deadline)?;
+                    let outcome =
+                        purchase_in_transaction(conn, customer, &lines, payment_deadline)?;
                     ensure_lease_valid(lease_valid_until)?;
                     Ok(outcome)
                 })
@@ -107,26 +124,41 @@ fn purchase_in_transaction(
             .select(Product::as_select())
             .first(conn)
             .optional()?
-            .ok_or_else(|| AppError::NotFound(format!("There is no product with id {}.", line.product)))?;
+            .ok_or_else(|| {
+                AppError::NotFound(format!("There is no product with id {}.", line.product))
+            })?;
         match product.sale_state(now) {
             state @ (SaleState::Upcoming | SaleState::Ended) => {
-                return Ok(PurchaseOutcome::SaleNotOpen { product: product.name, state });
+                return Ok(PurchaseOutcome::SaleNotOpen {
+                    product: product.name,
+                    state,
+                });
             }
             SaleState::Live | SaleState::SoldOut => {}
         }
         if product.stock < line.quantity.get() {
-            return Ok(PurchaseOutcome::SoldOut { product: product.name, available: product.stock });
+            return Ok(PurchaseOutcome::SoldOut {
+                product: product.name,
+                available: product.stock,
+            });
         }
         if let Some(limit) = product.per_customer_limit {
             let already = units_held_by(conn, customer, line.product)?;
             if already + i64::from(line.quantity.get()) > i64::from(limit) {
-                return Ok(PurchaseOutcome::LimitReached { product: product.name, limit, already });
+                return Ok(PurchaseOutcome::LimitReached {
+                    product: product.name,
+                    limit,
+                    already,
+                });
             }
         }
         checked.push((product, line.quantity));
     }
 
-    let total = checked.iter().map(|(p, q)| p.price().times(q.get()).cents()).sum::<i64>();
+    let total = checked
+        .iter()
+        .map(|(p, q)| p.price().times(q.get()).cents())
+        .sum::<i64>();
     let order_id: i64 = diesel::insert_into(orders::table)
         .values(NewOrder {
             customer_id: customer.get(),
@@ -145,7 +177,9 @@ fn purchase_in_transaction(
             unit_price_cents: p.price_cents,
         })
         .collect();
-    diesel::insert_into(order_items::table).values(&items).execute(conn)?;
+    diesel::insert_into(order_items::table)
+        .values(&items)
+        .execute(conn)?;
     for (product, quantity) in &checked {
         let stock_after = take_stock(conn, product.id, quantity.get())?;
         diesel::insert_into(stock_history::table)
@@ -164,14 +198,24 @@ fn purchase_in_transaction(
 
 fn take_stock(conn: &mut PgConn, product: i64, units: i32) -> Result<i32, AppError> {
     Ok(diesel::update(products::table.find(product))
-        .set((products::stock.eq(products::stock - units), products::updated_at.eq(Utc::now())))
+        .set((
+            products::stock.eq(products::stock - units),
+            products::updated_at.eq(Utc::now()),
+        ))
         .returning(products::stock)
         .get_result(conn)?)
 }
 
 /// Units of `product` in the customer's live orders (awaiting payment or paid).
-pub fn units_held_by(conn: &mut PgConn, customer: CustomerId, product: ProductId) -> Result<i64, AppError> {
-    let live = [OrderStatus::AwaitingPayment.as_str(), OrderStatus::Paid.as_str()];
+pub fn units_held_by(
+    conn: &mut PgConn,
+    customer: CustomerId,
+    product: ProductId,
+) -> Result<i64, AppError> {
+    let live = [
+        OrderStatus::AwaitingPayment.as_str(),
+        OrderStatus::Paid.as_str(),
+    ];
     let held: Option<i64> = order_items::table
         .inner_join(orders::table)
         .filter(orders::customer_id.eq(customer.get()))

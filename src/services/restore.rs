@@ -32,7 +32,10 @@ pub async fn restore_order(shop: &Shop, order: OrderId, to: OrderStatus) -> Resu
                         .for_update()
                         .select(Order::as_select())
                         .first(conn)?;
-                    current.status().transition(to).map_err(|refused| refused_transition(order, refused.from, to))?;
+                    current
+                        .status()
+                        .transition(to)
+                        .map_err(|refused| refused_transition(order, refused.from, to))?;
                     for item in &items {
                         let stock_after = give_back(conn, item)?;
                         diesel::insert_into(stock_history::table)
@@ -79,14 +82,20 @@ fn give_back(conn: &mut PgConn, item: &OrderItem) -> Result<i32, AppError> {
         .select(products::stock)
         .first::<i32>(conn)?;
     Ok(diesel::update(products::table.find(item.product_id))
-        .set((products::stock.eq(products::stock + item.quantity), products::updated_at.eq(Utc::now())))
+        .set((
+            products::stock.eq(products::stock + item.quantity),
+            products::updated_at.eq(Utc::now()),
+        ))
         .returning(products::stock)
         .get_result(conn)?)
 }
 
 pub fn set_status(conn: &mut PgConn, order: OrderId, to: OrderStatus) -> Result<(), AppError> {
     diesel::update(orders::table.find(order.get()))
-        .set((orders::status.eq(to.as_str()), orders::updated_at.eq(Utc::now())))
+        .set((
+            orders::status.eq(to.as_str()),
+            orders::updated_at.eq(Utc::now()),
+        ))
         .execute(conn)?;
     Ok(())
 }

@@ -16,7 +16,11 @@ use crate::services::restore::restore_order;
 use crate::services::Shop;
 
 #[get("/admin")]
-pub async fn dashboard(shop: web::Data<Shop>, _admin: Admin, session: Session) -> Result<HttpResponse, AppError> {
+pub async fn dashboard(
+    shop: web::Data<Shop>,
+    _admin: Admin,
+    session: Session,
+) -> Result<HttpResponse, AppError> {
     let audit = db::run(&shop.pool, run_audit).await?;
     let page = AdminDashboardPage {
         nav: Nav::from_session(&session),
@@ -26,7 +30,11 @@ pub async fn dashboard(shop: web::Data<Shop>, _admin: Admin, session: Session) -
 }
 
 #[get("/admin/orders")]
-pub async fn orders(shop: web::Data<Shop>, _admin: Admin, session: Session) -> Result<HttpResponse, AppError> {
+pub async fn orders(
+    shop: web::Data<Shop>,
+    _admin: Admin,
+    session: Session,
+) -> Result<HttpResponse, AppError> {
     let orders = recent_orders(&shop.pool, 200)
         .await?
         .iter()

@@ -20,14 +20,21 @@ pub struct CredentialsForm {
     csrf_token: String,
 }
 
-fn auth_page(session: &Session, is_signup: bool, email: &str, error: Option<&AppError>) -> Result<HttpResponse, AppError> {
+fn auth_page(
+    session: &Session,
+    is_signup: bool,
+    email: &str,
+    error: Option<&AppError>,
+) -> Result<HttpResponse, AppError> {
     let page = AuthPage {
         nav: Nav::from_session(session),
         is_signup,
         email: email.chars().take(254).collect(),
         error: error.map(|e| e.to_string()),
     };
-    let status = error.map(ResponseError::status_code).unwrap_or(StatusCode::OK);
+    let status = error
+        .map(ResponseError::status_code)
+        .unwrap_or(StatusCode::OK);
     Ok(html(status, render(&page)?))
 }
 
@@ -43,15 +50,26 @@ pub async fn login_page(session: Session) -> Result<HttpResponse, AppError> {
 
 /// Form mistakes (taken email, wrong password, short password) come back on
 /// the same form with the message; anything else is an error page.
-fn form_or_error(session: &Session, is_signup: bool, email: &str, error: AppError) -> Result<HttpResponse, AppError> {
+fn form_or_error(
+    session: &Session,
+    is_signup: bool,
+    email: &str,
+    error: AppError,
+) -> Result<HttpResponse, AppError> {
     match error {
-        AppError::Invalid(_) | AppError::Conflict { .. } | AppError::Forbidden(_) => auth_page(session, is_signup, email, Some(&error)),
+        AppError::Invalid(_) | AppError::Conflict { .. } | AppError::Forbidden(_) => {
+            auth_page(session, is_signup, email, Some(&error))
+        }
         other => Err(other),
     }
 }
 
 #[post("/signup")]
-pub async fn signup(shop: web::Data<Shop>, session: Session, form: web::Form<CredentialsForm>) -> Result<HttpResponse, AppError> {
+pub async fn signup(
+    shop: web::Data<Shop>,
+    session: Session,
+    form: web::Form<CredentialsForm>,
+) -> Result<HttpResponse, AppError> {
     verify_csrf(&session, &form.csrf_token)?;
     let attempt = async {
         let email = Email::parse(&form.email)?;
@@ -68,18 +86,29 @@ pub async fn signup(shop: web::Data<Shop>, session: Session, form: web::Form<Cre
 }
 
 #[post("/login")]
-pub async fn login(shop: web::Data<Shop>, session: Session, form: web::Form<CredentialsForm>) -> Result<HttpResponse, AppError> {
+pub async fn login(
+    shop: web::Data<Shop>,
+    session: Session,
+    form: web::Form<CredentialsForm>,
+) -> Result<HttpResponse, AppError> {
     verify_csrf(&session, &form.csrf_token)?;
     let attempt = async {
         let email = Email::parse(&form.email)?;
-        let password = Password::parse(&form.password)
-            .map_err(|_| AppError::Forbidden("That email and password do not match an account. Check them and try again.".into()))?;
+        let password = Password::parse(&form.password).map_err(|_| {
+            AppError::Forbidden(
+                "That email and password do not match an account. Check them and try again.".into(),
+            )
+        })?;
         sign_in(&shop.pool, email, password).await
     };
     match attempt.await {
         Ok(account) => {
             session::sign_in(&session, &account)?;
-            Ok(see_other(if account.role == Role::Admin { "/admin" } else { "/" }))
+            Ok(see_other(if account.role == Role::Admin {
+                "/admin"
+            } else {
+                "/"
+            }))
         }
         Err(error) => form_or_error(&session, false, &form.email, error),
     }
@@ -92,7 +121,10 @@ pub struct CsrfOnlyForm {
 }
 
 #[post("/logout")]
-pub async fn logout(session: Session, form: web::Form<CsrfOnlyForm>) -> Result<HttpResponse, AppError> {
+pub async fn logout(
+    session: Session,
+    form: web::Form<CsrfOnlyForm>,
+) -> Result<HttpResponse, AppError> {
     verify_csrf(&session, &form.csrf_token)?;
     session::sign_out(&session);
     Ok(see_other("/"))

@@ -20,7 +20,9 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     cfg.app_data(
         web::FormConfig::default()
             .limit(MAX_FORM_BYTES)
-            .error_handler(|error, _req| AppError::Invalid(format!("The form could not be read: {error}.")).into()),
+            .error_handler(|error, _req| {
+                AppError::Invalid(format!("The form could not be read: {error}.")).into()
+            }),
     )
     .service(health::healthz)
     .service(pages::stylesheet)
@@ -40,13 +42,21 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     .service(admin::orders)
     .service(admin::order_detail_page)
     .service(admin::refund)
-    .default_service(web::to(|| async { Err::<HttpResponse, _>(AppError::NotFound("There is no page at this address.".into())) }));
+    .default_service(web::to(|| async {
+        Err::<HttpResponse, _>(AppError::NotFound(
+            "There is no page at this address.".into(),
+        ))
+    }));
 }
 
 pub fn see_other(location: &str) -> HttpResponse {
-    HttpResponse::SeeOther().insert_header((header::LOCATION, location)).finish()
+    HttpResponse::SeeOther()
+        .insert_header((header::LOCATION, location))
+        .finish()
 }
 
 pub fn html(status: actix_web::http::StatusCode, body: String) -> HttpResponse {
-    HttpResponse::build(status).content_type("text/html; charset=utf-8").body(body)
+    HttpResponse::build(status)
+        .content_type("text/html; charset=utf-8")
+        .body(body)
 }

@@ -12,11 +12,16 @@ use crate::services::payment::{pay as pay_order, CardNumber};
 use crate::services::Shop;
 
 pub fn parse_order_id(raw: &str) -> Result<OrderId, AppError> {
-    raw.parse().map_err(|e: crate::domain::InvalidInput| AppError::NotFound(e.0))
+    raw.parse()
+        .map_err(|e: crate::domain::InvalidInput| AppError::NotFound(e.0))
 }
 
 #[get("/orders")]
-pub async fn my_orders(shop: web::Data<Shop>, SignedIn(account): SignedIn, session: Session) -> Result<HttpResponse, AppError> {
+pub async fn my_orders(
+    shop: web::Data<Shop>,
+    SignedIn(account): SignedIn,
+    session: Session,
+) -> Result<HttpResponse, AppError> {
     let orders = orders_of(&shop.pool, account.id)
         .await?
         .iter()

@@ -33,7 +33,8 @@ impl Nav {
 }
 
 pub fn render(page: &impl Template) -> Result<String, AppError> {
-    page.render().map_err(|e| AppError::Internal(anyhow::anyhow!("template: {e}")))
+    page.render()
+        .map_err(|e| AppError::Internal(anyhow::anyhow!("template: {e}")))
 }
 
 /// Shown in the customer's zone by the page script; the text is the UTC fallback.
@@ -46,7 +47,9 @@ pub fn iso(at: &DateTime<Utc>) -> String {
 }
 
 pub fn money(cents: impl std::borrow::Borrow<i64>) -> String {
-    Money::from_cents(*cents.borrow()).unwrap_or_default().to_string()
+    Money::from_cents(*cents.borrow())
+        .unwrap_or_default()
+        .to_string()
 }
 
 /// A product as the shop pages show it.
@@ -80,7 +83,11 @@ impl SaleView {
             price: product.price().to_string(),
             stock: product.stock,
             offered,
-            percent_left: if offered == 0 { 0 } else { i64::from(product.stock) * 100 / i64::from(offered) },
+            percent_left: if offered == 0 {
+                0
+            } else {
+                i64::from(product.stock) * 100 / i64::from(offered)
+            },
             state: product.sale_state(now),
             starts_at: product.sale_starts_at,
             ends_at: product.sale_ends_at,
@@ -112,7 +119,7 @@ impl SaleView {
     }
 
     pub fn starts_at_text(&self) -> String {
-        timestamp(&self.starts_at)
+        timestamp(self.starts_at)
     }
 
     pub fn starts_at_iso(&self) -> String {
@@ -140,7 +147,7 @@ impl OrderRow {
             status: order.status().label().to_string(),
             status_class: order.status().as_str(),
             total: order.total().to_string(),
-            created_at: timestamp(&order.created_at),
+            created_at: timestamp(order.created_at),
             email: email.to_string(),
         }
     }
@@ -207,7 +214,7 @@ impl OrderPage {
     }
 
     pub fn deadline_text(&self) -> String {
-        timestamp(&self.detail.order.payment_deadline)
+        timestamp(self.detail.order.payment_deadline)
     }
 
     pub fn deadline_iso(&self) -> String {
@@ -215,7 +222,7 @@ impl OrderPage {
     }
 
     pub fn created_text(&self) -> String {
-        timestamp(&self.detail.order.created_at)
+        timestamp(self.detail.order.created_at)
     }
 
     pub fn declined_reason(&self) -> bool {

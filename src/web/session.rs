@@ -71,7 +71,12 @@ fn new_csrf_token(session: &Session) -> String {
 
 pub fn verify_csrf(session: &Session, submitted: &str) -> Result<(), AppError> {
     match session.get::<String>(CSRF_KEY) {
-        Ok(Some(expected)) if !submitted.is_empty() && bool::from(expected.as_bytes().ct_eq(submitted.as_bytes())) => Ok(()),
+        Ok(Some(expected))
+            if !submitted.is_empty()
+                && bool::from(expected.as_bytes().ct_eq(submitted.as_bytes())) =>
+        {
+            Ok(())
+        }
         _ => Err(AppError::BadCsrf),
     }
 }
@@ -84,7 +89,11 @@ impl FromRequest for SignedIn {
     type Future = Ready<Result<Self, Self::Error>>;
 
     fn from_request(req: &HttpRequest, _payload: &mut Payload) -> Self::Future {
-        ready(current_account(&req.get_session()).map(SignedIn).ok_or(AppError::SignInRequired))
+        ready(
+            current_account(&req.get_session())
+                .map(SignedIn)
+                .ok_or(AppError::SignInRequired),
+        )
     }
 }
 
@@ -98,7 +107,9 @@ impl FromRequest for Admin {
     fn from_request(req: &HttpRequest, _payload: &mut Payload) -> Self::Future {
         ready(match current_account(&req.get_session()) {
             Some(account) if account.role == Role::Admin => Ok(Admin(account)),
-            Some(_) => Err(AppError::Forbidden("This part of the shop is for administrators only.".into())),
+            Some(_) => Err(AppError::Forbidden(
+                "This part of the shop is for administrators only.".into(),
+            )),
             None => Err(AppError::SignInRequired),
         })
     }

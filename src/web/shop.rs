@@ -13,13 +13,18 @@ use crate::services::purchase::{purchase, Line};
 use crate::services::Shop;
 
 pub fn parse_product_id(raw: &str) -> Result<ProductId, AppError> {
-    raw.parse().map_err(|e: crate::domain::InvalidInput| AppError::NotFound(e.0))
+    raw.parse()
+        .map_err(|e: crate::domain::InvalidInput| AppError::NotFound(e.0))
 }
 
 #[get("/")]
 pub async fn sale_list(shop: web::Data<Shop>, session: Session) -> Result<HttpResponse, AppError> {
     let now = Utc::now();
-    let sales = list_products(&shop.pool).await?.iter().map(|p| SaleView::new(p, now)).collect();
+    let sales = list_products(&shop.pool)
+        .await?
+        .iter()
+        .map(|p| SaleView::new(p, now))
+        .collect();
     let page = SaleListPage {
         nav: Nav::from_session(&session),
         sales,
@@ -28,7 +33,11 @@ pub async fn sale_list(shop: web::Data<Shop>, session: Session) -> Result<HttpRe
 }
 
 #[get("/products/{id}")]
-pub async fn product_page(shop: web::Data<Shop>, session: Session, path: web::Path<String>) -> Result<HttpResponse, AppError> {
+pub async fn product_page(
+    shop: web::Data<Shop>,
+    session: Session,
+    path: web::Path<String>,
+) -> Result<HttpResponse, AppError> {
     let product = find_product(&shop.pool, parse_product_id(&path)?).await?;
     let page = ProductPage {
         nav: Nav::from_session(&session),
@@ -56,6 +65,8 @@ pub async fn buy(
     verify_csrf(&session, &form.csrf_token)?;
     let product = parse_product_id(&path)?;
     let quantity = Quantity::parse(&form.quantity)?;
-    let order = purchase(&shop, account.id, vec![Line { product, quantity }]).await?.into_result()?;
+    let order = purchase(&shop, account.id, vec![Line { product, quantity }])
+        .await?
+        .into_result()?;
     Ok(see_other(&format!("/orders/{order}")))
 }

@@ -25,12 +25,16 @@ pub const GOOD_CARD: &str = "4242 4242 4242 4242";
 pub const DECLINED_CARD: &str = "4000 0000 0000 0002";
 
 fn server_url() -> String {
-    let base = std::env::var("DATABASE_URL").unwrap_or_else(|_| Settings::DEFAULT_DATABASE_URL.into());
-    split_database_url(&base).expect("DATABASE_URL names a database").0
+    let base =
+        std::env::var("DATABASE_URL").unwrap_or_else(|_| Settings::DEFAULT_DATABASE_URL.into());
+    split_database_url(&base)
+        .expect("DATABASE_URL names a database")
+        .0
 }
 
 fn admin_connection(server: &str) -> PgConnection {
-    PgConnection::establish(&format!("{server}/postgres")).expect("Postgres is reachable (run scripts/test, which starts it)")
+    PgConnection::establish(&format!("{server}/postgres"))
+        .expect("Postgres is reachable (run scripts/test, which starts it)")
 }
 
 /// The template is keyed by the migrations' content, so a changed migration
@@ -81,19 +85,38 @@ impl TestDb {
         let mut admin = admin_connection(&server);
         // Serialise template creation and cloning across parallel test processes:
         // CREATE DATABASE ... TEMPLATE fails while anyone is connected to the template.
-        diesel::sql_query("SELECT pg_advisory_lock(727274)").execute(&mut admin).unwrap();
-        let exists: Count = diesel::sql_query(format!("SELECT count(*) AS n FROM pg_database WHERE datname = '{template}'"))
-            .get_result(&mut admin)
+        diesel::sql_query("SELECT pg_advisory_lock(727274)")
+            .execute(&mut admin)
             .unwrap();
+        let exists: Count = diesel::sql_query(format!(
+            "SELECT count(*) AS n FROM pg_database WHERE datname = '{template}'"
+        ))
+        .get_result(&mut admin)
+        .unwrap();
         if exists.n == 0 {
             let building = format!("{template}_building");
-            diesel::sql_query(format!("DROP DATABASE IF EXISTS \"{building}\" WITH (FORCE)")).execute(&mut admin).unwrap();
-            diesel::sql_query(format!("CREATE DATABASE \"{building}\"")).execute(&mut admin).unwrap();
+            diesel::sql_query(format!(
+                "DROP DATABASE IF EXISTS \"{building}\" WITH (FORCE)"
+            ))
+            .execute(&mut admin)
+            .unwrap();
+            diesel::sql_query(format!("CREATE DATABASE \"{building}\""))
+                .execute(&mut admin)
+                .unwrap();
             flashsale::db::run_migrations(&format!("{server}/{building}")).unwrap();
-            diesel::sql_query(format!("ALTER DATABASE \"{building}\" RENAME TO \"{template}\"")).execute(&mut admin).unwrap();
+            diesel::sql_query(format!(
+                "ALTER DATABASE \"{building}\" RENAME TO \"{template}\""
+            ))
+            .execute(&mut admin)
+            .unwrap();
         }
-        let cloned = diesel::sql_query(format!("CREATE DATABASE \"{name}\" TEMPLATE \"{template}\"")).execute(&mut admin);
-        diesel::sql_query("SELECT pg_advisory_unlock(727274)").execute(&mut admin).unwrap();
+        let cloned = diesel::sql_query(format!(
+            "CREATE DATABASE \"{name}\" TEMPLATE \"{template}\""
+        ))
+        .execute(&mut admin);
+        diesel::sql_query("SELECT pg_advisory_unlock(727274)")
+            .execute(&mut admin)
+            .unwrap();
         cloned.unwrap();
         TestDb {
             url: format!("{server}/{name}"),
@@ -107,11 +130,16 @@ impl TestDb {
     }
 
     pub fn count(&self, sql: &str) -> i64 {
-        diesel::sql_query(sql).get_result::<Count>(&mut self.conn()).unwrap().n
+        diesel::sql_query(sql)
+            .get_result::<Count>(&mut self.conn())
+            .unwrap()
+            .n
     }
 
     pub fn stock(&self, product: i64) -> i64 {
-        self.count(&format!("SELECT stock::int8 AS n FROM products WHERE id = {product}"))
+        self.count(&format!(
+            "SELECT stock::int8 AS n FROM products WHERE id = {product}"
+        ))
     }
 
     /// Rows written anywhere in the ledger tables: "nothing written" means this does not move.
@@ -128,14 +156,22 @@ impl TestDb {
 
     pub fn assert_audit_clean(&self) {
         let report = self.audit();
-        assert!(report.is_clean(), "audit found problems: {:#?}", report.problems);
+        assert!(
+            report.is_clean(),
+            "audit found problems: {:#?}",
+            report.problems
+        );
     }
 }
 
 impl Drop for TestDb {
     fn drop(&mut self) {
         if let Ok(mut admin) = PgConnection::establish(&format!("{}/postgres", self.server)) {
-            let _ = diesel::sql_query(format!("DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)", self.name)).execute(&mut admin);
+            let _ = diesel::sql_query(format!(
+                "DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)",
+                self.name
+            ))
+            .execute(&mut admin);
         }
     }
 }
@@ -145,7 +181,11 @@ pub fn unique_prefix() -> String {
 }
 
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// The shop running in this test process on a port the OS picked.
@@ -170,7 +210,9 @@ pub async fn spawn_app_with(customize: impl FnOnce(&mut Settings)) -> TestApp {
 pub async fn spawn_app_on(db: TestDb, customize: impl FnOnce(&mut Settings)) -> TestApp {
     let mut settings = Settings::for_tests(&db.url, &unique_prefix());
     customize(&mut settings);
-    let app = Application::build(settings.clone()).await.expect("the app builds");
+    let app = Application::build(settings.clone())
+        .await
+        .expect("the app builds");
     let address = format!("http://127.0.0.1:{}", app.port());
     let shop = app.shop().clone();
     let server = app.handle();
@@ -228,7 +270,11 @@ impl Browser {
     }
 
     pub async fn get(&self, path: &str) -> reqwest::Response {
-        self.client.get(format!("{}{}", self.base, path)).send().await.unwrap()
+        self.client
+            .get(format!("{}{}", self.base, path))
+            .send()
+            .await
+            .unwrap()
     }
 
     pub async fn get_text(&self, path: &str) -> (StatusCode, String) {
@@ -261,13 +307,23 @@ impl Browser {
         self.post(path, &fields).await
     }
 
-    pub fn sign_up(base: &str, email: &str) -> impl std::future::Future<Output = Browser> + 'static {
+    pub fn sign_up(
+        base: &str,
+        email: &str,
+    ) -> impl std::future::Future<Output = Browser> + 'static {
         let mut browser = Browser::new(base);
         browser.email = email.to_string();
         async move {
             let email = browser.email.clone();
-            let response = browser.post_form("/signup", &[("email", &email), ("password", PASSWORD)]).await;
-            assert_eq!(response.status(), StatusCode::SEE_OTHER, "sign-up of {email} failed: {}", response.text().await.unwrap());
+            let response = browser
+                .post_form("/signup", &[("email", &email), ("password", PASSWORD)])
+                .await;
+            assert_eq!(
+                response.status(),
+                StatusCode::SEE_OTHER,
+                "sign-up of {email} failed: {}",
+                response.text().await.unwrap()
+            );
             browser
         }
     }
@@ -275,29 +331,54 @@ impl Browser {
     pub async fn sign_in(base: &str, email: &str, password: &str) -> Browser {
         let mut browser = Browser::new(base);
         browser.email = email.to_string();
-        let response = browser.post_form("/login", &[("email", email), ("password", password)]).await;
-        assert_eq!(response.status(), StatusCode::SEE_OTHER, "sign-in of {email} failed");
+        let response = browser
+            .post_form("/login", &[("email", email), ("password", password)])
+            .await;
+        assert_eq!(
+            response.status(),
+            StatusCode::SEE_OTHER,
+            "sign-in of {email} failed"
+        );
         browser
     }
 
-    pub async fn buy_with_token(&self, product: i64, quantity: &str, token: &str) -> reqwest::Response {
-        self.post(&format!("/products/{product}/buy"), &[("quantity", quantity), ("csrf_token", token)]).await
+    pub async fn buy_with_token(
+        &self,
+        product: i64,
+        quantity: &str,
+        token: &str,
+    ) -> reqwest::Response {
+        self.post(
+            &format!("/products/{product}/buy"),
+            &[("quantity", quantity), ("csrf_token", token)],
+        )
+        .await
     }
 
     pub async fn buy(&self, product: i64, quantity: u32) -> reqwest::Response {
         let token = self.csrf().await;
-        self.buy_with_token(product, &quantity.to_string(), &token).await
+        self.buy_with_token(product, &quantity.to_string(), &token)
+            .await
     }
 
     pub async fn pay(&self, order: i64, card: &str) -> reqwest::Response {
-        self.post_form(&format!("/orders/{order}/pay"), &[("card_number", card)]).await
+        self.post_form(&format!("/orders/{order}/pay"), &[("card_number", card)])
+            .await
     }
 }
 
 /// The order id a successful buy redirected to.
 pub fn order_id_from(response: &reqwest::Response) -> i64 {
-    let location = response.headers().get("location").expect("a redirect").to_str().unwrap();
-    location.trim_start_matches("/orders/").parse().unwrap_or_else(|_| panic!("unexpected location {location}"))
+    let location = response
+        .headers()
+        .get("location")
+        .expect("a redirect")
+        .to_str()
+        .unwrap();
+    location
+        .trim_start_matches("/orders/")
+        .parse()
+        .unwrap_or_else(|_| panic!("unexpected location {location}"))
 }
 
 impl TestApp {
@@ -311,7 +392,8 @@ impl TestApp {
 
     /// Signs up `n` customers concurrently.
     pub async fn customers(&self, n: usize, tag: &str) -> Vec<Browser> {
-        let signups = (0..n).map(|i| Browser::sign_up(&self.address, &format!("{tag}{i}@example.com")));
+        let signups =
+            (0..n).map(|i| Browser::sign_up(&self.address, &format!("{tag}{i}@example.com")));
         futures::future::join_all(signups).await
     }
 
@@ -372,11 +454,32 @@ impl Drop for ChildGuard {
     }
 }
 
+/// Children die with the test process even if it is killed before guards run.
+fn die_with_parent(command: &mut Command) -> &mut Command {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
+    unsafe {
+        command.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        })
+    }
+}
+
 /// A Redis server of this test's own, on a free port, keeping nothing on disk.
 pub fn start_redis() -> (ChildGuard, u16) {
     let port = free_port();
-    let child = Command::new("redis-server")
-        .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+    let child = die_with_parent(&mut Command::new("redis-server"))
+        .args([
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -397,10 +500,15 @@ pub struct ServerProcess {
     pub address: String,
 }
 
-pub fn start_server_process(db_url: &str, redis_prefix: &str, session_key_hex: &str, extra_env: &[(&str, &str)]) -> ServerProcess {
+pub fn start_server_process(
+    db_url: &str,
+    redis_prefix: &str,
+    session_key_hex: &str,
+    extra_env: &[(&str, &str)],
+) -> ServerProcess {
     use std::io::{BufRead, BufReader};
     let mut command = Command::new(env!("CARGO_BIN_EXE_flashsale"));
-    command
+    die_with_parent(&mut command)
         .arg("serve")
         .env("DATABASE_URL", db_url)
         .env("REDIS_KEY_PREFIX", redis_prefix)
