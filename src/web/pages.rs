@@ -27,6 +27,12 @@ impl Nav {
         }
     }
 
+    /// A one-time key for a state-changing form: a double click or a resend
+    /// of the same rendered form carries the same key, so it runs once.
+    pub fn idempotency_key(&self) -> String {
+        uuid::Uuid::new_v4().simple().to_string()
+    }
+
     pub fn is_admin(&self) -> bool {
         self.account.as_ref().is_some_and(|a| a.role == Role::Admin)
     }
