@@ -21,6 +21,10 @@ pub struct Settings {
     pub lock_wait: Duration,
     pub lock_lease: Duration,
     pub payment_timeout: Duration,
+    /// How often the background jobs (order expiry, key purge) run.
+    pub jobs_interval: Duration,
+    /// How long an idempotency key and its answer are kept.
+    pub idempotency_retention: Duration,
     /// 64 bytes that sign and encrypt session cookies; every instance of one shop must share it.
     pub session_key: Vec<u8>,
     pub cookie_secure: bool,
@@ -48,6 +52,10 @@ impl Settings {
             lock_wait: Duration::from_millis(parse_var("LOCK_WAIT_MS", 3_000)?),
             lock_lease: Duration::from_millis(parse_var("LOCK_LEASE_MS", 15_000)?),
             payment_timeout: Duration::from_secs(parse_var("PAYMENT_TIMEOUT", 600)?),
+            jobs_interval: Duration::from_secs(parse_var("JOBS_INTERVAL", 30)?),
+            idempotency_retention: Duration::from_secs(
+                3600 * parse_var("IDEMPOTENCY_RETENTION_HOURS", 24)?,
+            ),
             session_key: match var("SESSION_KEY") {
                 Some(key) => hex::decode(key.trim()).context("SESSION_KEY must be hex")?,
                 None => {
@@ -76,6 +84,8 @@ impl Settings {
             lock_wait: Duration::from_secs(3),
             lock_lease: Duration::from_secs(15),
             payment_timeout: Duration::from_secs(600),
+            jobs_interval: Duration::from_secs(30),
+            idempotency_retention: Duration::from_secs(24 * 3600),
             session_key: random_session_key(),
             cookie_secure: false,
         }
@@ -87,6 +97,9 @@ impl Settings {
         }
         if self.session_key.len() < 64 {
             bail!("SESSION_KEY must be at least 64 bytes (128 hex characters)");
+        }
+        if self.jobs_interval.is_zero() {
+            bail!("JOBS_INTERVAL must be at least one second");
         }
         if self.lock_lease <= self.db_statement_timeout {
             bail!("LOCK_LEASE_MS must be longer than DB_STATEMENT_TIMEOUT_MS, or a slow statement could outlive the lock");

@@ -26,6 +26,7 @@ impl Application {
         let port = listener.local_addr()?.port();
         let shop = Shop::new(settings)?;
         let server = serve(listener, shop.clone())?;
+        crate::services::jobs::spawn(shop.clone(), shop.settings.jobs_interval);
         Ok(Application { port, server, shop })
     }
 

@@ -11,6 +11,18 @@ diesel::table! {
 }
 
 diesel::table! {
+    idempotency_keys (customer_id, key) {
+        customer_id -> Int8,
+        key -> Text,
+        fingerprint -> Text,
+        response_status -> Nullable<Int2>,
+        response_location -> Nullable<Text>,
+        response_body -> Nullable<Text>,
+        created_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
     order_items (id) {
         id -> Int8,
         order_id -> Int8,
@@ -72,6 +84,7 @@ diesel::table! {
     }
 }
 
+diesel::joinable!(idempotency_keys -> customers (customer_id));
 diesel::joinable!(order_items -> orders (order_id));
 diesel::joinable!(order_items -> products (product_id));
 diesel::joinable!(orders -> customers (customer_id));
@@ -81,6 +94,7 @@ diesel::joinable!(stock_history -> products (product_id));
 
 diesel::allow_tables_to_appear_in_same_query!(
     customers,
+    idempotency_keys,
     order_items,
     orders,
     payments,

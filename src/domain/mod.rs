@@ -2,12 +2,14 @@
 //! into these, the services never re-check shape, only business rules.
 
 mod credentials;
+mod idempotency_key;
 mod ids;
 mod money;
 mod order_status;
 mod quantity;
 
 pub use credentials::{Email, Password};
+pub use idempotency_key::IdempotencyKey;
 pub use ids::{CustomerId, OrderId, ProductId};
 pub use money::Money;
 pub use order_status::{OrderStatus, StockReason, TransitionRefused};

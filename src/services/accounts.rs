@@ -69,12 +69,15 @@ pub async fn sign_up(
 /// Checks the password. Unknown email and wrong password get the same answer,
 /// so the form does not reveal who has an account.
 pub async fn sign_in(pool: &PgPool, email: Email, password: Password) -> Result<Account, AppError> {
-    db::run(pool, move |conn| {
-        let customer: Option<Customer> = customers::table
+    let customer: Option<Customer> = db::run(pool, move |conn| {
+        Ok(customers::table
             .filter(customers::email.eq(email.as_str()))
             .select(Customer::as_select())
             .first(conn)
-            .optional()?;
+            .optional()?)
+    })
+    .await?;
+    actix_web::web::block(move || {
         let refused = || {
             AppError::Forbidden(
                 "That email and password do not match an account. Check them and try again.".into(),
@@ -93,6 +96,7 @@ pub async fn sign_in(pool: &PgPool, email: Email, password: Password) -> Result<
         Ok(customer.into())
     })
     .await
+    .map_err(|e| AppError::Internal(anyhow::anyhow!("verification task: {e}")))?
 }
 
 /// Creates the account, or makes an existing one an admin with the given password.

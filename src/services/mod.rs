@@ -4,6 +4,8 @@
 pub mod accounts;
 pub mod audit;
 pub mod catalog;
+pub mod idempotency;
+pub mod jobs;
 pub mod orders;
 pub mod payment;
 pub mod purchase;

@@ -84,6 +84,9 @@ pub async fn purchase(
         ));
     }
     let products: Vec<ProductId> = lines.iter().map(|l| l.product).collect();
+    if let Some(refusal) = refusal_before_locking(shop, &lines).await? {
+        return Ok(refusal);
+    }
     let pool = shop.pool.clone();
     let payment_deadline = Utc::now() + shop.settings.payment_timeout;
     let result = shop
@@ -107,6 +110,56 @@ pub async fn purchase(
     }
 }
 
+/// Turns away, without queueing for the lock, a buyer that the locked check
+/// would refuse anyway: sold out, not open, unknown product. It can only say
+/// no: a yes here is re-decided under the locks, so a stale read never sells.
+/// After a sell-out this keeps the lock queue for buyers who can still win.
+async fn refusal_before_locking(
+    shop: &Shop,
+    lines: &[Line],
+) -> Result<Option<PurchaseOutcome>, AppError> {
+    let ids: Vec<i64> = lines.iter().map(|l| l.product.get()).collect();
+    let found: Vec<Product> = db::run(&shop.pool, move |conn| {
+        Ok(products::table
+            .filter(products::id.eq_any(ids))
+            .select(Product::as_select())
+            .load(conn)?)
+    })
+    .await?;
+    let now = Utc::now();
+    for line in lines {
+        let product = found
+            .iter()
+            .find(|p| p.id == line.product.get())
+            .ok_or_else(|| {
+                AppError::NotFound(format!("There is no product with id {}.", line.product))
+            })?;
+        if let Some(refusal) = refusal_for(product, line.quantity, now) {
+            return Ok(Some(refusal));
+        }
+    }
+    Ok(None)
+}
+
+/// The sale-window and stock rules for one line.
+fn refusal_for(
+    product: &Product,
+    quantity: Quantity,
+    now: DateTime<Utc>,
+) -> Option<PurchaseOutcome> {
+    match product.sale_state(now) {
+        state @ (SaleState::Upcoming | SaleState::Ended) => Some(PurchaseOutcome::SaleNotOpen {
+            product: product.name.clone(),
+            state,
+        }),
+        _ if product.stock < quantity.get() => Some(PurchaseOutcome::SoldOut {
+            product: product.name.clone(),
+            available: product.stock,
+        }),
+        _ => None,
+    }
+}
+
 /// Everything between lock and unlock. Returning a refusal commits nothing
 /// (no row was written before the checks passed).
 fn purchase_in_transaction(
@@ -127,20 +180,8 @@ fn purchase_in_transaction(
             .ok_or_else(|| {
                 AppError::NotFound(format!("There is no product with id {}.", line.product))
             })?;
-        match product.sale_state(now) {
-            state @ (SaleState::Upcoming | SaleState::Ended) => {
-                return Ok(PurchaseOutcome::SaleNotOpen {
-                    product: product.name,
-                    state,
-                });
-            }
-            SaleState::Live | SaleState::SoldOut => {}
-        }
-        if product.stock < line.quantity.get() {
-            return Ok(PurchaseOutcome::SoldOut {
-                product: product.name,
-                available: product.stock,
-            });
+        if let Some(refusal) = refusal_for(&product, line.quantity, now) {
+            return Ok(refusal);
         }
         if let Some(limit) = product.per_customer_limit {
             let already = units_held_by(conn, customer, line.product)?;

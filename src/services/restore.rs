@@ -16,7 +16,11 @@ use crate::lock::ensure_lease_valid;
 /// Moves `order` into `to` (a restoring status) and puts its units back.
 /// The state machine refuses a second restore, and a unique index on the
 /// ledger would refuse it again if the check were ever bypassed.
-pub async fn restore_order(shop: &Shop, order: OrderId, to: OrderStatus) -> Result<(), AppError> {
+///
+/// Expiry is a background sweep: it skips an order whose row another
+/// transaction holds (a payment in flight, another instance's sweep) and
+/// returns `Ok(false)`; it only expires orders whose deadline has passed.
+pub async fn restore_order(shop: &Shop, order: OrderId, to: OrderStatus) -> Result<bool, AppError> {
     let reason = to
         .restore_reason()
         .ok_or_else(|| AppError::Internal(anyhow::anyhow!("{to:?} does not give stock back")))?;
@@ -27,11 +31,18 @@ pub async fn restore_order(shop: &Shop, order: OrderId, to: OrderStatus) -> Resu
         .with_locks(products, move |lease_valid_until| async move {
             db::run(&pool, move |conn| {
                 conn.transaction(|conn| {
-                    let current: Order = orders::table
-                        .find(order.get())
-                        .for_update()
-                        .select(Order::as_select())
-                        .first(conn)?;
+                    let query = orders::table.find(order.get()).select(Order::as_select());
+                    let current: Order = if to == OrderStatus::Expired {
+                        match query.for_update().skip_locked().first(conn).optional()? {
+                            Some(current) => current,
+                            None => return Ok(false),
+                        }
+                    } else {
+                        query.for_update().first(conn)?
+                    };
+                    if to == OrderStatus::Expired && current.payment_deadline > Utc::now() {
+                        return Ok(false);
+                    }
                     current
                         .status()
                         .transition(to)
@@ -50,7 +61,8 @@ pub async fn restore_order(shop: &Shop, order: OrderId, to: OrderStatus) -> Resu
                             .execute(conn)?;
                     }
                     set_status(conn, order, to)?;
-                    ensure_lease_valid(lease_valid_until)
+                    ensure_lease_valid(lease_valid_until)?;
+                    Ok(true)
                 })
             })
             .await

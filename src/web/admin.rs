@@ -1,8 +1,9 @@
 use actix_session::Session;
 use actix_web::http::StatusCode;
-use actix_web::{get, post, web, HttpResponse};
+use actix_web::{get, post, web, HttpRequest, HttpResponse};
 
 use super::auth::CsrfOnlyForm;
+use super::idempotency::{once, Intent};
 use super::orders::parse_order_id;
 use super::pages::{render, AdminDashboardPage, AdminOrdersPage, Nav, OrderPage, OrderRow};
 use super::session::{verify_csrf, Admin};
@@ -66,13 +67,22 @@ pub async fn order_detail_page(
 #[post("/admin/orders/{id}/refund")]
 pub async fn refund(
     shop: web::Data<Shop>,
-    _admin: Admin,
+    Admin(admin): Admin,
     session: Session,
+    request: HttpRequest,
     path: web::Path<String>,
     form: web::Form<CsrfOnlyForm>,
 ) -> Result<HttpResponse, AppError> {
     verify_csrf(&session, &form.csrf_token)?;
-    let order = parse_order_id(&path)?;
-    restore_order(&shop, order, OrderStatus::Refunded).await?;
-    Ok(see_other(&format!("/admin/orders/{order}")))
+    let intent = Intent {
+        request: &request,
+        form_key: form.idempotency_key.as_deref(),
+        fields: String::new(),
+    };
+    once(&shop, admin.id, intent, || async {
+        let order = parse_order_id(&path)?;
+        restore_order(&shop, order, OrderStatus::Refunded).await?;
+        Ok(see_other(&format!("/admin/orders/{order}")))
+    })
+    .await
 }

@@ -118,6 +118,7 @@ pub async fn login(
 pub struct CsrfOnlyForm {
     #[serde(default)]
     pub csrf_token: String,
+    pub idempotency_key: Option<String>,
 }
 
 #[post("/logout")]

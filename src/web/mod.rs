@@ -3,7 +3,9 @@
 
 pub mod admin;
 pub mod auth;
+pub mod cart;
 pub mod health;
+pub mod idempotency;
 pub mod orders;
 pub mod pages;
 pub mod session;
@@ -35,6 +37,11 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     .service(auth::login_page)
     .service(auth::login)
     .service(auth::logout)
+    .service(cart::cart_page)
+    .service(cart::add)
+    .service(cart::update)
+    .service(cart::remove)
+    .service(cart::checkout)
     .service(orders::my_orders)
     .service(orders::order_page)
     .service(orders::pay)

@@ -1,7 +1,8 @@
 use actix_session::Session;
 use actix_web::http::StatusCode;
-use actix_web::{get, post, web, HttpResponse};
+use actix_web::{get, post, web, HttpRequest, HttpResponse};
 
+use super::idempotency::{once, Intent};
 use super::pages::{render, Nav, OrderPage, OrderRow, OrdersPage};
 use super::session::{verify_csrf, SignedIn};
 use super::{html, see_other};
@@ -56,6 +57,7 @@ pub struct PayForm {
     card_number: String,
     #[serde(default)]
     csrf_token: String,
+    idempotency_key: Option<String>,
 }
 
 /// Approved or declined, the answer is the order page, which shows the outcome.
@@ -64,12 +66,21 @@ pub async fn pay(
     shop: web::Data<Shop>,
     SignedIn(account): SignedIn,
     session: Session,
+    request: HttpRequest,
     path: web::Path<String>,
     form: web::Form<PayForm>,
 ) -> Result<HttpResponse, AppError> {
     verify_csrf(&session, &form.csrf_token)?;
-    let order = parse_order_id(&path)?;
-    let card = CardNumber::parse(&form.card_number)?;
-    pay_order(&shop, account.id, order, card).await?;
-    Ok(see_other(&format!("/orders/{order}")))
+    let intent = Intent {
+        request: &request,
+        form_key: form.idempotency_key.as_deref(),
+        fields: format!("card_number={}", form.card_number),
+    };
+    once(&shop, account.id, intent, || async {
+        let order = parse_order_id(&path)?;
+        let card = CardNumber::parse(&form.card_number)?;
+        pay_order(&shop, account.id, order, card).await?;
+        Ok(see_other(&format!("/orders/{order}")))
+    })
+    .await
 }

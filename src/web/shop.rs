@@ -1,8 +1,9 @@
 use actix_session::Session;
 use actix_web::http::StatusCode;
-use actix_web::{get, post, web, HttpResponse};
+use actix_web::{get, post, web, HttpRequest, HttpResponse};
 use chrono::Utc;
 
+use super::idempotency::{once, Intent};
 use super::pages::{render, Nav, ProductPage, SaleListPage, SaleView};
 use super::session::{verify_csrf, SignedIn};
 use super::{html, see_other};
@@ -52,6 +53,7 @@ pub struct BuyForm {
     quantity: String,
     #[serde(default)]
     csrf_token: String,
+    idempotency_key: Option<String>,
 }
 
 #[post("/products/{id}/buy")]
@@ -59,14 +61,23 @@ pub async fn buy(
     shop: web::Data<Shop>,
     SignedIn(account): SignedIn,
     session: Session,
+    request: HttpRequest,
     path: web::Path<String>,
     form: web::Form<BuyForm>,
 ) -> Result<HttpResponse, AppError> {
     verify_csrf(&session, &form.csrf_token)?;
-    let product = parse_product_id(&path)?;
-    let quantity = Quantity::parse(&form.quantity)?;
-    let order = purchase(&shop, account.id, vec![Line { product, quantity }])
-        .await?
-        .into_result()?;
-    Ok(see_other(&format!("/orders/{order}")))
+    let intent = Intent {
+        request: &request,
+        form_key: form.idempotency_key.as_deref(),
+        fields: format!("quantity={}", form.quantity),
+    };
+    once(&shop, account.id, intent, || async {
+        let product = parse_product_id(&path)?;
+        let quantity = Quantity::parse(&form.quantity)?;
+        let order = purchase(&shop, account.id, vec![Line { product, quantity }])
+            .await?
+            .into_result()?;
+        Ok(see_other(&format!("/orders/{order}")))
+    })
+    .await
 }

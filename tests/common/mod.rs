@@ -261,6 +261,9 @@ impl Browser {
                 .cookie_store(true)
                 .redirect(Policy::none())
                 .pool_max_idle_per_host(4)
+                // Shorter than the server's 5 s keep-alive, so a pooled connection is
+                // never reused at the instant the server closes it.
+                .pool_idle_timeout(Duration::from_secs(2))
                 .timeout(Duration::from_secs(60))
                 .build()
                 .unwrap(),

@@ -1,0 +1,127 @@
+//! Storage for idempotency keys: claim a key before acting, keep the answer
+//! after, replay it for repeats. Keys are scoped to the customer.
+
+use chrono::{Duration, Utc};
+use diesel::prelude::*;
+use sha2::{Digest, Sha256};
+
+use crate::db::schema::idempotency_keys;
+use crate::db::{self, PgPool};
+use crate::domain::{CustomerId, IdempotencyKey};
+use crate::error::AppError;
+
+/// The answer a request got, as it is replayed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SavedResponse {
+    pub status: u16,
+    pub location: Option<String>,
+    pub body: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claim {
+    /// The key is new: this request runs.
+    Run,
+    /// The same request ran before: here is its answer.
+    Replay(SavedResponse),
+    /// The key was used for a different request.
+    Mismatch,
+    /// The first request with this key has not finished.
+    InProgress,
+}
+
+pub fn fingerprint(request: &str) -> String {
+    hex::encode(Sha256::digest(request.as_bytes()))
+}
+
+type StoredRow = (String, Option<i16>, Option<String>, Option<String>);
+
+pub async fn claim(
+    pool: &PgPool,
+    customer: CustomerId,
+    key: &IdempotencyKey,
+    fingerprint: &str,
+) -> Result<Claim, AppError> {
+    let (key, fingerprint) = (key.as_str().to_string(), fingerprint.to_string());
+    db::run(pool, move |conn| {
+        let inserted = diesel::insert_into(idempotency_keys::table)
+            .values((
+                idempotency_keys::customer_id.eq(customer.get()),
+                idempotency_keys::key.eq(&key),
+                idempotency_keys::fingerprint.eq(&fingerprint),
+            ))
+            .on_conflict_do_nothing()
+            .execute(conn)?;
+        if inserted == 1 {
+            return Ok(Claim::Run);
+        }
+        let (stored_fingerprint, status, location, body): StoredRow = idempotency_keys::table
+            .find((customer.get(), &key))
+            .select((
+                idempotency_keys::fingerprint,
+                idempotency_keys::response_status,
+                idempotency_keys::response_location,
+                idempotency_keys::response_body,
+            ))
+            .first(conn)?;
+        Ok(if stored_fingerprint != fingerprint {
+            Claim::Mismatch
+        } else if let Some(status) = status {
+            Claim::Replay(SavedResponse {
+                status: status as u16,
+                location,
+                body,
+            })
+        } else {
+            Claim::InProgress
+        })
+    })
+    .await
+}
+
+pub async fn save(
+    pool: &PgPool,
+    customer: CustomerId,
+    key: &IdempotencyKey,
+    response: SavedResponse,
+) -> Result<(), AppError> {
+    let key = key.as_str().to_string();
+    db::run(pool, move |conn| {
+        diesel::update(idempotency_keys::table.find((customer.get(), &key)))
+            .set((
+                idempotency_keys::response_status.eq(Some(response.status as i16)),
+                idempotency_keys::response_location.eq(response.location),
+                idempotency_keys::response_body.eq(response.body),
+            ))
+            .execute(conn)?;
+        Ok(())
+    })
+    .await
+}
+
+/// Frees a claimed key whose request changed nothing (it failed closed), so
+/// the customer's retry with the same form can run.
+pub async fn release(
+    pool: &PgPool,
+    customer: CustomerId,
+    key: &IdempotencyKey,
+) -> Result<(), AppError> {
+    let key = key.as_str().to_string();
+    db::run(pool, move |conn| {
+        diesel::delete(idempotency_keys::table.find((customer.get(), &key))).execute(conn)?;
+        Ok(())
+    })
+    .await
+}
+
+/// Deletes keys older than the retention period; returns how many.
+pub fn purge_expired(
+    conn: &mut db::PgConn,
+    retention: std::time::Duration,
+) -> Result<usize, AppError> {
+    let cutoff = Utc::now() - Duration::from_std(retention).unwrap_or(Duration::days(1));
+    Ok(
+        diesel::delete(idempotency_keys::table.filter(idempotency_keys::created_at.lt(cutoff)))
+            .execute(conn)?,
+    )
+}

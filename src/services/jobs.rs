@@ -1,0 +1,80 @@
+//! Background jobs. Each has a `run_once` that tests call directly; `spawn`
+//! runs them on an interval inside `flashsale serve`.
+
+use std::time::Duration;
+
+use chrono::Utc;
+use diesel::prelude::*;
+
+use super::restore::restore_order;
+use super::Shop;
+use crate::db;
+use crate::db::schema::orders;
+use crate::domain::{OrderId, OrderStatus};
+use crate::error::AppError;
+use crate::services::idempotency::purge_expired;
+
+/// How many due orders one sweep takes on; the next sweep takes the rest.
+const SWEEP_BATCH: i64 = 200;
+
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct JobReport {
+    /// Orders moved to `expired`, their units back on sale.
+    pub expired: usize,
+    /// Due orders another transaction or instance was already handling.
+    pub skipped: usize,
+    /// Due orders whose restore failed (Redis or Postgres down); retried next run.
+    pub failed: usize,
+    pub purged_keys: usize,
+}
+
+/// One pass of every job: expire unpaid orders past their deadline, then
+/// purge idempotency keys past their retention.
+pub async fn run_once(shop: &Shop) -> Result<JobReport, AppError> {
+    let mut report = JobReport::default();
+    // Claim with SKIP LOCKED: rows another transaction holds are left to it.
+    let due: Vec<i64> = db::run(&shop.pool, |conn| {
+        conn.transaction(|conn| {
+            Ok(orders::table
+                .filter(orders::status.eq(OrderStatus::AwaitingPayment.as_str()))
+                .filter(orders::payment_deadline.le(Utc::now()))
+                .order(orders::payment_deadline.asc())
+                .limit(SWEEP_BATCH)
+                .select(orders::id)
+                .for_update()
+                .skip_locked()
+                .load(conn)?)
+        })
+    })
+    .await?;
+    for order in due {
+        match restore_order(shop, OrderId(order), OrderStatus::Expired).await {
+            Ok(true) => report.expired += 1,
+            // Expired, paid or declined meanwhile by someone else: nothing to do.
+            Ok(false) | Err(AppError::Conflict { .. }) => report.skipped += 1,
+            Err(error) => {
+                tracing::warn!(order, %error, "could not expire order; will retry");
+                report.failed += 1;
+            }
+        }
+    }
+    let retention = shop.settings.idempotency_retention;
+    report.purged_keys = db::run(&shop.pool, move |conn| purge_expired(conn, retention)).await?;
+    Ok(report)
+}
+
+/// Runs the jobs every `interval` until the process ends.
+pub fn spawn(shop: Shop, interval: Duration) {
+    tokio::spawn(async move {
+        let mut ticker = tokio::time::interval(interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticker.tick().await;
+            match run_once(&shop).await {
+                Ok(report) if report != JobReport::default() => tracing::info!(?report, "jobs ran"),
+                Ok(_) => {}
+                Err(error) => tracing::warn!(%error, "jobs failed; retrying next interval"),
+            }
+        }
+    });
+}

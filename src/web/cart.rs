@@ -1,0 +1,178 @@
+//! The cart: several products, one order. It lives in the session until
+//! checkout, which buys every line or none.
+
+use actix_session::Session;
+use actix_web::http::StatusCode;
+use actix_web::{get, post, web, HttpRequest, HttpResponse};
+use chrono::Utc;
+
+use super::idempotency::{once, Intent};
+use super::pages::{render, CartLine, CartPage, Nav};
+use super::session::{verify_csrf, SignedIn};
+use super::shop::parse_product_id;
+use super::{html, see_other};
+use crate::domain::{ProductId, Quantity};
+use crate::error::AppError;
+use crate::services::catalog::find_product;
+use crate::services::purchase::{purchase, Line};
+use crate::services::Shop;
+
+const CART_KEY: &str = "cart";
+const MAX_LINES: usize = 20;
+
+/// (product id, units) in the order they were added.
+type StoredCart = Vec<(i64, i32)>;
+
+fn load(session: &Session) -> StoredCart {
+    session
+        .get::<StoredCart>(CART_KEY)
+        .ok()
+        .flatten()
+        .unwrap_or_default()
+}
+
+fn store(session: &Session, cart: &StoredCart) -> Result<(), AppError> {
+    session
+        .insert(CART_KEY, cart)
+        .map_err(|e| AppError::Internal(anyhow::anyhow!("session: {e}")))
+}
+
+#[derive(serde::Deserialize)]
+pub struct CartForm {
+    #[serde(default)]
+    product_id: String,
+    #[serde(default)]
+    quantity: String,
+    #[serde(default)]
+    csrf_token: String,
+}
+
+#[get("/cart")]
+pub async fn cart_page(
+    shop: web::Data<Shop>,
+    _signed_in: SignedIn,
+    session: Session,
+) -> Result<HttpResponse, AppError> {
+    let mut lines = Vec::new();
+    for (product, units) in load(&session) {
+        // A product deleted since it was added simply drops out of the cart.
+        if let Ok(product) = find_product(&shop.pool, ProductId(product)).await {
+            lines.push(CartLine::new(&product, units, Utc::now()));
+        }
+    }
+    let page = CartPage {
+        nav: Nav::from_session(&session),
+        lines,
+    };
+    Ok(html(StatusCode::OK, render(&page)?))
+}
+
+#[post("/cart/add")]
+pub async fn add(
+    shop: web::Data<Shop>,
+    _signed_in: SignedIn,
+    session: Session,
+    form: web::Form<CartForm>,
+) -> Result<HttpResponse, AppError> {
+    verify_csrf(&session, &form.csrf_token)?;
+    let product = parse_product_id(&form.product_id)?;
+    let quantity = Quantity::parse(&form.quantity)?;
+    find_product(&shop.pool, product).await?;
+    let mut cart = load(&session);
+    let lines = cart.len();
+    match cart.iter_mut().find(|(id, _)| *id == product.get()) {
+        Some((_, units)) => *units = Quantity::new(*units + quantity.get())?.get(),
+        None if lines >= MAX_LINES => {
+            return Err(AppError::Invalid(format!(
+                "A cart holds at most {MAX_LINES} different products."
+            )));
+        }
+        None => cart.push((product.get(), quantity.get())),
+    }
+    store(&session, &cart)?;
+    Ok(see_other("/cart"))
+}
+
+#[post("/cart/update")]
+pub async fn update(
+    _signed_in: SignedIn,
+    session: Session,
+    form: web::Form<CartForm>,
+) -> Result<HttpResponse, AppError> {
+    verify_csrf(&session, &form.csrf_token)?;
+    let product = parse_product_id(&form.product_id)?;
+    let mut cart = load(&session);
+    if form.quantity.trim() == "0" {
+        cart.retain(|(id, _)| *id != product.get());
+    } else {
+        let quantity = Quantity::parse(&form.quantity)?;
+        let line = cart
+            .iter_mut()
+            .find(|(id, _)| *id == product.get())
+            .ok_or_else(|| AppError::NotFound("That product is not in your cart.".into()))?;
+        line.1 = quantity.get();
+    }
+    store(&session, &cart)?;
+    Ok(see_other("/cart"))
+}
+
+#[post("/cart/remove")]
+pub async fn remove(
+    _signed_in: SignedIn,
+    session: Session,
+    form: web::Form<CartForm>,
+) -> Result<HttpResponse, AppError> {
+    verify_csrf(&session, &form.csrf_token)?;
+    let product = parse_product_id(&form.product_id)?;
+    let mut cart = load(&session);
+    cart.retain(|(id, _)| *id != product.get());
+    store(&session, &cart)?;
+    Ok(see_other("/cart"))
+}
+
+#[derive(serde::Deserialize)]
+pub struct CheckoutForm {
+    #[serde(default)]
+    csrf_token: String,
+    idempotency_key: Option<String>,
+}
+
+/// One order for the whole cart: every line is bought or none is.
+#[post("/cart/checkout")]
+pub async fn checkout(
+    shop: web::Data<Shop>,
+    SignedIn(account): SignedIn,
+    session: Session,
+    request: HttpRequest,
+    form: web::Form<CheckoutForm>,
+) -> Result<HttpResponse, AppError> {
+    verify_csrf(&session, &form.csrf_token)?;
+    let cart = load(&session);
+    let mut canonical = cart.clone();
+    canonical.sort_unstable();
+    let intent = Intent {
+        request: &request,
+        form_key: form.idempotency_key.as_deref(),
+        fields: format!("{canonical:?}"),
+    };
+    once(&shop, account.id, intent, || async {
+        if cart.is_empty() {
+            return Err(AppError::Invalid(
+                "Your cart is empty: add a product first.".into(),
+            ));
+        }
+        let lines = cart
+            .iter()
+            .map(|(product, units)| {
+                Ok(Line {
+                    product: ProductId(*product),
+                    quantity: Quantity::new(*units)?,
+                })
+            })
+            .collect::<Result<Vec<_>, AppError>>()?;
+        let order = purchase(&shop, account.id, lines).await?.into_result()?;
+        store(&session, &Vec::new())?;
+        Ok(see_other(&format!("/orders/{order}")))
+    })
+    .await
+}

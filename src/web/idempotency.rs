@@ -1,0 +1,126 @@
+//! Runs a state-changing request at most once per idempotency key, as
+//! payment APIs do: the key comes from the form's hidden `idempotency_key`
+//! field or the `Idempotency-Key` header.
+
+use std::future::Future;
+use std::time::Duration;
+
+use actix_web::body::to_bytes;
+use actix_web::http::{header, StatusCode};
+use actix_web::{HttpRequest, HttpResponse, ResponseError};
+
+use crate::domain::{CustomerId, IdempotencyKey};
+use crate::error::AppError;
+use crate::services::idempotency::{claim, fingerprint, release, save, Claim, SavedResponse};
+use crate::services::Shop;
+
+const POLL: Duration = Duration::from_millis(25);
+
+/// What identifies the intended action: the path and the fields that matter
+/// (product ids, quantities, card), never the CSRF token or the key itself.
+pub struct Intent<'a> {
+    pub request: &'a HttpRequest,
+    pub form_key: Option<&'a str>,
+    pub fields: String,
+}
+
+pub async fn once<F, Fut>(
+    shop: &Shop,
+    customer: CustomerId,
+    intent: Intent<'_>,
+    action: F,
+) -> Result<HttpResponse, AppError>
+where
+    F: FnOnce() -> Fut,
+    Fut: Future<Output = Result<HttpResponse, AppError>>,
+{
+    let header_key = intent
+        .request
+        .headers()
+        .get("Idempotency-Key")
+        .map(|v| v.to_str().unwrap_or(""));
+    let Some(raw_key) = intent.form_key.or(header_key) else {
+        return action().await;
+    };
+    let key = IdempotencyKey::parse(raw_key)?;
+    let print = fingerprint(&format!(
+        "{} {}\n{}",
+        intent.request.method(),
+        intent.request.path(),
+        intent.fields
+    ));
+
+    // A repeat that arrives while the first is running waits for its answer,
+    // up to about as long as the first can take to get its lock.
+    let patience = tokio::time::Instant::now() + shop.settings.lock_wait * 2;
+    loop {
+        match claim(&shop.pool, customer, &key, &print).await? {
+            Claim::Run => break,
+            Claim::Replay(saved) => return Ok(replay(saved)),
+            Claim::Mismatch => {
+                return Err(AppError::conflict(
+                    "Conflicting reuse of key",
+                    "This form's one-time key was already used for a different request, so nothing was done. Reload the page and try again.",
+                ))
+            }
+            Claim::InProgress if tokio::time::Instant::now() < patience => tokio::time::sleep(POLL).await,
+            Claim::InProgress => {
+                return Err(AppError::conflict(
+                    "Already in progress",
+                    "This request is still being processed (or was interrupted). Check My orders before trying again.",
+                ))
+            }
+        }
+    }
+
+    let result = action().await;
+    let (status, location, body) = match &result {
+        Ok(response) => (
+            response.status(),
+            response
+                .headers()
+                .get(header::LOCATION)
+                .and_then(|l| l.to_str().ok())
+                .map(String::from),
+            None,
+        ),
+        Err(error) => {
+            let body = to_bytes(error.error_response().into_body()).await.ok();
+            (
+                error.status_code(),
+                None,
+                body.map(|b| String::from_utf8_lossy(&b).into_owned()),
+            )
+        }
+    };
+    if status.is_server_error() {
+        // Fail-closed answers changed nothing: let the same form be sent again.
+        release(&shop.pool, customer, &key).await?;
+    } else {
+        save(
+            &shop.pool,
+            customer,
+            &key,
+            SavedResponse {
+                status: status.as_u16(),
+                location,
+                body,
+            },
+        )
+        .await?;
+    }
+    result
+}
+
+fn replay(saved: SavedResponse) -> HttpResponse {
+    let status = StatusCode::from_u16(saved.status).unwrap_or(StatusCode::OK);
+    let mut response = HttpResponse::build(status);
+    response.insert_header(("Idempotent-Replayed", "true"));
+    if let Some(location) = saved.location {
+        response.insert_header((header::LOCATION, location));
+    }
+    match saved.body {
+        Some(body) => response.content_type("text/html; charset=utf-8").body(body),
+        None => response.finish(),
+    }
+}
