@@ -321,11 +321,16 @@ impl Browser {
             let response = browser
                 .post_form("/signup", &[("email", &email), ("password", PASSWORD)])
                 .await;
+            let status = response.status();
+            let page = response.text().await.unwrap();
+            let heading = page
+                .split("<h1>")
+                .nth(1)
+                .and_then(|h| h.split("</h1>").next());
             assert_eq!(
-                response.status(),
+                status,
                 StatusCode::SEE_OTHER,
-                "sign-up of {email} failed: {}",
-                response.text().await.unwrap()
+                "sign-up of {email} failed: {heading:?}"
             );
             browser
         }
@@ -395,9 +400,11 @@ impl TestApp {
 
     /// Signs up `n` customers concurrently.
     pub async fn customers(&self, n: usize, tag: &str) -> Vec<Browser> {
+        use futures::StreamExt;
+        // A few at a time: sign-up hashes a password, which is slow on purpose.
         let signups =
             (0..n).map(|i| Browser::sign_up(&self.address, &format!("{tag}{i}@example.com")));
-        futures::future::join_all(signups).await
+        futures::stream::iter(signups).buffered(8).collect().await
     }
 
     pub async fn admin(&self) -> Browser {
