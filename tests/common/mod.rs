@@ -516,8 +516,19 @@ pub fn start_server_process(
     session_key_hex: &str,
     extra_env: &[(&str, &str)],
 ) -> ServerProcess {
+    let binary = std::path::PathBuf::from(env!("CARGO_BIN_EXE_flashsale"));
+    start_server_process_from(&binary, db_url, redis_prefix, session_key_hex, extra_env)
+}
+
+pub fn start_server_process_from(
+    binary: &std::path::Path,
+    db_url: &str,
+    redis_prefix: &str,
+    session_key_hex: &str,
+    extra_env: &[(&str, &str)],
+) -> ServerProcess {
     use std::io::{BufRead, BufReader};
-    let mut command = Command::new(env!("CARGO_BIN_EXE_flashsale"));
+    let mut command = Command::new(binary);
     die_with_parent(&mut command)
         .arg("serve")
         .env("DATABASE_URL", db_url)

@@ -1,0 +1,225 @@
+//! kill -9 of the real server binary in the middle of a burst of purchases,
+//! payments and refunds; then a restart, the jobs, and the audit.
+
+mod common;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use common::*;
+use reqwest::StatusCode;
+
+/// The release binary when `scripts/test` has built it (as production runs),
+/// else the debug one this test was built with.
+fn server_binary() -> PathBuf {
+    let debug = PathBuf::from(env!("CARGO_BIN_EXE_flashsale"));
+    let release = debug
+        .parent()
+        .and_then(|d| d.parent())
+        .map(|t| t.join("release").join("flashsale"));
+    match release {
+        Some(path) if path.exists() => path,
+        _ => {
+            eprintln!("release binary not built; using {}", debug.display());
+            debug
+        }
+    }
+}
+
+fn status_summary(db: &TestDb) -> String {
+    let count = |status: &str| {
+        db.count(&format!(
+            "SELECT count(*) AS n FROM orders WHERE status = '{status}'"
+        ))
+    };
+    format!(
+        "awaiting_payment={} paid={} payment_failed={} expired={} refunded={} history_rows={}",
+        count("awaiting_payment"),
+        count("paid"),
+        count("payment_failed"),
+        count("expired"),
+        count("refunded"),
+        db.count("SELECT count(*) AS n FROM stock_history")
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn kill_nine_mid_burst_then_restart_leaves_an_exact_ledger() {
+    const STOCK: i64 = 300;
+    let db = TestDb::new();
+    let prefix = unique_prefix();
+    let key = "cd".repeat(64);
+    let binary = server_binary();
+    // Short payment window and lease so recovery happens within the test.
+    let env = [
+        ("PAYMENT_TIMEOUT", "3"),
+        ("LOCK_LEASE_MS", "3000"),
+        ("DB_STATEMENT_TIMEOUT_MS", "1000"),
+        ("JOBS_INTERVAL", "3600"),
+    ];
+    let mut first = start_server_process_from(&binary, &db.url, &prefix, &key, &env);
+    let pool =
+        flashsale::db::build_pool(&db.url, 2, Duration::from_secs(5), Duration::from_secs(3));
+    let product = create_product(&pool, STOCK as i32, None).await;
+    flashsale::services::accounts::ensure_admin(
+        &pool,
+        flashsale::domain::Email::parse("admin@example.com").unwrap(),
+        flashsale::domain::Password::parse(PASSWORD).unwrap(),
+    )
+    .await
+    .unwrap();
+    let admin = Browser::sign_in(&first.address, "admin@example.com", PASSWORD).await;
+
+    // Orders that the burst will pay, decline and refund.
+    let customers: Vec<Browser> = {
+        use futures::StreamExt;
+        let signups =
+            (0..24).map(|i| Browser::sign_up(&first.address, &format!("crash{i}@example.com")));
+        futures::stream::iter(signups).buffered(8).collect().await
+    };
+    let mut open_orders = Vec::new();
+    for buyer in &customers[..12] {
+        open_orders.push((buyer.clone(), order_id_from(&buyer.buy(product, 1).await)));
+    }
+    let mut paid_orders = Vec::new();
+    for (buyer, order) in open_orders.drain(6..) {
+        assert_eq!(
+            buyer.pay(order, GOOD_CARD).await.status(),
+            StatusCode::SEE_OTHER
+        );
+        paid_orders.push(order);
+    }
+
+    // The burst: buyers, payers (good and declined cards) and refunds at once.
+    let mut tasks = Vec::new();
+    for buyer in customers[12..].iter().cloned() {
+        tasks.push(tokio::spawn(async move {
+            let Ok(page) = buyer
+                .client
+                .get(format!("{}/login", buyer.base))
+                .send()
+                .await
+            else {
+                return;
+            };
+            let token = csrf_from(&page.text().await.unwrap_or_default());
+            for _ in 0..40 {
+                let sent = buyer
+                    .client
+                    .post(format!("{}/products/{product}/buy", buyer.base))
+                    .form(&[("quantity", "1"), ("csrf_token", token.as_str())])
+                    .send()
+                    .await;
+                if sent.is_err() {
+                    break; // the server is gone
+                }
+            }
+        }));
+    }
+    for (i, (buyer, order)) in open_orders.into_iter().enumerate() {
+        tasks.push(tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(30 * i as u64)).await;
+            let card = if i % 2 == 0 { GOOD_CARD } else { DECLINED_CARD };
+            let _ = buyer
+                .client
+                .get(format!("{}/login", buyer.base))
+                .send()
+                .await;
+            let Ok(page) = buyer
+                .client
+                .get(format!("{}/orders/{order}", buyer.base))
+                .send()
+                .await
+            else {
+                return;
+            };
+            let token = csrf_from(&page.text().await.unwrap_or_default());
+            let _ = buyer
+                .client
+                .post(format!("{}/orders/{order}/pay", buyer.base))
+                .form(&[("card_number", card), ("csrf_token", token.as_str())])
+                .send()
+                .await;
+        }));
+    }
+    for (i, order) in paid_orders.into_iter().enumerate() {
+        let admin = admin.clone();
+        tasks.push(tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(40 * i as u64)).await;
+            let Ok(page) = admin
+                .client
+                .get(format!("{}/admin/orders/{order}", admin.base))
+                .send()
+                .await
+            else {
+                return;
+            };
+            let token = csrf_from(&page.text().await.unwrap_or_default());
+            let _ = admin
+                .client
+                .post(format!("{}/admin/orders/{order}/refund", admin.base))
+                .form(&[("csrf_token", token.as_str())])
+                .send()
+                .await;
+        }));
+    }
+
+    // Let the burst get going, then kill -9 the server mid-flight.
+    let started = Instant::now();
+    while db.count("SELECT count(*) AS n FROM orders") < 40
+        && started.elapsed() < Duration::from_secs(20)
+    {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    first.guard.kill();
+    for task in tasks {
+        let _ = task.await;
+    }
+    let at_crash = status_summary(&db);
+    eprintln!("after kill -9: {at_crash}, stock {}", db.stock(product));
+    // Every commit point leaves the ledger whole: nothing is half-written.
+    db.assert_audit_clean();
+    assert!(db.count("SELECT count(*) AS n FROM orders") >= 40);
+
+    // Restart: the dead process's locks lapse by lease; the jobs expire what was never paid.
+    let restart_env = [
+        ("PAYMENT_TIMEOUT", "3"),
+        ("LOCK_LEASE_MS", "3000"),
+        ("DB_STATEMENT_TIMEOUT_MS", "1000"),
+        ("JOBS_INTERVAL", "1"),
+    ];
+    let second = start_server_process_from(&binary, &db.url, &prefix, &key, &restart_env);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while db.count("SELECT count(*) AS n FROM orders WHERE status = 'awaiting_payment'") > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "unpaid orders were not expired: {}",
+            status_summary(&db)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let after = status_summary(&db);
+    eprintln!(
+        "after restart and jobs: {after}, stock {}",
+        db.stock(product)
+    );
+    db.assert_audit_clean();
+    let paid_units = db.count(
+        "SELECT COALESCE(sum(i.quantity), 0)::int8 AS n FROM order_items i JOIN orders o ON o.id = i.order_id WHERE o.status = 'paid'",
+    );
+    assert_eq!(
+        db.stock(product),
+        STOCK - paid_units,
+        "only paid units are gone; everything else came back"
+    );
+    assert_eq!(
+        db.count("SELECT count(*) AS n FROM stock_history WHERE reason IN ('payment_failed', 'expired', 'refund')"),
+        db.count("SELECT count(*) AS n FROM orders WHERE status IN ('payment_failed', 'expired', 'refunded')"),
+        "every restored order was restored exactly once"
+    );
+
+    // The restarted shop sells again.
+    let buyer = Browser::sign_in(&second.address, "crash0@example.com", PASSWORD).await;
+    assert_eq!(buyer.buy(product, 1).await.status(), StatusCode::SEE_OTHER);
+    db.assert_audit_clean();
+}
