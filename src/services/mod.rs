@@ -9,6 +9,7 @@ pub mod payment;
 pub mod purchase;
 pub mod restore;
 pub mod seed;
+pub mod stock;
 
 use std::sync::Arc;
 
