@@ -549,3 +549,18 @@ pub fn tally(statuses: &[StatusCode]) -> std::collections::BTreeMap<u16, usize> 
     }
     counts
 }
+
+/// Asserts a response's status and that its body says `text`; returns the body.
+pub async fn expect_page(response: reqwest::Response, status: StatusCode, text: &str) -> String {
+    let got = response.status();
+    let body = response.text().await.unwrap();
+    assert_eq!(got, status, "expected {status} with {text:?}, body: {body}");
+    assert!(body.contains(text), "expected {text:?} in: {body}");
+    body
+}
+
+/// Asserts a 303 to `location`.
+pub fn expect_redirect(response: &reqwest::Response, location: &str) {
+    assert_eq!(response.status(), StatusCode::SEE_OTHER);
+    assert_eq!(response.headers()["location"], location);
+}
