@@ -455,7 +455,7 @@ impl Drop for ChildGuard {
 }
 
 /// Children die with the test process even if it is killed before guards run.
-fn die_with_parent(command: &mut Command) -> &mut Command {
+pub fn die_with_parent(command: &mut Command) -> &mut Command {
     use std::os::unix::process::CommandExt;
     // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
     unsafe {
