@@ -284,6 +284,8 @@ async fn shop_and_admin_console_in_chromium() {
     let paid_order = chrome.buy(sneakers).await;
     chrome.expect_text("Pay $129.99").await;
     chrome.expect_text("4242 4242 4242 4242").await;
+    // The page script shows the deadline in the reader's zone, counting down.
+    chrome.expect_text("(in 9:").await;
     chrome.shot("03-payment").await;
     chrome.pay(GOOD_CARD).await;
     chrome.expect_path(&format!("/orders/{paid_order}")).await;

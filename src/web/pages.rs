@@ -135,6 +135,10 @@ impl SaleView {
     pub fn ends_at_text(&self) -> Option<String> {
         self.ends_at.as_ref().map(timestamp)
     }
+
+    pub fn ends_at_iso(&self) -> String {
+        self.ends_at.as_ref().map(iso).unwrap_or_default()
+    }
 }
 
 pub struct OrderRow {
