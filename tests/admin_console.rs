@@ -332,6 +332,10 @@ async fn orders_are_searchable_and_paginated() {
     )
     .await;
     assert_eq!(page.matches("href=\"/admin/orders/").count(), 3);
+    for odd in ["0", "-3", "x", "9223372036854775807"] {
+        let path = format!("/admin/orders?page={odd}");
+        expect_page(admin.get(&path).await, StatusCode::OK, "Page 1 of 2").await;
+    }
 
     let page = expect_page(
         admin.get("/admin/orders?email=BOB").await,

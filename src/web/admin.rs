@@ -42,9 +42,13 @@ pub async fn dashboard(
     Ok(html(StatusCode::OK, render(&page)?))
 }
 
-/// A page number from the query; anything odd means the first page.
+/// A page number from the query; anything odd means the first page. The cap
+/// keeps the row offset far from overflowing.
 fn page_number(raw: &str) -> i64 {
-    raw.parse::<i64>().ok().filter(|p| *p >= 1).unwrap_or(1)
+    raw.parse::<i64>()
+        .ok()
+        .filter(|p| (1..=1_000_000).contains(p))
+        .unwrap_or(1)
 }
 
 fn order_filter(search: &OrderSearch) -> Result<OrderFilter, AppError> {
