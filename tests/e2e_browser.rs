@@ -25,6 +25,8 @@ fn start_chromedriver() -> (ChildGuard, u16) {
     let port = free_port();
     let child = die_with_parent(&mut Command::new(CHROMEDRIVER))
         .arg(format!("--port={port}"))
+        // A zone other than the server's UTC and without summer time, to see times in the reader's own.
+        .env("TZ", "Asia/Tokyo")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -286,6 +288,7 @@ async fn shop_and_admin_console_in_chromium() {
     chrome.expect_text("4242 4242 4242 4242").await;
     // The page script shows the deadline in the reader's zone, counting down.
     chrome.expect_text("(in 9:").await;
+    chrome.expect_text(" GMT+9 (in").await;
     chrome.shot("03-payment").await;
     chrome.pay(GOOD_CARD).await;
     chrome.expect_path(&format!("/orders/{paid_order}")).await;
@@ -376,6 +379,7 @@ async fn shop_and_admin_console_in_chromium() {
 
     // The admin creates a sale, edits it and adds stock with a reason.
     chrome.click_link("New sale").await;
+    chrome.expect_text("In your time zone:").await;
     chrome.shot("14-admin-new-sale").await;
     chrome.fill("#name", "Vintage camera").await;
     chrome

@@ -22,5 +22,25 @@
       }
     });
   }
-  document.addEventListener("DOMContentLoaded", function () { update(); setInterval(update, 1000); });
+  // The sale form takes UTC (it must work without script); echo each value
+  // in the admin's own zone so a wrong hour is easy to spot.
+  function echoLocal(input) {
+    var out = document.getElementById(input.id + "-local");
+    if (!out) return;
+    var at = new Date(input.value + "Z");
+    out.textContent = input.value && !isNaN(at)
+      ? "In your time zone: " + at.toLocaleString(undefined, {
+          weekday: "short", year: "numeric", month: "short", day: "numeric",
+          hour: "2-digit", minute: "2-digit", timeZoneName: "short"
+        })
+      : "";
+  }
+  document.addEventListener("DOMContentLoaded", function () {
+    update();
+    setInterval(update, 1000);
+    document.querySelectorAll("input[data-utc]").forEach(function (input) {
+      echoLocal(input);
+      input.addEventListener("input", function () { echoLocal(input); });
+    });
+  });
 })();
