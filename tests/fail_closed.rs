@@ -67,7 +67,7 @@ async fn unreachable_redis_url_answers_503() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn lock_held_elsewhere_past_the_deadline_answers_busy() {
-    let app = spawn_app_with(|s| s.lock_wait = Duration::from_millis(300)).await;
+    let app = spawn_app_with(|s| s.lock_wait = Duration::from_millis(1_000)).await;
     let product = app.product(5, None).await;
     let buyer = app.customer("busy@example.com").await;
 

@@ -21,17 +21,56 @@ pub struct SaleSpec {
     pub ends_at: Option<DateTime<Utc>>,
 }
 
+/// The most units a sale may hold; keeps every stock sum far from `i32::MAX`.
+pub const MAX_STOCK: i32 = 10_000_000;
+
 impl SaleSpec {
     pub fn validate(self) -> Result<SaleSpec, InvalidInput> {
+        if !(0..=MAX_STOCK).contains(&self.stock) {
+            return Err(InvalidInput(
+                "Stock must be between 0 and 10,000,000 units.".into(),
+            ));
+        }
+        let terms = SaleTerms {
+            name: self.name,
+            description: self.description,
+            price: self.price,
+            per_customer_limit: self.per_customer_limit,
+            starts_at: self.starts_at,
+            ends_at: self.ends_at,
+        }
+        .validate()?;
+        Ok(SaleSpec {
+            name: terms.name,
+            description: terms.description,
+            ..self
+        })
+    }
+}
+
+/// Everything about a sale an admin may edit in place. Stock is not here:
+/// it only changes through a recorded adjustment, so the ledger stays whole.
+#[derive(Debug, Clone)]
+pub struct SaleTerms {
+    pub name: String,
+    pub description: String,
+    pub price: Money,
+    pub per_customer_limit: Option<i32>,
+    pub starts_at: DateTime<Utc>,
+    pub ends_at: Option<DateTime<Utc>>,
+}
+
+impl SaleTerms {
+    pub fn validate(self) -> Result<SaleTerms, InvalidInput> {
         let name = self.name.trim().to_string();
         if name.is_empty() || name.chars().count() > 200 {
             return Err(InvalidInput(
                 "Give the product a name of 1 to 200 characters.".into(),
             ));
         }
-        if !(0..=10_000_000).contains(&self.stock) {
+        if self.description.chars().count() > 5_000 {
             return Err(InvalidInput(
-                "Stock must be between 0 and 10,000,000 units.".into(),
+                "Keep the description under 5,000 characters.".into(),
             ));
         }
         if self.per_customer_limit.is_some_and(|l| l < 1) {
@@ -42,7 +81,11 @@ impl SaleSpec {
         if self.ends_at.is_some_and(|end| end <= self.starts_at) {
             return Err(InvalidInput("The sale must end after it starts.".into()));
         }
-        Ok(SaleSpec { name, ..self })
+        Ok(SaleTerms {
+            name,
+            description: self.description.trim().to_string(),
+            ..self
+        })
     }
 }
 
@@ -63,6 +106,40 @@ pub async fn create_product(pool: &PgPool, spec: SaleSpec) -> Result<Product, Ap
             .returning(Product::as_returning())
             .get_result(conn)?;
         Ok(product)
+    })
+    .await
+}
+
+/// Rewrites a sale's terms. The row lock makes a purchase in flight finish
+/// at the old price before the new one applies, never a mix of both.
+pub async fn update_sale(
+    pool: &PgPool,
+    id: ProductId,
+    terms: SaleTerms,
+) -> Result<Product, AppError> {
+    let terms = terms.validate()?;
+    db::run(pool, move |conn| {
+        conn.transaction(|conn| {
+            products::table
+                .find(id.get())
+                .for_update()
+                .select(products::id)
+                .first::<i64>(conn)
+                .optional()?
+                .ok_or_else(|| AppError::NotFound(format!("There is no product with id {id}.")))?;
+            Ok(diesel::update(products::table.find(id.get()))
+                .set((
+                    products::name.eq(&terms.name),
+                    products::description.eq(&terms.description),
+                    products::price_cents.eq(terms.price.cents()),
+                    products::per_customer_limit.eq(terms.per_customer_limit),
+                    products::sale_starts_at.eq(terms.starts_at),
+                    products::sale_ends_at.eq(terms.ends_at),
+                    products::updated_at.eq(Utc::now()),
+                ))
+                .returning(Product::as_returning())
+                .get_result(conn)?)
+        })
     })
     .await
 }

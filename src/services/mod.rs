@@ -11,6 +11,7 @@ pub mod payment;
 pub mod purchase;
 pub mod restore;
 pub mod seed;
+pub mod stock;
 
 use std::sync::Arc;
 

@@ -5,7 +5,7 @@ use diesel::prelude::*;
 use crate::db::models::{Order, OrderItem, Payment, StockChange};
 use crate::db::schema::{customers, order_items, orders, payments, products, stock_history};
 use crate::db::{self, PgPool};
-use crate::domain::{CustomerId, OrderId};
+use crate::domain::{CustomerId, OrderId, OrderStatus, ProductId};
 use crate::error::AppError;
 
 #[derive(Debug, Clone)]
@@ -95,4 +95,67 @@ pub async fn recent_orders(pool: &PgPool, limit: i64) -> Result<Vec<(Order, Stri
             .load(conn)?)
     })
     .await
+}
+
+/// What the admin's order list is narrowed to; every part is optional.
+#[derive(Debug, Clone, Default)]
+pub struct OrderFilter {
+    /// Part of the buyer's email, matched case-insensitively.
+    pub email: Option<String>,
+    pub status: Option<OrderStatus>,
+    pub product: Option<ProductId>,
+}
+
+/// One page of the orders matching `filter`, newest first, with the buyer's
+/// email, and how many match in all.
+pub async fn search_orders(
+    pool: &PgPool,
+    filter: OrderFilter,
+    offset: i64,
+    limit: i64,
+) -> Result<(Vec<(Order, String)>, i64), AppError> {
+    db::run(pool, move |conn| {
+        let query = || {
+            let mut query = orders::table.inner_join(customers::table).into_boxed();
+            if let Some(email) = &filter.email {
+                query = query.filter(customers::email.ilike(like_pattern(email)));
+            }
+            if let Some(status) = filter.status {
+                query = query.filter(orders::status.eq(status.as_str()));
+            }
+            if let Some(product) = filter.product {
+                query = query.filter(
+                    orders::id.eq_any(
+                        order_items::table
+                            .filter(order_items::product_id.eq(product.get()))
+                            .select(order_items::order_id),
+                    ),
+                );
+            }
+            query
+        };
+        let rows = query()
+            .order(orders::id.desc())
+            .offset(offset)
+            .limit(limit)
+            .select((Order::as_select(), customers::email))
+            .load(conn)?;
+        let total = query().count().get_result(conn)?;
+        Ok((rows, total))
+    })
+    .await
+}
+
+/// A LIKE pattern matching `text` anywhere, with LIKE's own wildcards taken literally.
+fn like_pattern(text: &str) -> String {
+    let mut pattern = String::with_capacity(text.len() + 2);
+    pattern.push('%');
+    for c in text.chars() {
+        if matches!(c, '%' | '_' | '\\') {
+            pattern.push('\\');
+        }
+        pattern.push(c);
+    }
+    pattern.push('%');
+    pattern
 }

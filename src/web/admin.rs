@@ -1,20 +1,33 @@
 use actix_session::Session;
 use actix_web::http::StatusCode;
-use actix_web::{get, post, web, HttpRequest, HttpResponse};
+use actix_web::{get, post, web, HttpRequest, HttpResponse, ResponseError};
+use chrono::{DateTime, NaiveDateTime, Utc};
 
 use super::auth::CsrfOnlyForm;
 use super::idempotency::{once, Intent};
 use super::orders::parse_order_id;
-use super::pages::{render, AdminDashboardPage, AdminOrdersPage, Nav, OrderPage, OrderRow};
+use super::pages::{
+    render, AdminDashboardPage, AdminHistoryPage, AdminOrdersPage, AdminSaleFormPage, Choice,
+    HistoryRow, Nav, OrderPage, OrderRow, OrderSearch, Pager, RefundConfirmPage, SaleFields,
+    SaleView,
+};
 use super::session::{verify_csrf, Admin};
+use super::shop::parse_product_id;
 use super::{html, see_other};
 use crate::db;
-use crate::domain::OrderStatus;
+use crate::domain::{InvalidInput, Money, OrderStatus, ProductId};
 use crate::error::AppError;
 use crate::services::audit::run_audit;
-use crate::services::orders::{order_detail, recent_orders};
+use crate::services::catalog::{
+    create_product, find_product, list_products, update_sale, SaleSpec, SaleTerms,
+};
+use crate::services::orders::{order_detail, search_orders, OrderFilter};
 use crate::services::restore::restore_order;
+use crate::services::stock::{adjust_stock, history_of, Adjustment};
 use crate::services::Shop;
+
+const ORDERS_PER_PAGE: i64 = 25;
+const HISTORY_PER_PAGE: i64 = 50;
 
 #[get("/admin")]
 pub async fn dashboard(
@@ -30,20 +43,84 @@ pub async fn dashboard(
     Ok(html(StatusCode::OK, render(&page)?))
 }
 
+/// A page number from the query; anything odd means the first page. The cap
+/// keeps the row offset far from overflowing.
+fn page_number(raw: &str) -> i64 {
+    raw.parse::<i64>()
+        .ok()
+        .filter(|p| (1..=1_000_000).contains(p))
+        .unwrap_or(1)
+}
+
+fn order_filter(search: &OrderSearch) -> Result<OrderFilter, AppError> {
+    let email = search.email.trim();
+    Ok(OrderFilter {
+        email: (!email.is_empty()).then(|| email.chars().take(254).collect()),
+        status: match search.status.as_str() {
+            "" => None,
+            raw => {
+                Some(OrderStatus::parse(raw).ok_or_else(|| {
+                    AppError::Invalid(format!("There is no order status “{raw}”."))
+                })?)
+            }
+        },
+        product: match search.product.as_str() {
+            "" => None,
+            raw => Some(raw.parse::<ProductId>()?),
+        },
+    })
+}
+
 #[get("/admin/orders")]
 pub async fn orders(
     shop: web::Data<Shop>,
     _admin: Admin,
     session: Session,
+    query: web::Query<OrderSearch>,
 ) -> Result<HttpResponse, AppError> {
-    let orders = recent_orders(&shop.pool, 200)
+    let search = query.into_inner();
+    let filter = order_filter(&search)?;
+    let page = page_number(&search.page);
+    let (found, total) = search_orders(
+        &shop.pool,
+        filter,
+        (page - 1) * ORDERS_PER_PAGE,
+        ORDERS_PER_PAGE,
+    )
+    .await?;
+    let products = list_products(&shop.pool)
         .await?
-        .iter()
-        .map(|(order, email)| OrderRow::new(order, email))
+        .into_iter()
+        .map(|p| Choice {
+            value: p.id.to_string(),
+            label: format!("#{} {}", p.id, p.name),
+        })
         .collect();
+    let statuses = OrderStatus::ALL
+        .into_iter()
+        .map(|s| Choice {
+            value: s.as_str().into(),
+            label: s.label().into(),
+        })
+        .collect();
+    let query_string = serde_urlencoded::to_string(&search).unwrap_or_default();
+    let pager = Pager::new(page, ORDERS_PER_PAGE, total, |n| {
+        if query_string.is_empty() {
+            format!("/admin/orders?page={n}")
+        } else {
+            format!("/admin/orders?{query_string}&page={n}")
+        }
+    });
     let page = AdminOrdersPage {
         nav: Nav::from_session(&session),
-        orders,
+        orders: found
+            .iter()
+            .map(|(order, email)| OrderRow::new(order, email))
+            .collect(),
+        search,
+        statuses,
+        products,
+        pager,
     };
     Ok(html(StatusCode::OK, render(&page)?))
 }
@@ -60,6 +137,22 @@ pub async fn order_detail_page(
         nav: Nav::from_session(&session),
         detail,
         admin_view: true,
+    };
+    Ok(html(StatusCode::OK, render(&page)?))
+}
+
+/// The step between the Refund button and the refund itself.
+#[get("/admin/orders/{id}/refund")]
+pub async fn refund_confirm(
+    shop: web::Data<Shop>,
+    _admin: Admin,
+    session: Session,
+    path: web::Path<String>,
+) -> Result<HttpResponse, AppError> {
+    let detail = order_detail(&shop.pool, parse_order_id(&path)?, None).await?;
+    let page = RefundConfirmPage {
+        nav: Nav::from_session(&session),
+        detail,
     };
     Ok(html(StatusCode::OK, render(&page)?))
 }
@@ -85,4 +178,232 @@ pub async fn refund(
         Ok(see_other(&format!("/admin/orders/{order}")))
     })
     .await
+}
+
+/// A `datetime-local` value, read as UTC (the form says so).
+fn parse_form_time(raw: &str, field: &str) -> Result<Option<DateTime<Utc>>, InvalidInput> {
+    let raw = raw.trim();
+    if raw.is_empty() {
+        return Ok(None);
+    }
+    ["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M"]
+        .iter()
+        .find_map(|format| NaiveDateTime::parse_from_str(raw, format).ok())
+        .map(|naive| Some(naive.and_utc()))
+        .ok_or_else(|| {
+            InvalidInput(format!(
+                "The {field} “{}” is not a date and time: write it like 2026-12-01T09:00.",
+                raw.chars().take(40).collect::<String>()
+            ))
+        })
+}
+
+fn parse_whole(raw: &str, what: &str) -> Result<i32, InvalidInput> {
+    raw.trim().parse().map_err(|_| {
+        InvalidInput(format!(
+            "The {what} “{}” is not a whole number.",
+            raw.chars().take(40).collect::<String>()
+        ))
+    })
+}
+
+fn parse_terms(fields: &SaleFields) -> Result<SaleTerms, InvalidInput> {
+    let per_customer_limit = match fields.per_customer_limit.trim() {
+        "" => None,
+        raw => Some(parse_whole(raw, "per-customer limit")?),
+    };
+    let starts_at = parse_form_time(&fields.starts_at, "start")?.ok_or_else(|| {
+        InvalidInput("Say when the sale starts (UTC), for example 2026-12-01T09:00.".into())
+    })?;
+    Ok(SaleTerms {
+        name: fields.name.clone(),
+        description: fields.description.clone(),
+        price: Money::parse_decimal(&fields.price)?,
+        per_customer_limit,
+        starts_at,
+        ends_at: parse_form_time(&fields.ends_at, "end")?,
+    })
+}
+
+fn parse_spec(fields: &SaleFields) -> Result<SaleSpec, InvalidInput> {
+    let terms = parse_terms(fields)?;
+    Ok(SaleSpec {
+        name: terms.name,
+        description: terms.description,
+        price: terms.price,
+        stock: parse_whole(&fields.stock, "stock")?,
+        per_customer_limit: terms.per_customer_limit,
+        starts_at: terms.starts_at,
+        ends_at: terms.ends_at,
+    })
+}
+
+/// A refused sale form comes back filled in as typed, with the reason on top.
+fn sale_form(
+    session: &Session,
+    sale: Option<SaleView>,
+    fields: SaleFields,
+    error: Option<AppError>,
+    saved: bool,
+) -> Result<HttpResponse, AppError> {
+    let status = error
+        .as_ref()
+        .map(ResponseError::status_code)
+        .unwrap_or(StatusCode::OK);
+    let page = AdminSaleFormPage {
+        nav: Nav::from_session(session),
+        sale,
+        fields,
+        error: error.map(|e| e.to_string()),
+        saved,
+    };
+    Ok(html(status, render(&page)?))
+}
+
+#[get("/admin/products/new")]
+pub async fn new_sale_page(_admin: Admin, session: Session) -> Result<HttpResponse, AppError> {
+    let start = Utc::now() + chrono::Duration::hours(1);
+    let fields = SaleFields {
+        stock: "10".into(),
+        starts_at: super::pages::form_time(&start),
+        ..SaleFields::default()
+    };
+    sale_form(&session, None, fields, None, false)
+}
+
+#[post("/admin/products")]
+pub async fn create_sale(
+    shop: web::Data<Shop>,
+    _admin: Admin,
+    session: Session,
+    form: web::Form<SaleFields>,
+) -> Result<HttpResponse, AppError> {
+    verify_csrf(&session, &form.csrf_token)?;
+    let fields = form.into_inner();
+    let created = async {
+        let spec = parse_spec(&fields)?;
+        create_product(&shop.pool, spec).await
+    };
+    match created.await {
+        Ok(product) => Ok(see_other(&format!(
+            "/admin/products/{}/edit?saved=1",
+            product.id
+        ))),
+        Err(error @ AppError::Invalid(_)) => sale_form(&session, None, fields, Some(error), false),
+        Err(other) => Err(other),
+    }
+}
+
+#[derive(serde::Deserialize)]
+pub struct SavedQuery {
+    #[serde(default)]
+    saved: String,
+}
+
+#[get("/admin/products/{id}/edit")]
+pub async fn edit_sale_page(
+    shop: web::Data<Shop>,
+    _admin: Admin,
+    session: Session,
+    path: web::Path<String>,
+    query: web::Query<SavedQuery>,
+) -> Result<HttpResponse, AppError> {
+    let product = find_product(&shop.pool, parse_product_id(&path)?).await?;
+    let sale = SaleView::new(&product, Utc::now());
+    sale_form(
+        &session,
+        Some(sale),
+        SaleFields::of(&product),
+        None,
+        !query.saved.is_empty(),
+    )
+}
+
+#[post("/admin/products/{id}/edit")]
+pub async fn edit_sale(
+    shop: web::Data<Shop>,
+    _admin: Admin,
+    session: Session,
+    path: web::Path<String>,
+    form: web::Form<SaleFields>,
+) -> Result<HttpResponse, AppError> {
+    verify_csrf(&session, &form.csrf_token)?;
+    let id = parse_product_id(&path)?;
+    let fields = form.into_inner();
+    let updated = async {
+        let terms = parse_terms(&fields)?;
+        update_sale(&shop.pool, id, terms).await
+    };
+    match updated.await {
+        Ok(product) => Ok(see_other(&format!(
+            "/admin/products/{}/edit?saved=1",
+            product.id
+        ))),
+        Err(error @ AppError::Invalid(_)) => {
+            let product = find_product(&shop.pool, id).await?;
+            let sale = SaleView::new(&product, Utc::now());
+            sale_form(&session, Some(sale), fields, Some(error), false)
+        }
+        Err(other) => Err(other),
+    }
+}
+
+#[derive(serde::Deserialize)]
+pub struct AdjustForm {
+    #[serde(default)]
+    delta: String,
+    #[serde(default)]
+    reason: String,
+    #[serde(default)]
+    csrf_token: String,
+}
+
+#[post("/admin/products/{id}/stock")]
+pub async fn adjust(
+    shop: web::Data<Shop>,
+    _admin: Admin,
+    session: Session,
+    path: web::Path<String>,
+    form: web::Form<AdjustForm>,
+) -> Result<HttpResponse, AppError> {
+    verify_csrf(&session, &form.csrf_token)?;
+    let product = parse_product_id(&path)?;
+    let adjustment = Adjustment::parse(&form.delta, &form.reason)?;
+    adjust_stock(&shop, product, adjustment).await?;
+    Ok(see_other(&format!("/admin/products/{product}/history")))
+}
+
+#[derive(serde::Deserialize)]
+pub struct PageQuery {
+    #[serde(default)]
+    page: String,
+}
+
+#[get("/admin/products/{id}/history")]
+pub async fn history(
+    shop: web::Data<Shop>,
+    _admin: Admin,
+    session: Session,
+    path: web::Path<String>,
+    query: web::Query<PageQuery>,
+) -> Result<HttpResponse, AppError> {
+    let id = parse_product_id(&path)?;
+    let product = find_product(&shop.pool, id).await?;
+    let page = page_number(&query.page);
+    let (rows, total) = history_of(
+        &shop.pool,
+        id,
+        (page - 1) * HISTORY_PER_PAGE,
+        HISTORY_PER_PAGE,
+    )
+    .await?;
+    let page = AdminHistoryPage {
+        nav: Nav::from_session(&session),
+        sale: SaleView::new(&product, Utc::now()),
+        rows: rows.iter().map(HistoryRow::new).collect(),
+        pager: Pager::new(page, HISTORY_PER_PAGE, total, |n| {
+            format!("/admin/products/{id}/history?page={n}")
+        }),
+    };
+    Ok(html(StatusCode::OK, render(&page)?))
 }

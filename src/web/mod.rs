@@ -26,6 +26,9 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
                 AppError::Invalid(format!("The form could not be read: {error}.")).into()
             }),
     )
+    .app_data(web::QueryConfig::default().error_handler(|error, _req| {
+        AppError::Invalid(format!("The address could not be read: {error}.")).into()
+    }))
     .service(health::healthz)
     .service(pages::stylesheet)
     .service(pages::script)
@@ -48,7 +51,14 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     .service(admin::dashboard)
     .service(admin::orders)
     .service(admin::order_detail_page)
+    .service(admin::refund_confirm)
     .service(admin::refund)
+    .service(admin::new_sale_page)
+    .service(admin::create_sale)
+    .service(admin::edit_sale_page)
+    .service(admin::edit_sale)
+    .service(admin::adjust)
+    .service(admin::history)
     .default_service(web::to(|| async {
         Err::<HttpResponse, _>(AppError::NotFound(
             "There is no page at this address.".into(),

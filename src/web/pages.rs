@@ -6,7 +6,7 @@ use askama::Template;
 use chrono::{DateTime, Utc};
 
 use super::session::{csrf_token, current_account};
-use crate::db::models::{Order, Product, SaleState};
+use crate::db::models::{Order, Product, SaleState, StockChange};
 use crate::domain::{Money, Quantity, Role};
 use crate::error::AppError;
 use crate::services::accounts::Account;
@@ -135,6 +135,10 @@ impl SaleView {
     pub fn ends_at_text(&self) -> Option<String> {
         self.ends_at.as_ref().map(timestamp)
     }
+
+    pub fn ends_at_iso(&self) -> String {
+        self.ends_at.as_ref().map(iso).unwrap_or_default()
+    }
 }
 
 pub struct OrderRow {
@@ -143,6 +147,7 @@ pub struct OrderRow {
     pub status_class: &'static str,
     pub total: String,
     pub created_at: String,
+    pub created_iso: String,
     pub email: String,
 }
 
@@ -154,6 +159,7 @@ impl OrderRow {
             status_class: order.status().as_str(),
             total: order.total().to_string(),
             created_at: timestamp(order.created_at),
+            created_iso: iso(&order.created_at),
             email: email.to_string(),
         }
     }
@@ -289,11 +295,205 @@ pub struct AdminDashboardPage {
     pub audit: AuditReport,
 }
 
+/// Pagination links that keep the rest of the query (search fields) intact.
+pub struct Pager {
+    pub page: i64,
+    pub pages: i64,
+    pub total: i64,
+    pub prev: Option<String>,
+    pub next: Option<String>,
+}
+
+impl Pager {
+    /// `link(n)` builds the address of page `n`.
+    pub fn new(page: i64, per_page: i64, total: i64, link: impl Fn(i64) -> String) -> Pager {
+        let pages = ((total + per_page - 1) / per_page).max(1);
+        Pager {
+            page,
+            pages,
+            total,
+            prev: (page > 1).then(|| link(page - 1)),
+            next: (page < pages).then(|| link(page + 1)),
+        }
+    }
+}
+
+/// What the admin typed into the order search, echoed back into the form.
+#[derive(Default, serde::Serialize, serde::Deserialize, Clone)]
+pub struct OrderSearch {
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub email: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub status: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub product: String,
+    #[serde(default, skip_serializing)]
+    pub page: String,
+}
+
+pub struct Choice {
+    pub value: String,
+    pub label: String,
+}
+
 #[derive(Template)]
 #[template(path = "admin_orders.html")]
 pub struct AdminOrdersPage {
     pub nav: Nav,
     pub orders: Vec<OrderRow>,
+    pub search: OrderSearch,
+    pub statuses: Vec<Choice>,
+    pub products: Vec<Choice>,
+    pub pager: Pager,
+}
+
+impl AdminOrdersPage {
+    pub fn filtered(&self) -> bool {
+        !(self.search.email.is_empty()
+            && self.search.status.is_empty()
+            && self.search.product.is_empty())
+    }
+}
+
+/// The sale form's fields as text, so a refused form comes back as typed.
+#[derive(Default, serde::Deserialize)]
+pub struct SaleFields {
+    #[serde(default)]
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    #[serde(default)]
+    pub price: String,
+    #[serde(default)]
+    pub stock: String,
+    #[serde(default)]
+    pub per_customer_limit: String,
+    #[serde(default)]
+    pub starts_at: String,
+    #[serde(default)]
+    pub ends_at: String,
+    #[serde(default)]
+    pub csrf_token: String,
+}
+
+/// The value a `datetime-local` input shows for `at`; the form is in UTC.
+pub fn form_time(at: &DateTime<Utc>) -> String {
+    at.format("%Y-%m-%dT%H:%M").to_string()
+}
+
+impl SaleFields {
+    pub fn of(product: &Product) -> SaleFields {
+        SaleFields {
+            name: product.name.clone(),
+            description: product.description.clone(),
+            price: format!(
+                "{}.{:02}",
+                product.price_cents / 100,
+                product.price_cents % 100
+            ),
+            stock: product.stock.to_string(),
+            per_customer_limit: product
+                .per_customer_limit
+                .map(|l| l.to_string())
+                .unwrap_or_default(),
+            starts_at: form_time(&product.sale_starts_at),
+            ends_at: product
+                .sale_ends_at
+                .as_ref()
+                .map(form_time)
+                .unwrap_or_default(),
+            csrf_token: String::new(),
+        }
+    }
+}
+
+/// Create (no `sale`) or edit (with the sale as it stands) a flash sale.
+#[derive(Template)]
+#[template(path = "admin_sale_form.html")]
+pub struct AdminSaleFormPage {
+    pub nav: Nav,
+    pub sale: Option<SaleView>,
+    pub fields: SaleFields,
+    pub error: Option<String>,
+    pub saved: bool,
+}
+
+impl AdminSaleFormPage {
+    pub fn action(&self) -> String {
+        match &self.sale {
+            Some(sale) => format!("/admin/products/{}/edit", sale.id),
+            None => "/admin/products".into(),
+        }
+    }
+}
+
+pub struct HistoryRow {
+    pub at_iso: String,
+    pub at_text: String,
+    pub delta: String,
+    pub stock_after: i32,
+    pub reason: &'static str,
+    pub note: String,
+    pub order_id: Option<i64>,
+}
+
+impl HistoryRow {
+    pub fn new(change: &StockChange) -> HistoryRow {
+        HistoryRow {
+            at_iso: iso(&change.created_at),
+            at_text: timestamp(change.created_at),
+            delta: format!("{:+}", change.delta),
+            stock_after: change.stock_after,
+            reason: match change.reason.as_str() {
+                "purchase" => "Purchase",
+                "payment_failed" => "Payment declined",
+                "expired" => "Payment window expired",
+                "refund" => "Refund",
+                "admin_adjust" => "Admin adjustment",
+                _ => "Other",
+            },
+            note: change.note.clone(),
+            order_id: change.order_id,
+        }
+    }
+}
+
+#[derive(Template)]
+#[template(path = "admin_history.html")]
+pub struct AdminHistoryPage {
+    pub nav: Nav,
+    pub sale: SaleView,
+    pub rows: Vec<HistoryRow>,
+    pub pager: Pager,
+}
+
+#[derive(Template)]
+#[template(path = "admin_refund.html")]
+pub struct RefundConfirmPage {
+    pub nav: Nav,
+    pub detail: OrderDetail,
+}
+
+impl RefundConfirmPage {
+    pub fn refundable(&self) -> bool {
+        self.detail.order.status() == crate::domain::OrderStatus::Paid
+    }
+
+    pub fn status_label(&self) -> &'static str {
+        self.detail.order.status().label()
+    }
+
+    pub fn status_class(&self) -> &'static str {
+        self.detail.order.status().as_str()
+    }
+
+    pub fn total(&self) -> String {
+        self.detail.order.total().to_string()
+    }
+
+    pub fn units(&self) -> i32 {
+        self.detail.lines.iter().map(|l| l.item.quantity).sum()
+    }
 }
 
 #[get("/static/app.css")]

@@ -465,7 +465,7 @@ impl Drop for ChildGuard {
 }
 
 /// Children die with the test process even if it is killed before guards run.
-fn die_with_parent(command: &mut Command) -> &mut Command {
+pub fn die_with_parent(command: &mut Command) -> &mut Command {
     use std::os::unix::process::CommandExt;
     // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
     unsafe {
@@ -569,4 +569,19 @@ pub fn tally(statuses: &[StatusCode]) -> std::collections::BTreeMap<u16, usize> 
         *counts.entry(status.as_u16()).or_insert(0) += 1;
     }
     counts
+}
+
+/// Asserts a response's status and that its body says `text`; returns the body.
+pub async fn expect_page(response: reqwest::Response, status: StatusCode, text: &str) -> String {
+    let got = response.status();
+    let body = response.text().await.unwrap();
+    assert_eq!(got, status, "expected {status} with {text:?}, body: {body}");
+    assert!(body.contains(text), "expected {text:?} in: {body}");
+    body
+}
+
+/// Asserts a 303 to `location`.
+pub fn expect_redirect(response: &reqwest::Response, location: &str) {
+    assert_eq!(response.status(), StatusCode::SEE_OTHER);
+    assert_eq!(response.headers()["location"], location);
 }

@@ -1,0 +1,138 @@
+//! Admin stock adjustments and the per-product ledger they land in.
+
+use chrono::Utc;
+use diesel::prelude::*;
+
+use super::catalog::MAX_STOCK;
+use super::Shop;
+use crate::db::models::{NewStockChange, StockChange};
+use crate::db::schema::{products, stock_history};
+use crate::db::{self, PgPool};
+use crate::domain::{InvalidInput, ProductId, StockReason};
+use crate::error::AppError;
+use crate::lock::ensure_lease_valid;
+
+/// A checked request to add (positive) or remove (negative) units, with the
+/// reason an accountant will read later.
+#[derive(Debug, Clone)]
+pub struct Adjustment {
+    pub delta: i32,
+    pub note: String,
+}
+
+impl Adjustment {
+    pub fn parse(delta: &str, note: &str) -> Result<Adjustment, InvalidInput> {
+        let trimmed = delta.trim();
+        let delta: i32 = trimmed
+            .strip_prefix('+')
+            .unwrap_or(trimmed)
+            .parse()
+            .ok()
+            .filter(|d: &i32| *d != 0 && d.unsigned_abs() <= MAX_STOCK as u32)
+            .ok_or_else(|| {
+                InvalidInput(format!(
+                    "“{}” is not a stock change: write a whole number of units such as 5 or -3 (not 0).",
+                    delta.chars().take(40).collect::<String>()
+                ))
+            })?;
+        let note = note.trim();
+        if note.is_empty() || note.chars().count() > 500 {
+            return Err(InvalidInput(
+                "Say why the stock changes (1 to 500 characters): it is kept in the stock history."
+                    .into(),
+            ));
+        }
+        Ok(Adjustment {
+            delta,
+            note: note.to_string(),
+        })
+    }
+}
+
+/// Applies `adjustment` under the same Redis lock and row lock as a sale, so
+/// a removal can never take units a buyer is being handed at that moment.
+/// Returns the stock afterwards.
+pub async fn adjust_stock(
+    shop: &Shop,
+    product: ProductId,
+    adjustment: Adjustment,
+) -> Result<i32, AppError> {
+    let pool = shop.pool.clone();
+    shop.locks
+        .with_locks(vec![product], move |lease_valid_until| async move {
+            db::run(&pool, move |conn| {
+                conn.transaction(|conn| {
+                    let stock: i32 = products::table
+                        .find(product.get())
+                        .for_update()
+                        .select(products::stock)
+                        .first(conn)
+                        .optional()?
+                        .ok_or_else(|| {
+                            AppError::NotFound(format!("There is no product with id {product}."))
+                        })?;
+                    let stock_after = stock + adjustment.delta;
+                    if stock_after < 0 {
+                        // Units already sold or reserved are not in `stock`, so
+                        // this also keeps an adjustment from undoing a sale.
+                        return Err(AppError::conflict(
+                            "Not enough stock to remove",
+                            format!(
+                                "Only {stock} units are in stock, so {} cannot be removed. Units already sold or awaiting payment cannot be taken back. Nothing was changed.",
+                                -adjustment.delta
+                            ),
+                        ));
+                    }
+                    if stock_after > MAX_STOCK {
+                        return Err(AppError::Invalid(format!(
+                            "A sale holds at most 10,000,000 units; it has {stock} now. Nothing was changed."
+                        )));
+                    }
+                    diesel::update(products::table.find(product.get()))
+                        .set((
+                            products::stock.eq(stock_after),
+                            products::updated_at.eq(Utc::now()),
+                        ))
+                        .execute(conn)?;
+                    diesel::insert_into(stock_history::table)
+                        .values(NewStockChange {
+                            product_id: product.get(),
+                            order_id: None,
+                            delta: adjustment.delta,
+                            stock_after,
+                            reason: StockReason::AdminAdjust.as_str(),
+                            note: &adjustment.note,
+                        })
+                        .execute(conn)?;
+                    ensure_lease_valid(lease_valid_until)?;
+                    Ok(stock_after)
+                })
+            })
+            .await
+        })
+        .await
+}
+
+/// One page of a product's ledger, newest first, and how many rows it has.
+pub async fn history_of(
+    pool: &PgPool,
+    product: ProductId,
+    offset: i64,
+    limit: i64,
+) -> Result<(Vec<StockChange>, i64), AppError> {
+    db::run(pool, move |conn| {
+        let rows = stock_history::table
+            .filter(stock_history::product_id.eq(product.get()))
+            .order(stock_history::id.desc())
+            .offset(offset)
+            .limit(limit)
+            .select(StockChange::as_select())
+            .load(conn)?;
+        let total = stock_history::table
+            .filter(stock_history::product_id.eq(product.get()))
+            .count()
+            .get_result(conn)?;
+        Ok((rows, total))
+    })
+    .await
+}
