@@ -25,6 +25,12 @@ pub struct Settings {
     pub jobs_interval: Duration,
     /// How long an idempotency key and its answer are kept.
     pub idempotency_retention: Duration,
+    /// Whether the Redis stock gate turns away sold-out buyers before the lock.
+    pub stock_gate: bool,
+    /// How often the gate is compared with the database and corrected.
+    pub reconcile_interval: Duration,
+    /// Tests only: fail every purchase right after the gate admits it.
+    pub inject_fault_after_admission: bool,
     /// 64 bytes that sign and encrypt session cookies; every instance of one shop must share it.
     pub session_key: Vec<u8>,
     pub cookie_secure: bool,
@@ -53,6 +59,9 @@ impl Settings {
             lock_lease: Duration::from_millis(parse_var("LOCK_LEASE_MS", 15_000)?),
             payment_timeout: Duration::from_secs(parse_var("PAYMENT_TIMEOUT", 600)?),
             jobs_interval: Duration::from_secs(parse_var("JOBS_INTERVAL", 30)?),
+            stock_gate: gate_switch()?,
+            reconcile_interval: Duration::from_secs(parse_var("RECONCILE_INTERVAL", 60)?),
+            inject_fault_after_admission: false,
             idempotency_retention: Duration::from_secs(
                 3600 * parse_var("IDEMPOTENCY_RETENTION_HOURS", 24)?,
             ),
@@ -85,6 +94,10 @@ impl Settings {
             lock_lease: Duration::from_secs(15),
             payment_timeout: Duration::from_secs(600),
             jobs_interval: Duration::from_secs(30),
+            // The suite runs with the gate on and again with STOCK_GATE=off.
+            stock_gate: gate_switch().unwrap_or(true),
+            reconcile_interval: Duration::from_secs(60),
+            inject_fault_after_admission: false,
             idempotency_retention: Duration::from_secs(24 * 3600),
             session_key: random_session_key(),
             cookie_secure: false,
@@ -122,6 +135,19 @@ where
             .parse()
             .map_err(|e| anyhow::anyhow!("{name}={raw:?}: {e}")),
         None => Ok(default),
+    }
+}
+
+/// `STOCK_GATE=on|off` (default on).
+fn gate_switch() -> anyhow::Result<bool> {
+    match var("STOCK_GATE")
+        .as_deref()
+        .map(str::to_ascii_lowercase)
+        .as_deref()
+    {
+        None | Some("on" | "true" | "1") => Ok(true),
+        Some("off" | "false" | "0") => Ok(false),
+        Some(other) => bail!("STOCK_GATE={other:?}: use on or off"),
     }
 }
 

@@ -5,6 +5,7 @@ pub mod config;
 pub mod db;
 pub mod domain;
 pub mod error;
+pub mod gate;
 pub mod lock;
 pub mod services;
 pub mod startup;

@@ -26,7 +26,9 @@ impl Application {
         let port = listener.local_addr()?.port();
         let shop = Shop::new(settings)?;
         let server = serve(listener, shop.clone())?;
+        crate::services::stock_gate::seed_all(&shop).await;
         crate::services::jobs::spawn(shop.clone(), shop.settings.jobs_interval);
+        crate::services::jobs::spawn_reconcile(shop.clone(), shop.settings.reconcile_interval);
         Ok(Application { port, server, shop })
     }
 

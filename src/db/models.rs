@@ -94,6 +94,7 @@ pub struct Order {
     pub payment_deadline: DateTime<Utc>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+    pub gate_key: Option<String>,
 }
 
 impl Order {
@@ -118,6 +119,7 @@ pub struct NewOrder<'a> {
     pub status: &'a str,
     pub total_cents: i64,
     pub payment_deadline: DateTime<Utc>,
+    pub gate_key: Option<&'a str>,
 }
 
 #[derive(Debug, Clone, Queryable, Selectable, Identifiable)]

@@ -41,6 +41,7 @@ diesel::table! {
         payment_deadline -> Timestamptz,
         created_at -> Timestamptz,
         updated_at -> Timestamptz,
+        gate_key -> Nullable<Text>,
     }
 }
 

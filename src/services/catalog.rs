@@ -8,6 +8,7 @@ use crate::db::schema::products;
 use crate::db::{self, PgPool};
 use crate::domain::{InvalidInput, Money, ProductId};
 use crate::error::AppError;
+use crate::services::Shop;
 
 /// A flash sale as an admin describes it, already checked.
 #[derive(Debug, Clone)]
@@ -112,13 +113,15 @@ pub async fn create_product(pool: &PgPool, spec: SaleSpec) -> Result<Product, Ap
 
 /// Rewrites a sale's terms. The row lock makes a purchase in flight finish
 /// at the old price before the new one applies, never a mix of both.
+/// Changes a sale's terms (not its stock: that goes through adjustments),
+/// then brings the stock gate's copy of the limit up to date.
 pub async fn update_sale(
-    pool: &PgPool,
+    shop: &Shop,
     id: ProductId,
     terms: SaleTerms,
 ) -> Result<Product, AppError> {
     let terms = terms.validate()?;
-    db::run(pool, move |conn| {
+    let product = db::run(&shop.pool, move |conn| {
         conn.transaction(|conn| {
             products::table
                 .find(id.get())
@@ -141,7 +144,11 @@ pub async fn update_sale(
                 .get_result(conn)?)
         })
     })
-    .await
+    .await?;
+    if let Err(error) = super::stock_gate::resync(shop, id).await {
+        tracing::warn!(%id, %error, "sale updated, but the stock gate could not be resynced; reconcile will do it");
+    }
+    Ok(product)
 }
 
 pub async fn list_products(pool: &PgPool) -> Result<Vec<Product>, AppError> {

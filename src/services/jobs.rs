@@ -63,6 +63,24 @@ pub async fn run_once(shop: &Shop) -> Result<JobReport, AppError> {
     Ok(report)
 }
 
+/// Runs the reconcile job every `interval` until the process ends.
+pub fn spawn_reconcile(shop: Shop, interval: Duration) {
+    if shop.gate.is_none() {
+        return;
+    }
+    tokio::spawn(async move {
+        let mut ticker = tokio::time::interval(interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        ticker.tick().await; // start-up seeding just ran
+        loop {
+            ticker.tick().await;
+            if let Err(error) = crate::services::stock_gate::reconcile_once(&shop).await {
+                tracing::warn!(%error, "reconcile failed; retrying next interval");
+            }
+        }
+    });
+}
+
 /// Runs the jobs every `interval` until the process ends.
 pub fn spawn(shop: Shop, interval: Duration) {
     tokio::spawn(async move {

@@ -12,13 +12,18 @@ pub mod purchase;
 pub mod restore;
 pub mod seed;
 pub mod stock;
+pub mod stock_gate;
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+
+use chrono::{DateTime, Utc};
 
 use crate::config::Settings;
 use crate::db::PgPool;
+use crate::gate::StockGate;
 use crate::lock::ProductLocks;
 use payment::PaymentGateway;
+use stock_gate::ReconcileReport;
 
 /// What the use cases need: the database, the locks, settings and the payment gateway.
 #[derive(Clone)]
@@ -27,6 +32,10 @@ pub struct Shop {
     pub locks: ProductLocks,
     pub settings: Arc<Settings>,
     pub gateway: Arc<dyn PaymentGateway>,
+    /// The Redis stock gate, unless `STOCK_GATE=off`.
+    pub gate: Option<StockGate>,
+    /// When the gate was last reconciled and what drift was found (admin dashboard).
+    pub last_reconcile: Arc<Mutex<Option<(DateTime<Utc>, ReconcileReport)>>>,
 }
 
 impl Shop {
@@ -43,9 +52,22 @@ impl Shop {
             settings.lock_wait,
             settings.lock_lease,
         )?;
+        let gate = if settings.stock_gate {
+            // Markers must outlive any order that may still give units back.
+            let marker_ttl = settings.payment_timeout + settings.idempotency_retention;
+            Some(StockGate::new(
+                &settings.redis_urls[0],
+                &settings.redis_key_prefix,
+                marker_ttl,
+            )?)
+        } else {
+            None
+        };
         Ok(Shop {
             pool,
             locks,
+            gate,
+            last_reconcile: Arc::new(Mutex::new(None)),
             settings: Arc::new(settings),
             gateway: Arc::new(payment::SandboxGateway),
         })

@@ -10,7 +10,9 @@ use crate::db::schema::{order_items, orders, products, stock_history};
 use crate::db::{self, PgConn};
 use crate::domain::{CustomerId, Money, OrderId, OrderStatus, ProductId, Quantity, StockReason};
 use crate::error::AppError;
+use crate::gate::{Admission, StockGate};
 use crate::lock::ensure_lease_valid;
+use crate::services::stock_gate::{give_back_all, seed_if_absent};
 
 /// One product and how many units of it, as the buyer asked.
 #[derive(Debug, Clone, Copy)]
@@ -84,30 +86,121 @@ pub async fn purchase(
         ));
     }
     let products: Vec<ProductId> = lines.iter().map(|l| l.product).collect();
-    if let Some(refusal) = refusal_before_locking(shop, &lines).await? {
-        return Ok(refusal);
-    }
+    let admission = match &shop.gate {
+        Some(gate) => match admit_all(shop, gate, customer, &lines).await? {
+            Ok(admission) => Some(admission),
+            Err(refusal) => return Ok(refusal),
+        },
+        None => {
+            if let Some(refusal) = refusal_before_locking(shop, &lines).await? {
+                return Ok(refusal);
+            }
+            None
+        }
+    };
+    let gate_key = admission.clone();
+    let admitted_products = products.clone();
     let pool = shop.pool.clone();
     let payment_deadline = Utc::now() + shop.settings.payment_timeout;
-    let result = shop
-        .locks
-        .with_locks(products, move |lease_valid_until| async move {
-            db::run(&pool, move |conn| {
-                conn.transaction(|conn| {
-                    let outcome =
-                        purchase_in_transaction(conn, customer, &lines, payment_deadline)?;
-                    ensure_lease_valid(lease_valid_until)?;
-                    Ok(outcome)
+    let fault_after_admission = shop.settings.inject_fault_after_admission;
+    let result = async {
+        if fault_after_admission {
+            return Err(AppError::Internal(anyhow::anyhow!(
+                "injected fault between admission and the database"
+            )));
+        }
+        shop.locks
+            .with_locks(products, move |lease_valid_until| async move {
+                db::run(&pool, move |conn| {
+                    conn.transaction(|conn| {
+                        let outcome = purchase_in_transaction(
+                            conn,
+                            customer,
+                            &lines,
+                            payment_deadline,
+                            gate_key.as_deref(),
+                        )?;
+                        ensure_lease_valid(lease_valid_until)?;
+                        Ok(outcome)
+                    })
                 })
+                .await
             })
             .await
-        })
-        .await;
+    }
+    .await;
+    // Whatever kept the order from being written hands the admitted units back.
+    if let (Some(gate), Some(admission)) = (&shop.gate, &admission) {
+        if !matches!(result, Ok(PurchaseOutcome::Purchased(_))) {
+            give_back_all(gate, customer, admission, &admitted_products).await;
+        }
+    }
     match result {
         Err(AppError::Busy) => Ok(PurchaseOutcome::Busy),
         Err(AppError::Unavailable(reason)) => Ok(PurchaseOutcome::Unavailable(reason)),
         other => other,
     }
+}
+
+/// Admits every line at the gate, or none: a refused line hands back the
+/// lines admitted before it. Returns the admission key, or the refusal.
+async fn admit_all(
+    shop: &Shop,
+    gate: &StockGate,
+    customer: CustomerId,
+    lines: &[Line],
+) -> Result<Result<String, PurchaseOutcome>, AppError> {
+    let key = uuid::Uuid::new_v4().simple().to_string();
+    let mut admitted = Vec::with_capacity(lines.len());
+    for line in lines {
+        let mut answer = gate
+            .admit(line.product, customer, line.quantity, &key)
+            .await;
+        if let Ok(Admission::Unknown) = answer {
+            // Created after this instance seeded, or lost with a Redis restart:
+            // seed from the database (if still absent) and ask once more.
+            seed_if_absent(shop, vec![line.product]).await?;
+            answer = gate
+                .admit(line.product, customer, line.quantity, &key)
+                .await;
+        }
+        let refusal = match answer {
+            Ok(Admission::Admitted | Admission::Repeat) => {
+                admitted.push(line.product);
+                continue;
+            }
+            Ok(Admission::SoldOut { available }) => PurchaseOutcome::SoldOut {
+                product: "This product".into(),
+                available: available as i32,
+            },
+            // Unknown even after seeding: the product does not exist.
+            Ok(Admission::Unknown) => {
+                give_back_all(gate, customer, &key, &admitted).await;
+                return Err(AppError::NotFound(format!(
+                    "There is no product with id {}.",
+                    line.product
+                )));
+            }
+            Ok(Admission::LimitReached { held, limit }) => PurchaseOutcome::LimitReached {
+                product: "This product".into(),
+                limit: limit as i32,
+                already: held,
+            },
+            Ok(Admission::Conflict) => {
+                give_back_all(gate, customer, &key, &admitted).await;
+                return Err(AppError::Internal(anyhow::anyhow!(
+                    "a fresh admission key was already in the gate"
+                )));
+            }
+            Err(error) => {
+                give_back_all(gate, customer, &key, &admitted).await;
+                return Err(error);
+            }
+        };
+        give_back_all(gate, customer, &key, &admitted).await;
+        return Ok(Err(refusal));
+    }
+    Ok(Ok(key))
 }
 
 /// Turns away, without queueing for the lock, a buyer that the locked check
@@ -167,6 +260,7 @@ fn purchase_in_transaction(
     customer: CustomerId,
     lines: &[Line],
     payment_deadline: DateTime<Utc>,
+    gate_key: Option<&str>,
 ) -> Result<PurchaseOutcome, AppError> {
     let now = Utc::now();
     let mut checked: Vec<(Product, Quantity)> = Vec::with_capacity(lines.len());
@@ -206,6 +300,7 @@ fn purchase_in_transaction(
             status: OrderStatus::AwaitingPayment.as_str(),
             total_cents: Money::from_cents(total)?.cents(),
             payment_deadline,
+            gate_key,
         })
         .returning(orders::id)
         .get_result(conn)?;

@@ -9,9 +9,10 @@ use super::Shop;
 use crate::db::models::{NewStockChange, Order, OrderItem};
 use crate::db::schema::{order_items, orders, products, stock_history};
 use crate::db::{self, PgConn};
-use crate::domain::{OrderId, OrderStatus, ProductId};
+use crate::domain::{CustomerId, OrderId, OrderStatus, ProductId};
 use crate::error::AppError;
 use crate::lock::ensure_lease_valid;
+use crate::services::stock_gate::give_back_all;
 
 /// Moves `order` into `to` (a restoring status) and puts its units back.
 /// The state machine refuses a second restore, and a unique index on the
@@ -27,21 +28,22 @@ pub async fn restore_order(shop: &Shop, order: OrderId, to: OrderStatus) -> Resu
     let items = order_items_of(shop, order).await?;
     let products: Vec<ProductId> = items.iter().map(|i| ProductId(i.product_id)).collect();
     let pool = shop.pool.clone();
+    let gate = shop.gate.clone();
     shop.locks
-        .with_locks(products, move |lease_valid_until| async move {
-            db::run(&pool, move |conn| {
+        .with_locks(products.clone(), move |lease_valid_until| async move {
+            let restored = db::run(&pool, move |conn| {
                 conn.transaction(|conn| {
                     let query = orders::table.find(order.get()).select(Order::as_select());
                     let current: Order = if to == OrderStatus::Expired {
                         match query.for_update().skip_locked().first(conn).optional()? {
                             Some(current) => current,
-                            None => return Ok(false),
+                            None => return Ok(None),
                         }
                     } else {
                         query.for_update().first(conn)?
                     };
                     if to == OrderStatus::Expired && current.payment_deadline > Utc::now() {
-                        return Ok(false);
+                        return Ok(None);
                     }
                     current
                         .status()
@@ -62,10 +64,19 @@ pub async fn restore_order(shop: &Shop, order: OrderId, to: OrderStatus) -> Resu
                     }
                     set_status(conn, order, to)?;
                     ensure_lease_valid(lease_valid_until)?;
-                    Ok(true)
+                    Ok(Some(current))
                 })
             })
-            .await
+            .await?;
+            let Some(restored) = restored else {
+                return Ok(false);
+            };
+            // Still under the product locks: the gate gets the units back
+            // before any buyer can be admitted against a stale count.
+            if let (Some(gate), Some(admission)) = (&gate, &restored.gate_key) {
+                give_back_all(gate, CustomerId(restored.customer_id), admission, &products).await;
+            }
+            Ok(true)
         })
         .await
 }

@@ -11,6 +11,7 @@ use crate::db::{self, PgPool};
 use crate::domain::{InvalidInput, ProductId, StockReason};
 use crate::error::AppError;
 use crate::lock::ensure_lease_valid;
+use crate::services::stock_gate::resync_locked;
 
 /// A checked request to add (positive) or remove (negative) units, with the
 /// reason an accountant will read later.
@@ -58,9 +59,10 @@ pub async fn adjust_stock(
     adjustment: Adjustment,
 ) -> Result<i32, AppError> {
     let pool = shop.pool.clone();
+    let gate = shop.gate.clone();
     shop.locks
         .with_locks(vec![product], move |lease_valid_until| async move {
-            db::run(&pool, move |conn| {
+            let stock_after = db::run(&pool, move |conn| {
                 conn.transaction(|conn| {
                     let stock: i32 = products::table
                         .find(product.get())
@@ -108,7 +110,9 @@ pub async fn adjust_stock(
                     Ok(stock_after)
                 })
             })
-            .await
+            .await?;
+            resync_locked(gate.as_ref(), &pool, product).await?;
+            Ok(stock_after)
         })
         .await
 }

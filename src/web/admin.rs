@@ -8,8 +8,8 @@ use super::idempotency::{once, Intent};
 use super::orders::parse_order_id;
 use super::pages::{
     render, AdminDashboardPage, AdminHistoryPage, AdminOrdersPage, AdminSaleFormPage, Choice,
-    HistoryRow, Nav, OrderPage, OrderRow, OrderSearch, Pager, RefundConfirmPage, SaleFields,
-    SaleView,
+    GateStatus, HistoryRow, Nav, OrderPage, OrderRow, OrderSearch, Pager, RefundConfirmPage,
+    SaleFields, SaleView,
 };
 use super::session::{verify_csrf, Admin};
 use super::shop::parse_product_id;
@@ -36,11 +36,70 @@ pub async fn dashboard(
     session: Session,
 ) -> Result<HttpResponse, AppError> {
     let audit = db::run(&shop.pool, run_audit).await?;
+    let gate = match &shop.gate {
+        None => None,
+        Some(gate) => {
+            let mut products = Vec::new();
+            let mut gate_readable = true;
+            for ledger in &audit.products {
+                let in_gate = gate.stock(ProductId(ledger.id)).await;
+                gate_readable &= in_gate.is_ok();
+                products.push((
+                    ledger.id,
+                    ledger.name.clone(),
+                    in_gate.ok().flatten(),
+                    ledger.stock,
+                ));
+            }
+            let last = shop
+                .last_reconcile
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone();
+            let last_reconcile = last.map(|(at, report)| {
+                let drifts = report
+                    .drifts
+                    .iter()
+                    .map(|d| {
+                        format!(
+                            "product {}: gate {} → database {}",
+                            d.product,
+                            d.gate.map_or("missing".into(), |g| g.to_string()),
+                            d.database
+                        )
+                    })
+                    .collect();
+                (super::pages::timestamp(at), report.checked, drifts)
+            });
+            Some(GateStatus {
+                products,
+                gate_readable,
+                last_reconcile,
+            })
+        }
+    };
     let page = AdminDashboardPage {
         nav: Nav::from_session(&session),
         audit,
+        gate,
     };
     Ok(html(StatusCode::OK, render(&page)?))
+}
+
+/// Overwrites the product's stock gate from the database, under its lock.
+#[post("/admin/products/{id}/resync-gate")]
+pub async fn resync_gate(
+    shop: web::Data<Shop>,
+    _admin: Admin,
+    session: Session,
+    path: web::Path<String>,
+    form: web::Form<CsrfOnlyForm>,
+) -> Result<HttpResponse, AppError> {
+    verify_csrf(&session, &form.csrf_token)?;
+    let product = parse_product_id(&path)?;
+    find_product(&shop.pool, product).await?;
+    crate::services::stock_gate::resync(&shop, product).await?;
+    Ok(see_other("/admin#gate"))
 }
 
 /// A page number from the query; anything odd means the first page. The cap
@@ -332,7 +391,7 @@ pub async fn edit_sale(
     let fields = form.into_inner();
     let updated = async {
         let terms = parse_terms(&fields)?;
-        update_sale(&shop.pool, id, terms).await
+        update_sale(&shop, id, terms).await
     };
     match updated.await {
         Ok(product) => Ok(see_other(&format!(

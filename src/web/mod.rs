@@ -49,6 +49,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     .service(orders::order_page)
     .service(orders::pay)
     .service(admin::dashboard)
+    .service(admin::resync_gate)
     .service(admin::orders)
     .service(admin::order_detail_page)
     .service(admin::refund_confirm)

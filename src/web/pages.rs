@@ -293,6 +293,15 @@ pub struct OrdersPage {
 pub struct AdminDashboardPage {
     pub nav: Nav,
     pub audit: AuditReport,
+    pub gate: Option<GateStatus>,
+}
+
+/// The stock gate as the dashboard shows it.
+pub struct GateStatus {
+    /// (product id, name, gate stock if readable, database stock)
+    pub products: Vec<(i64, String, Option<i64>, i32)>,
+    pub gate_readable: bool,
+    pub last_reconcile: Option<(String, usize, Vec<String>)>,
 }
 
 /// Pagination links that keep the rest of the query (search fields) intact.

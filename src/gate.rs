@@ -1,0 +1,268 @@
+//! The Redis stock gate: a per-product counter in front of Postgres that
+//! turns away sold-out and over-limit buyers in one Lua call, without the
+//! product lock or a database connection. It may refuse early; it never
+//! sells: every admitted buyer is still decided by the locked transaction.
+//!
+//! Every key of a product carries the hash tag `{product:ID}`, so each
+//! script touches one slot and runs unchanged on Redis Cluster.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use redis::Script;
+
+use crate::domain::{CustomerId, ProductId, Quantity};
+use crate::error::AppError;
+
+/// Admit, in this order: a repeat of an admitted key gets its earlier answer
+/// (before any stock check, so a repeat never takes stock); the customer's
+/// limit; an unknown stock key means no; too little stock means no; else take
+/// the units and remember the admission with its fingerprint.
+const ADMIT: &str = r#"
+local qty = tonumber(ARGV[1])
+local customer = ARGV[2]
+local ttl = tonumber(ARGV[3])
+if qty == nil or qty < 1 or qty ~= math.floor(qty) or ttl == nil or ttl < 1 or customer == nil or customer == '' then
+  return {-1, 0}
+end
+local fingerprint = customer .. ':' .. qty
+local earlier = redis.call('GET', KEYS[3])
+if earlier then
+  if earlier == fingerprint then return {1, 0, 0} end
+  return {4, 0, 0}
+end
+local limit = tonumber(redis.call('GET', KEYS[2]) or '0')
+if limit > 0 then
+  local held = tonumber(redis.call('GET', KEYS[4]) or '0')
+  if held + qty > limit then return {3, held, limit} end
+end
+local stock = redis.call('GET', KEYS[1])
+if not stock then return {5, 0, 0} end
+stock = tonumber(stock)
+if stock < qty then return {2, stock, 0} end
+redis.call('DECRBY', KEYS[1], qty)
+redis.call('SET', KEYS[3], fingerprint, 'PX', ttl)
+if limit > 0 then
+  redis.call('INCRBY', KEYS[4], qty)
+  redis.call('PEXPIRE', KEYS[4], ttl)
+end
+return {0, stock - qty, 0}
+"#;
+
+/// Give back an admission's units, once: only if the admission marker exists
+/// and no return marker does.
+const GIVE_BACK: &str = r#"
+local ttl = tonumber(ARGV[1])
+if ttl == nil or ttl < 1 then return -1 end
+local admitted = redis.call('GET', KEYS[2])
+if not admitted then return 0 end
+if redis.call('EXISTS', KEYS[3]) == 1 then return 0 end
+local qty = tonumber(string.match(admitted, ':(%d+)$'))
+if qty == nil then return -1 end
+redis.call('SET', KEYS[3], '1', 'PX', ttl)
+if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('INCRBY', KEYS[1], qty) end
+local held = tonumber(redis.call('GET', KEYS[4]) or '0')
+if held > 0 then redis.call('DECRBY', KEYS[4], math.min(held, qty)) end
+return qty
+"#;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admission {
+    Admitted,
+    /// This key was admitted before with the same request: no stock taken again.
+    Repeat,
+    SoldOut {
+        available: i64,
+    },
+    LimitReached {
+        held: i64,
+        limit: i64,
+    },
+    /// This key was admitted before for a different request.
+    Conflict,
+    /// The gate has no stock key for the product (never seeded, or lost).
+    Unknown,
+}
+
+#[derive(Clone)]
+pub struct StockGate {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    client: redis::Client,
+    connection: tokio::sync::Mutex<Option<MultiplexedConnection>>,
+    prefix: String,
+    marker_ttl: Duration,
+    admit: Script,
+    give_back: Script,
+}
+
+const TIMEOUT: Duration = Duration::from_secs(1);
+
+impl StockGate {
+    /// `marker_ttl` must outlive any order that may still give units back:
+    /// the payment window plus how long replays are honoured.
+    pub fn new(url: &str, prefix: &str, marker_ttl: Duration) -> anyhow::Result<StockGate> {
+        Ok(StockGate {
+            inner: Arc::new(Inner {
+                client: redis::Client::open(url)?,
+                connection: tokio::sync::Mutex::new(None),
+                prefix: prefix.to_string(),
+                marker_ttl,
+                admit: Script::new(ADMIT),
+                give_back: Script::new(GIVE_BACK),
+            }),
+        })
+    }
+
+    fn key(&self, product: ProductId, part: &str) -> String {
+        format!("{}gate:{{product:{}}}:{}", self.inner.prefix, product, part)
+    }
+
+    pub fn stock_key(&self, product: ProductId) -> String {
+        self.key(product, "stock")
+    }
+
+    async fn connection(&self) -> Result<MultiplexedConnection, AppError> {
+        let mut slot = self.inner.connection.lock().await;
+        if let Some(connection) = slot.as_ref() {
+            return Ok(connection.clone());
+        }
+        let connection = tokio::time::timeout(
+            TIMEOUT,
+            self.inner.client.get_multiplexed_async_connection(),
+        )
+        .await
+        .map_err(|_| unavailable("connecting timed out"))?
+        .map_err(|e| unavailable(&e.to_string()))?;
+        *slot = Some(connection.clone());
+        Ok(connection)
+    }
+
+    /// Bounds one command or script in time; a failed connection is dropped
+    /// so the next call reconnects.
+    async fn guard<T>(
+        &self,
+        call: impl std::future::Future<Output = redis::RedisResult<T>>,
+    ) -> Result<T, AppError> {
+        match tokio::time::timeout(TIMEOUT, call).await {
+            Ok(Ok(value)) => Ok(value),
+            failure => {
+                *self.inner.connection.lock().await = None;
+                Err(match failure {
+                    Ok(Err(e)) => unavailable(&e.to_string()),
+                    _ => unavailable("no answer in time"),
+                })
+            }
+        }
+    }
+
+    pub async fn admit(
+        &self,
+        product: ProductId,
+        customer: CustomerId,
+        quantity: Quantity,
+        admission: &str,
+    ) -> Result<Admission, AppError> {
+        let mut invocation = self.inner.admit.prepare_invoke();
+        invocation
+            .key(self.key(product, "stock"))
+            .key(self.key(product, "limit"))
+            .key(self.key(product, &format!("adm:{admission}")))
+            .key(self.key(product, &format!("cust:{customer}")))
+            .arg(quantity.get())
+            .arg(customer.get())
+            .arg(self.inner.marker_ttl.as_millis() as u64);
+        let mut connection = self.connection().await?;
+        let (code, value, limit): (i64, i64, i64) =
+            self.guard(invocation.invoke_async(&mut connection)).await?;
+        Ok(match code {
+            0 => Admission::Admitted,
+            1 => Admission::Repeat,
+            2 => Admission::SoldOut { available: value },
+            3 => Admission::LimitReached { held: value, limit },
+            4 => Admission::Conflict,
+            5 => Admission::Unknown,
+            _ => {
+                return Err(AppError::Internal(anyhow::anyhow!(
+                    "the gate refused its arguments"
+                )))
+            }
+        })
+    }
+
+    /// Gives an admission's units back; idempotent. Returns how many came back.
+    pub async fn give_back(
+        &self,
+        product: ProductId,
+        customer: CustomerId,
+        admission: &str,
+    ) -> Result<i64, AppError> {
+        let mut invocation = self.inner.give_back.prepare_invoke();
+        invocation
+            .key(self.key(product, "stock"))
+            .key(self.key(product, &format!("adm:{admission}")))
+            .key(self.key(product, &format!("ret:{admission}")))
+            .key(self.key(product, &format!("cust:{customer}")))
+            .arg(self.inner.marker_ttl.as_millis() as u64);
+        let mut connection = self.connection().await?;
+        self.guard(invocation.invoke_async(&mut connection)).await
+    }
+
+    /// Seeds a product's gate from the database's current stock unless it is
+    /// already there: a restart or a second instance never resets what was sold.
+    /// The limit is always refreshed (an admin may have changed it).
+    pub async fn seed_if_absent(
+        &self,
+        product: ProductId,
+        stock: i32,
+        limit: Option<i32>,
+    ) -> Result<bool, AppError> {
+        let (stock_key, limit_key) = (self.key(product, "stock"), self.key(product, "limit"));
+        let mut connection = self.connection().await?;
+        let mut pipe = redis::pipe();
+        pipe.atomic()
+            .cmd("SET")
+            .arg(&stock_key)
+            .arg(stock)
+            .arg("NX");
+        pipe.cmd("SET")
+            .arg(&limit_key)
+            .arg(limit.unwrap_or(0))
+            .ignore();
+        let (created,): (Option<String>,) = self.guard(pipe.query_async(&mut connection)).await?;
+        Ok(created.is_some())
+    }
+
+    /// Overwrites the gate from the database (admin resync, reconcile). Call it
+    /// under the product lock, so no purchase of the product is mid-transaction.
+    pub async fn overwrite(
+        &self,
+        product: ProductId,
+        stock: i32,
+        limit: Option<i32>,
+    ) -> Result<(), AppError> {
+        let (stock_key, limit_key) = (self.key(product, "stock"), self.key(product, "limit"));
+        let mut connection = self.connection().await?;
+        let mut pipe = redis::pipe();
+        pipe.atomic().cmd("SET").arg(&stock_key).arg(stock).ignore();
+        pipe.cmd("SET")
+            .arg(&limit_key)
+            .arg(limit.unwrap_or(0))
+            .ignore();
+        self.guard(pipe.query_async::<()>(&mut connection)).await
+    }
+
+    pub async fn stock(&self, product: ProductId) -> Result<Option<i64>, AppError> {
+        let key = self.key(product, "stock");
+        let mut connection = self.connection().await?;
+        self.guard(redis::cmd("GET").arg(&key).query_async(&mut connection))
+            .await
+    }
+}
+
+fn unavailable(reason: &str) -> AppError {
+    AppError::Unavailable(format!("stock gate: {reason}"))
+}
