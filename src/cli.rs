@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 use crate::config::Settings;
 use crate::db;
 use crate::domain::{Email, Money, Password};
+use crate::qa::race::{run_race, PayMode, RaceConfig};
 use crate::services::accounts::ensure_admin;
 use crate::services::audit::run_audit;
 use crate::services::catalog::{create_product, SaleSpec};
@@ -28,6 +29,15 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    #[command(flatten)]
+    Shop(ShopCommand),
+    /// Race many buyers for one product on a running shop; exits 1 if an invariant fails.
+    Race(RaceArgs),
+}
+
+/// Commands that run the shop or change its database, configured by `Settings::from_env`.
+#[derive(Subcommand)]
+enum ShopCommand {
     /// Migrate the database, then serve the shop on BIND (default 127.0.0.1:8080).
     Serve,
     /// Create the database if needed and apply pending migrations.
@@ -46,6 +56,42 @@ enum Command {
     },
     /// Check the stock ledger; exits 1 and names what disagrees.
     Audit,
+}
+
+#[derive(clap::Args)]
+struct RaceArgs {
+    #[arg(long)]
+    base_url: String,
+    #[arg(long)]
+    admin_email: String,
+    #[arg(long)]
+    admin_password: String,
+    #[arg(long, default_value_t = 5)]
+    stock: i32,
+    #[arg(long, default_value_t = 20)]
+    buyers: usize,
+    #[arg(long, default_value_t = 1)]
+    quantity: u32,
+    /// Buys in flight at once (default: every buyer).
+    #[arg(long)]
+    concurrency: Option<usize>,
+    /// Pay each purchased order after the race.
+    #[arg(long, value_enum)]
+    pay: Option<PayMode>,
+    /// Refund this many paid orders as the admin.
+    #[arg(long, default_value_t = 0)]
+    refund: usize,
+    /// Race on an existing product instead of creating one through DATABASE_URL.
+    #[arg(long)]
+    product: Option<i64>,
+    /// Buyer accounts are TAG0@flashsale.test, TAG1@..., reused across runs.
+    #[arg(long, default_value = "racer")]
+    buyer_tag: String,
+    /// Where to create the product and check the ledger; without it the admin dashboard's audit is used.
+    #[arg(long, env = "DATABASE_URL")]
+    database_url: Option<String>,
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Subcommand)]
@@ -103,9 +149,16 @@ pub async fn main() -> ExitCode {
 }
 
 async fn run(command: Command) -> anyhow::Result<ExitCode> {
+    match command {
+        Command::Shop(command) => shop(command).await,
+        Command::Race(args) => race(args).await,
+    }
+}
+
+async fn shop(command: ShopCommand) -> anyhow::Result<ExitCode> {
     let settings = Settings::from_env()?;
     match command {
-        Command::Serve => {
+        ShopCommand::Serve => {
             migrate(&settings)?;
             let app = Application::build(settings.clone()).await?;
             let host = settings
@@ -117,18 +170,18 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
             std::io::stdout().flush()?;
             app.run_until_stopped().await?;
         }
-        Command::Migrate => {
+        ShopCommand::Migrate => {
             migrate(&settings)?;
             println!("database migrated");
         }
-        Command::SeedDemo => {
+        ShopCommand::SeedDemo => {
             migrate(&settings)?;
             let pool = pool(&settings);
             for line in seed_demo(&pool).await? {
                 println!("{line}");
             }
         }
-        Command::Admin {
+        ShopCommand::Admin {
             command: AdminCommand::Create { email, password },
         } => {
             let account = ensure_admin(
@@ -139,7 +192,7 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
             .await?;
             println!("admin {} (id {})", account.email, account.id);
         }
-        Command::Product {
+        ShopCommand::Product {
             command:
                 ProductCommand::Create {
                     name,
@@ -163,7 +216,7 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
             let product = create_product(&pool(&settings), spec).await?;
             println!("{}", product.id);
         }
-        Command::Audit => {
+        ShopCommand::Audit => {
             let report = db::run(&pool(&settings), run_audit).await?;
             for product in &report.products {
                 println!(
@@ -188,6 +241,31 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+async fn race(args: RaceArgs) -> anyhow::Result<ExitCode> {
+    let mut config = RaceConfig::new(&args.base_url, &args.admin_email, &args.admin_password);
+    config.stock = args.stock;
+    config.buyers = args.buyers;
+    config.quantity = args.quantity;
+    config.concurrency = args.concurrency;
+    config.pay = args.pay;
+    config.refund = args.refund;
+    config.product = args.product;
+    config.buyer_tag = args.buyer_tag;
+    config.database_url = args.database_url;
+    config.progress = !args.json;
+    let report = run_race(config).await?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", report.render());
+    }
+    Ok(if report.passed() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }
 
 fn migrate(settings: &Settings) -> anyhow::Result<()> {

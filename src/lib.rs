@@ -6,6 +6,7 @@ pub mod db;
 pub mod domain;
 pub mod error;
 pub mod lock;
+pub mod qa;
 pub mod services;
 pub mod startup;
 pub mod web;
