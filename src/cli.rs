@@ -9,6 +9,9 @@ use clap::{Parser, Subcommand};
 use crate::config::Settings;
 use crate::db;
 use crate::domain::{Email, Money, Password};
+use crate::qa::lab::{
+    lab_document, render_experiments, run_experiments, run_lab, Contest, LabConfig, Strategy,
+};
 use crate::qa::race::{run_race, PayMode, RaceConfig};
 use crate::services::accounts::ensure_admin;
 use crate::services::audit::run_audit;
@@ -33,6 +36,34 @@ enum Command {
     Shop(ShopCommand),
     /// Race many buyers for one product on a running shop; exits 1 if an invariant fails.
     Race(RaceArgs),
+    /// Run one stock contest per strategy against real Redis and Postgres (DATABASE_URL's server, REDIS_URL).
+    Lab(LabArgs),
+}
+
+#[derive(clap::Args)]
+struct LabArgs {
+    #[command(subcommand)]
+    command: Option<LabCommand>,
+    /// UNITSxREQUESTSxWORKERS, repeatable (default: 5x20x20 and 100x1000x32).
+    #[arg(long = "contest", value_name = "UNITSxREQUESTSxWORKERS")]
+    contests: Vec<Contest>,
+    /// Only these strategies, repeatable (default: all).
+    #[arg(long = "strategy", value_enum)]
+    strategies: Vec<Strategy>,
+    /// Also write the tables and the Redis experiments as Markdown to this file.
+    #[arg(long)]
+    output: Option<std::path::PathBuf>,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Subcommand)]
+enum LabCommand {
+    /// The five Redis atomicity experiments, each with expected vs observed.
+    Experiments {
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// Commands that run the shop or change its database, configured by `Settings::from_env`.
@@ -152,6 +183,7 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
     match command {
         Command::Shop(command) => shop(command).await,
         Command::Race(args) => race(args).await,
+        Command::Lab(args) => lab(args).await,
     }
 }
 
@@ -262,6 +294,51 @@ async fn race(args: RaceArgs) -> anyhow::Result<ExitCode> {
         print!("{}", report.render());
     }
     Ok(if report.passed() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+async fn lab(args: LabArgs) -> anyhow::Result<ExitCode> {
+    let mut config = LabConfig::from_env();
+    if let Some(LabCommand::Experiments { json }) = args.command {
+        let experiments = run_experiments(&config.redis_url).await?;
+        if json {
+            println!("{}", serde_json::to_string_pretty(&experiments)?);
+        } else {
+            print!("{}", render_experiments(&experiments));
+        }
+        return Ok(if experiments.iter().all(|e| e.pass) {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        });
+    }
+    if !args.contests.is_empty() {
+        config.contests = args.contests;
+    }
+    if !args.strategies.is_empty() {
+        config.strategies = args.strategies;
+    }
+    let report = run_lab(&config).await?;
+    let failures = report.failures();
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", report.markdown());
+        for failure in &failures {
+            println!("FAIL: {failure}");
+        }
+    }
+    let mut experiments_pass = true;
+    if let Some(path) = args.output {
+        let experiments = run_experiments(&config.redis_url).await?;
+        experiments_pass = experiments.iter().all(|e| e.pass);
+        std::fs::write(&path, lab_document(&report, &experiments))?;
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(if failures.is_empty() && experiments_pass {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
