@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 use crate::config::Settings;
 use crate::db;
 use crate::domain::{Email, Money, Password};
+use crate::qa::bench::{chart, render as render_bench, run_bench, BenchConfig};
 use crate::qa::lab::{
     lab_document, render_experiments, run_experiments, run_lab, Contest, LabConfig, Strategy,
 };
@@ -38,6 +39,32 @@ enum Command {
     Race(RaceArgs),
     /// Run one stock contest per strategy against real Redis and Postgres (DATABASE_URL's server, REDIS_URL).
     Lab(LabArgs),
+    /// Load-test a shop served in this process against the pgbench ceiling (see scripts/bench).
+    Bench(BenchArgs),
+}
+
+#[derive(clap::Args)]
+struct BenchArgs {
+    /// Seconds of load per point.
+    #[arg(long, default_value_t = 3.0)]
+    seconds: f64,
+    /// Concurrent buyers, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,16,64,256")]
+    concurrency: Vec<usize>,
+    /// pgbench clients are capped here, since the Postgres server is shared.
+    #[arg(long, default_value_t = 64)]
+    pgbench_max_clients: usize,
+    /// Buyer accounts the concurrent clients share.
+    #[arg(long, default_value_t = 16)]
+    customers: usize,
+    /// Markdown report to write.
+    #[arg(long)]
+    output: Option<std::path::PathBuf>,
+    /// SVG chart to write.
+    #[arg(long)]
+    chart: Option<std::path::PathBuf>,
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(clap::Args)]
@@ -184,6 +211,7 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Shop(command) => shop(command).await,
         Command::Race(args) => race(args).await,
         Command::Lab(args) => lab(args).await,
+        Command::Bench(args) => bench(args).await,
     }
 }
 
@@ -343,6 +371,45 @@ async fn lab(args: LabArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::FAILURE
     })
+}
+
+async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
+    let config = BenchConfig {
+        database_url: std::env::var("DATABASE_URL")
+            .unwrap_or_else(|_| Settings::DEFAULT_DATABASE_URL.into()),
+        seconds: args.seconds,
+        concurrency: args.concurrency,
+        pgbench_max_clients: args.pgbench_max_clients,
+        customers: args.customers,
+        output: args.output,
+        chart: args.chart,
+    };
+    let command = std::env::args().collect::<Vec<_>>().join(" ");
+    // The shell's runtime has one thread; the load generator gets a runtime of its own
+    // so it does not become the bottleneck it measures.
+    let run_config = config.clone();
+    let report = tokio::task::spawn_blocking(move || {
+        tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()?
+            .block_on(run_bench(&run_config))
+    })
+    .await??;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    }
+    let document = render_bench(&report, &config, &command);
+    if let Some(path) = &config.output {
+        std::fs::write(path, &document)?;
+        eprintln!("wrote {}", path.display());
+    } else if !args.json {
+        print!("{document}");
+    }
+    if let Some(path) = &config.chart {
+        chart(&report, path)?;
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn migrate(settings: &Settings) -> anyhow::Result<()> {

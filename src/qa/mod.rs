@@ -1,6 +1,7 @@
 //! QA tooling: the race against a running shop, the strategy lab and the load
 //! generator behind `scripts/bench`. None of it runs inside the shop itself.
 
+pub mod bench;
 pub mod lab;
 pub mod race;
 
