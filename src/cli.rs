@@ -9,6 +9,11 @@ use clap::{Parser, Subcommand};
 use crate::config::Settings;
 use crate::db;
 use crate::domain::{Email, Money, Password};
+use crate::qa::bench::{chart, render as render_bench, run_bench, BenchConfig};
+use crate::qa::lab::{
+    lab_document, render_experiments, run_experiments, run_lab, Contest, LabConfig, Strategy,
+};
+use crate::qa::race::{run_race, PayMode, RaceConfig};
 use crate::services::accounts::ensure_admin;
 use crate::services::audit::run_audit;
 use crate::services::catalog::{create_product, SaleSpec};
@@ -28,6 +33,69 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    #[command(flatten)]
+    Shop(ShopCommand),
+    /// Race many buyers for one product on a running shop; exits 1 if an invariant fails.
+    Race(RaceArgs),
+    /// Run one stock contest per strategy against real Redis and Postgres (DATABASE_URL's server, REDIS_URL).
+    Lab(LabArgs),
+    /// Load-test a shop served in this process against the pgbench ceiling (see scripts/bench).
+    Bench(BenchArgs),
+}
+
+#[derive(clap::Args)]
+struct BenchArgs {
+    /// Seconds of load per point.
+    #[arg(long, default_value_t = 3.0)]
+    seconds: f64,
+    /// Concurrent buyers, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,16,64,256")]
+    concurrency: Vec<usize>,
+    /// pgbench clients are capped here, since the Postgres server is shared.
+    #[arg(long, default_value_t = 64)]
+    pgbench_max_clients: usize,
+    /// Buyer accounts the concurrent clients share.
+    #[arg(long, default_value_t = 16)]
+    customers: usize,
+    /// Markdown report to write.
+    #[arg(long)]
+    output: Option<std::path::PathBuf>,
+    /// SVG chart to write.
+    #[arg(long)]
+    chart: Option<std::path::PathBuf>,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(clap::Args)]
+struct LabArgs {
+    #[command(subcommand)]
+    command: Option<LabCommand>,
+    /// UNITSxREQUESTSxWORKERS, repeatable (default: 5x20x20 and 100x1000x32).
+    #[arg(long = "contest", value_name = "UNITSxREQUESTSxWORKERS")]
+    contests: Vec<Contest>,
+    /// Only these strategies, repeatable (default: all).
+    #[arg(long = "strategy", value_enum)]
+    strategies: Vec<Strategy>,
+    /// Also write the tables and the Redis experiments as Markdown to this file.
+    #[arg(long)]
+    output: Option<std::path::PathBuf>,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Subcommand)]
+enum LabCommand {
+    /// The five Redis atomicity experiments, each with expected vs observed.
+    Experiments {
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Commands that run the shop or change its database, configured by `Settings::from_env`.
+#[derive(Subcommand)]
+enum ShopCommand {
     /// Migrate the database, then serve the shop on BIND (default 127.0.0.1:8080).
     Serve,
     /// Create the database if needed and apply pending migrations.
@@ -46,6 +114,42 @@ enum Command {
     },
     /// Check the stock ledger; exits 1 and names what disagrees.
     Audit,
+}
+
+#[derive(clap::Args)]
+struct RaceArgs {
+    #[arg(long)]
+    base_url: String,
+    #[arg(long)]
+    admin_email: String,
+    #[arg(long)]
+    admin_password: String,
+    #[arg(long, default_value_t = 5)]
+    stock: i32,
+    #[arg(long, default_value_t = 20)]
+    buyers: usize,
+    #[arg(long, default_value_t = 1)]
+    quantity: u32,
+    /// Buys in flight at once (default: every buyer).
+    #[arg(long)]
+    concurrency: Option<usize>,
+    /// Pay each purchased order after the race.
+    #[arg(long, value_enum)]
+    pay: Option<PayMode>,
+    /// Refund this many paid orders as the admin.
+    #[arg(long, default_value_t = 0)]
+    refund: usize,
+    /// Race on an existing product instead of creating one through DATABASE_URL.
+    #[arg(long)]
+    product: Option<i64>,
+    /// Buyer accounts are TAG0@flashsale.test, TAG1@..., reused across runs.
+    #[arg(long, default_value = "racer")]
+    buyer_tag: String,
+    /// Where to create the product and check the ledger; without it the admin dashboard's audit is used.
+    #[arg(long, env = "DATABASE_URL")]
+    database_url: Option<String>,
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Subcommand)]
@@ -103,9 +207,18 @@ pub async fn main() -> ExitCode {
 }
 
 async fn run(command: Command) -> anyhow::Result<ExitCode> {
+    match command {
+        Command::Shop(command) => shop(command).await,
+        Command::Race(args) => race(args).await,
+        Command::Lab(args) => lab(args).await,
+        Command::Bench(args) => bench(args).await,
+    }
+}
+
+async fn shop(command: ShopCommand) -> anyhow::Result<ExitCode> {
     let settings = Settings::from_env()?;
     match command {
-        Command::Serve => {
+        ShopCommand::Serve => {
             migrate(&settings)?;
             let app = Application::build(settings.clone()).await?;
             let host = settings
@@ -117,18 +230,18 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
             std::io::stdout().flush()?;
             app.run_until_stopped().await?;
         }
-        Command::Migrate => {
+        ShopCommand::Migrate => {
             migrate(&settings)?;
             println!("database migrated");
         }
-        Command::SeedDemo => {
+        ShopCommand::SeedDemo => {
             migrate(&settings)?;
             let pool = pool(&settings);
             for line in seed_demo(&pool).await? {
                 println!("{line}");
             }
         }
-        Command::Admin {
+        ShopCommand::Admin {
             command: AdminCommand::Create { email, password },
         } => {
             let account = ensure_admin(
@@ -139,7 +252,7 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
             .await?;
             println!("admin {} (id {})", account.email, account.id);
         }
-        Command::Product {
+        ShopCommand::Product {
             command:
                 ProductCommand::Create {
                     name,
@@ -163,7 +276,7 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
             let product = create_product(&pool(&settings), spec).await?;
             println!("{}", product.id);
         }
-        Command::Audit => {
+        ShopCommand::Audit => {
             let report = db::run(&pool(&settings), run_audit).await?;
             for product in &report.products {
                 println!(
@@ -186,6 +299,115 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
                 return Ok(ExitCode::FAILURE);
             }
         }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn race(args: RaceArgs) -> anyhow::Result<ExitCode> {
+    let mut config = RaceConfig::new(&args.base_url, &args.admin_email, &args.admin_password);
+    config.stock = args.stock;
+    config.buyers = args.buyers;
+    config.quantity = args.quantity;
+    config.concurrency = args.concurrency;
+    config.pay = args.pay;
+    config.refund = args.refund;
+    config.product = args.product;
+    config.buyer_tag = args.buyer_tag;
+    config.database_url = args.database_url;
+    config.progress = !args.json;
+    let report = run_race(config).await?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", report.render());
+    }
+    Ok(if report.passed() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+async fn lab(args: LabArgs) -> anyhow::Result<ExitCode> {
+    let mut config = LabConfig::from_env();
+    if let Some(LabCommand::Experiments { json }) = args.command {
+        let experiments = run_experiments(&config.redis_url).await?;
+        if json {
+            println!("{}", serde_json::to_string_pretty(&experiments)?);
+        } else {
+            print!("{}", render_experiments(&experiments));
+        }
+        return Ok(if experiments.iter().all(|e| e.pass) {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        });
+    }
+    if !args.contests.is_empty() {
+        config.contests = args.contests;
+    }
+    if !args.strategies.is_empty() {
+        config.strategies = args.strategies;
+    }
+    let report = run_lab(&config).await?;
+    let failures = report.failures();
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", report.markdown());
+        for failure in &failures {
+            println!("FAIL: {failure}");
+        }
+    }
+    let mut experiments_pass = true;
+    if let Some(path) = args.output {
+        let experiments = run_experiments(&config.redis_url).await?;
+        experiments_pass = experiments.iter().all(|e| e.pass);
+        std::fs::write(&path, lab_document(&report, &experiments))?;
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(if failures.is_empty() && experiments_pass {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
+    let config = BenchConfig {
+        database_url: std::env::var("DATABASE_URL")
+            .unwrap_or_else(|_| Settings::DEFAULT_DATABASE_URL.into()),
+        seconds: args.seconds,
+        concurrency: args.concurrency,
+        pgbench_max_clients: args.pgbench_max_clients,
+        customers: args.customers,
+        output: args.output,
+        chart: args.chart,
+    };
+    let command = std::env::args().collect::<Vec<_>>().join(" ");
+    // The shell's runtime has one thread; the load generator gets a runtime of its own
+    // so it does not become the bottleneck it measures.
+    let run_config = config.clone();
+    let report = tokio::task::spawn_blocking(move || {
+        tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()?
+            .block_on(run_bench(&run_config))
+    })
+    .await??;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    }
+    let document = render_bench(&report, &config, &command);
+    if let Some(path) = &config.output {
+        std::fs::write(path, &document)?;
+        eprintln!("wrote {}", path.display());
+    } else if !args.json {
+        print!("{document}");
+    }
+    if let Some(path) = &config.chart {
+        chart(&report, path)?;
+        eprintln!("wrote {}", path.display());
     }
     Ok(ExitCode::SUCCESS)
 }

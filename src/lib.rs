@@ -7,6 +7,7 @@ pub mod domain;
 pub mod error;
 pub mod gate;
 pub mod lock;
+pub mod qa;
 pub mod services;
 pub mod startup;
 pub mod web;

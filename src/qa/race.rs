@@ -1,0 +1,694 @@
+//! `flashsale race`: many signed-in buyers press "buy" on one product at the
+//! same instant against a running shop, then the ledger is checked.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context};
+use diesel::prelude::*;
+use diesel::sql_types::BigInt;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use reqwest::redirect::Policy;
+use reqwest::StatusCode;
+use serde::Serialize;
+use tokio::sync::{Barrier, Semaphore};
+
+use super::{new_histogram, record, summarize, Latency};
+use crate::services::audit::run_audit;
+
+pub const GOOD_CARD: &str = "4242424242424242";
+pub const DECLINED_CARD: &str = "4000000000000002";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum PayMode {
+    Success,
+    Decline,
+    /// Every other purchased order is declined.
+    Mixed,
+}
+
+#[derive(Debug, Clone)]
+pub struct RaceConfig {
+    pub base_url: String,
+    pub admin_email: String,
+    pub admin_password: String,
+    pub stock: i32,
+    pub buyers: usize,
+    pub quantity: u32,
+    /// Buys in flight at once; all of them when `None`.
+    pub concurrency: Option<usize>,
+    pub pay: Option<PayMode>,
+    pub refund: usize,
+    /// Race on this product instead of creating one (needs no database access).
+    pub product: Option<i64>,
+    /// Creates the product and checks the ledger directly when set.
+    pub database_url: Option<String>,
+    /// Buyer accounts are `{buyer_tag}{i}@flashsale.test`, reused across runs.
+    pub buyer_tag: String,
+    pub buyer_password: String,
+    pub progress: bool,
+}
+
+impl RaceConfig {
+    pub fn new(base_url: &str, admin_email: &str, admin_password: &str) -> RaceConfig {
+        RaceConfig {
+            base_url: base_url.trim_end_matches('/').to_string(),
+            admin_email: admin_email.into(),
+            admin_password: admin_password.into(),
+            stock: 5,
+            buyers: 20,
+            quantity: 1,
+            concurrency: None,
+            pay: None,
+            refund: 0,
+            product: None,
+            database_url: None,
+            buyer_tag: "racer".into(),
+            buyer_password: "race-buyer-password".into(),
+            progress: false,
+        }
+    }
+}
+
+/// How one buy was answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum BuyOutcome {
+    Purchased(i64),
+    SoldOut,
+    Limit,
+    Busy,
+    Error(String),
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Invariant {
+    pub name: String,
+    pub ok: bool,
+    pub detail: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct RaceReport {
+    pub base_url: String,
+    pub product: i64,
+    pub stock: i64,
+    pub buyers: usize,
+    pub quantity: u32,
+    pub purchased: usize,
+    pub sold_out: usize,
+    pub limit: usize,
+    pub busy: usize,
+    pub errors: usize,
+    pub error_samples: Vec<String>,
+    pub latency: Latency,
+    pub elapsed_ms: f64,
+    pub paid: usize,
+    pub declined: usize,
+    pub refunded: usize,
+    pub follow_up_errors: Vec<String>,
+    /// "database" or "admin dashboard".
+    pub checked_via: String,
+    pub invariants: Vec<Invariant>,
+}
+
+impl RaceReport {
+    /// Whether the run proves what it should: every invariant held and nothing unexpected happened.
+    pub fn passed(&self) -> bool {
+        self.errors == 0 && self.follow_up_errors.is_empty() && self.invariants.iter().all(|i| i.ok)
+    }
+
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let l = &self.latency;
+        out.push_str(&format!(
+            "race on {} product {} ({} units, {} buyers x {} unit(s), {:.0} ms)\n",
+            self.base_url, self.product, self.stock, self.buyers, self.quantity, self.elapsed_ms
+        ));
+        out.push_str("  outcome     count\n");
+        for (name, n) in [
+            ("purchased", self.purchased),
+            ("sold out", self.sold_out),
+            ("limit", self.limit),
+            ("busy", self.busy),
+            ("errors", self.errors),
+        ] {
+            out.push_str(&format!("  {name:<10} {n:>6}\n"));
+        }
+        out.push_str(&format!(
+            "  latency ms  p50 {:.1}  p95 {:.1}  p99 {:.1}  max {:.1}\n",
+            l.p50_ms, l.p95_ms, l.p99_ms, l.max_ms
+        ));
+        if self.paid + self.declined + self.refunded > 0 {
+            out.push_str(&format!(
+                "  paid {}  declined {}  refunded {}\n",
+                self.paid, self.declined, self.refunded
+            ));
+        }
+        for sample in self.error_samples.iter().chain(&self.follow_up_errors) {
+            out.push_str(&format!("  error: {sample}\n"));
+        }
+        out.push_str(&format!("invariants (checked via {}):\n", self.checked_via));
+        for invariant in &self.invariants {
+            out.push_str(&format!(
+                "  [{}] {}: {}\n",
+                if invariant.ok { "PASS" } else { "FAIL" },
+                invariant.name,
+                invariant.detail
+            ));
+        }
+        out.push_str(if self.passed() {
+            "result: PASS\n"
+        } else {
+            "result: FAIL\n"
+        });
+        out
+    }
+}
+
+/// One signed-in session: its own cookie jar, redirects left to the caller.
+#[derive(Clone)]
+struct Session {
+    client: reqwest::Client,
+    base: String,
+}
+
+fn csrf_token(html: &str) -> Option<String> {
+    static RE: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
+    RE.get_or_init(|| regex::Regex::new(r#"name="csrf_token" value="([^"]+)""#).unwrap())
+        .captures(html)
+        .map(|c| c[1].to_string())
+}
+
+impl Session {
+    fn new(base: &str) -> anyhow::Result<Session> {
+        Ok(Session {
+            client: reqwest::Client::builder()
+                .cookie_store(true)
+                .redirect(Policy::none())
+                .timeout(Duration::from_secs(120))
+                .build()?,
+            base: base.to_string(),
+        })
+    }
+
+    async fn csrf(&self) -> anyhow::Result<String> {
+        let response = self
+            .client
+            .get(format!("{}/login", self.base))
+            .send()
+            .await?;
+        let status = response.status();
+        let html = response.text().await?;
+        csrf_token(&html)
+            .ok_or_else(|| anyhow!("GET /login answered {status} without a csrf_token"))
+    }
+
+    async fn post(&self, path: &str, fields: &[(&str, &str)]) -> anyhow::Result<reqwest::Response> {
+        Ok(self
+            .client
+            .post(format!("{}{}", self.base, path))
+            .form(fields)
+            .send()
+            .await?)
+    }
+
+    async fn sign_in(&self, email: &str, password: &str) -> anyhow::Result<()> {
+        let token = self.csrf().await?;
+        let fields = [
+            ("email", email),
+            ("password", password),
+            ("csrf_token", &token),
+        ];
+        let response = self.post("/login", &fields).await?;
+        if response.status() != StatusCode::SEE_OTHER {
+            bail!("sign-in of {email} answered {}", response.status());
+        }
+        Ok(())
+    }
+
+    /// Signs up, or signs in when the account exists from an earlier run.
+    async fn sign_up_or_in(&self, email: &str, password: &str) -> anyhow::Result<()> {
+        let token = self.csrf().await?;
+        let fields = [
+            ("email", email),
+            ("password", password),
+            ("csrf_token", &token),
+        ];
+        let response = self.post("/signup", &fields).await?;
+        match response.status() {
+            StatusCode::SEE_OTHER => Ok(()),
+            StatusCode::CONFLICT => self.sign_in(email, password).await,
+            other => bail!("sign-up of {email} answered {other}"),
+        }
+    }
+
+    async fn buy(&self, product: i64, quantity: u32, token: &str) -> BuyOutcome {
+        let quantity = quantity.to_string();
+        let key = uuid::Uuid::new_v4().to_string();
+        let fields = [
+            ("quantity", quantity.as_str()),
+            ("csrf_token", token),
+            ("idempotency_key", key.as_str()),
+        ];
+        let response = match self
+            .post(&format!("/products/{product}/buy"), &fields)
+            .await
+        {
+            Ok(response) => response,
+            Err(error) => return BuyOutcome::Error(format!("request failed: {error}")),
+        };
+        let status = response.status();
+        let location = response
+            .headers()
+            .get("location")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_string();
+        let body = response.text().await.unwrap_or_default();
+        classify(status, &location, &body)
+    }
+}
+
+fn classify(status: StatusCode, location: &str, body: &str) -> BuyOutcome {
+    match status {
+        StatusCode::SEE_OTHER => match location
+            .strip_prefix("/orders/")
+            .and_then(|id| id.parse().ok())
+        {
+            Some(order) => BuyOutcome::Purchased(order),
+            None => BuyOutcome::Error(format!("303 to {location:?} instead of an order")),
+        },
+        StatusCode::CONFLICT if body.contains("Sold out") || body.contains("Not enough left") => {
+            BuyOutcome::SoldOut
+        }
+        StatusCode::CONFLICT if body.contains("Purchase limit") => BuyOutcome::Limit,
+        StatusCode::SERVICE_UNAVAILABLE => BuyOutcome::Busy,
+        other => BuyOutcome::Error(format!("unexpected {other}")),
+    }
+}
+
+#[derive(QueryableByName)]
+struct Count {
+    #[diesel(sql_type = BigInt)]
+    n: i64,
+}
+
+fn count(conn: &mut PgConnection, sql: &str, product: i64) -> anyhow::Result<i64> {
+    Ok(diesel::sql_query(sql)
+        .bind::<BigInt, _>(product)
+        .get_result::<Count>(conn)?
+        .n)
+}
+
+async fn create_race_product(database_url: &str, stock: i32) -> anyhow::Result<i64> {
+    use crate::services::catalog::{create_product, SaleSpec};
+    let pool = crate::db::build_pool(
+        database_url,
+        2,
+        Duration::from_secs(5),
+        Duration::from_secs(5),
+    );
+    let product = create_product(
+        &pool,
+        SaleSpec {
+            name: format!("Race item ({stock} units)"),
+            description: "created by flashsale race".into(),
+            price: crate::domain::Money::from_cents(100)?,
+            stock,
+            per_customer_limit: None,
+            starts_at: chrono::Utc::now() - chrono::Duration::seconds(5),
+            ends_at: None,
+        },
+    )
+    .await?;
+    Ok(product.id)
+}
+
+pub async fn run_race(config: RaceConfig) -> anyhow::Result<RaceReport> {
+    if config.buyers == 0 {
+        bail!("--buyers must be at least 1");
+    }
+    let fresh = config.product.is_none();
+    let product = match (config.product, &config.database_url) {
+        (Some(id), _) => id,
+        (None, Some(url)) => create_race_product(url, config.stock).await?,
+        (None, None) => bail!(
+            "the shop has no page to create a product yet: pass --product ID, or set DATABASE_URL so race can create one"
+        ),
+    };
+
+    let admin = Session::new(&config.base_url)?;
+    admin
+        .sign_in(&config.admin_email, &config.admin_password)
+        .await
+        .context("admin sign-in")?;
+
+    // Argon2 makes each sign-up expensive; a few at a time keeps the server responsive.
+    let signups = Arc::new(Semaphore::new(8));
+    let mut joins = Vec::with_capacity(config.buyers);
+    for i in 0..config.buyers {
+        let email = format!("{}{i}@flashsale.test", config.buyer_tag);
+        let password = config.buyer_password.clone();
+        let base = config.base_url.clone();
+        let signups = signups.clone();
+        joins.push(tokio::spawn(async move {
+            let _permit = signups.acquire_owned().await?;
+            let session = Session::new(&base)?;
+            session.sign_up_or_in(&email, &password).await?;
+            let token = session.csrf().await?;
+            anyhow::Ok((session, token))
+        }));
+    }
+    let mut buyers = Vec::with_capacity(config.buyers);
+    for join in joins {
+        buyers.push(join.await??);
+    }
+
+    let progress = if config.progress {
+        let bar =
+            ProgressBar::with_draw_target(Some(config.buyers as u64), ProgressDrawTarget::hidden());
+        bar.set_style(
+            ProgressStyle::with_template("{spinner} buys {pos}/{len} {elapsed}")
+                .expect("valid template"),
+        );
+        let shown = bar.clone();
+        // Short runs finish before anyone could read a bar.
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            if !shown.is_finished() {
+                shown.set_draw_target(ProgressDrawTarget::stderr());
+            }
+        });
+        bar
+    } else {
+        ProgressBar::hidden()
+    };
+
+    let start_line = Arc::new(Barrier::new(config.buyers + 1));
+    let in_flight = Arc::new(Semaphore::new(
+        config.concurrency.unwrap_or(config.buyers).max(1),
+    ));
+    let mut joins = Vec::with_capacity(config.buyers);
+    for (session, token) in &buyers {
+        let (session, token) = (session.clone(), token.clone());
+        let start_line = start_line.clone();
+        let in_flight = in_flight.clone();
+        let progress = progress.clone();
+        let quantity = config.quantity;
+        joins.push(tokio::spawn(async move {
+            start_line.wait().await;
+            let _permit = in_flight.acquire_owned().await.expect("never closed");
+            let began = Instant::now();
+            let outcome = session.buy(product, quantity, &token).await;
+            progress.inc(1);
+            (outcome, began.elapsed())
+        }));
+    }
+    let began = Instant::now();
+    start_line.wait().await;
+    let mut histogram = new_histogram();
+    let mut outcomes = Vec::with_capacity(config.buyers);
+    for join in joins {
+        let (outcome, elapsed) = join.await?;
+        record(&mut histogram, elapsed);
+        outcomes.push(outcome);
+    }
+    let elapsed = began.elapsed();
+    progress.finish_and_clear();
+
+    let mut report = RaceReport {
+        base_url: config.base_url.clone(),
+        product,
+        stock: i64::from(config.stock),
+        buyers: config.buyers,
+        quantity: config.quantity,
+        purchased: 0,
+        sold_out: 0,
+        limit: 0,
+        busy: 0,
+        errors: 0,
+        error_samples: Vec::new(),
+        latency: summarize(&histogram),
+        elapsed_ms: elapsed.as_secs_f64() * 1000.0,
+        paid: 0,
+        declined: 0,
+        refunded: 0,
+        follow_up_errors: Vec::new(),
+        checked_via: String::new(),
+        invariants: Vec::new(),
+    };
+    let mut orders: Vec<(usize, i64)> = Vec::new();
+    for (i, outcome) in outcomes.into_iter().enumerate() {
+        match outcome {
+            BuyOutcome::Purchased(order) => {
+                report.purchased += 1;
+                orders.push((i, order));
+            }
+            BuyOutcome::SoldOut => report.sold_out += 1,
+            BuyOutcome::Limit => report.limit += 1,
+            BuyOutcome::Busy => report.busy += 1,
+            BuyOutcome::Error(message) => {
+                report.errors += 1;
+                if report.error_samples.len() < 5 {
+                    report.error_samples.push(message);
+                }
+            }
+        }
+    }
+
+    let mut paid_orders = Vec::new();
+    if let Some(mode) = config.pay {
+        for (n, &(buyer, order)) in orders.iter().enumerate() {
+            let approve = match mode {
+                PayMode::Success => true,
+                PayMode::Decline => false,
+                PayMode::Mixed => n % 2 == 0,
+            };
+            let card = if approve { GOOD_CARD } else { DECLINED_CARD };
+            let session = &buyers[buyer].0;
+            let result = async {
+                let token = session.csrf().await?;
+                let fields = [("card_number", card), ("csrf_token", token.as_str())];
+                let response = session
+                    .post(&format!("/orders/{order}/pay"), &fields)
+                    .await?;
+                if response.status() != StatusCode::SEE_OTHER {
+                    bail!("paying order {order} answered {}", response.status());
+                }
+                anyhow::Ok(())
+            }
+            .await;
+            match result {
+                Ok(()) if approve => {
+                    report.paid += 1;
+                    paid_orders.push(order);
+                }
+                Ok(()) => report.declined += 1,
+                Err(error) => report.follow_up_errors.push(format!("{error:#}")),
+            }
+        }
+    }
+    for &order in paid_orders.iter().take(config.refund) {
+        let result = async {
+            let token = admin.csrf().await?;
+            let response = admin
+                .post(
+                    &format!("/admin/orders/{order}/refund"),
+                    &[("csrf_token", token.as_str())],
+                )
+                .await?;
+            if response.status() != StatusCode::SEE_OTHER {
+                bail!("refunding order {order} answered {}", response.status());
+            }
+            anyhow::Ok(())
+        }
+        .await;
+        match result {
+            Ok(()) => report.refunded += 1,
+            Err(error) => report.follow_up_errors.push(format!("{error:#}")),
+        }
+    }
+    if config.refund > report.refunded && report.follow_up_errors.is_empty() {
+        report.follow_up_errors.push(format!(
+            "asked to refund {} orders but only {} were paid",
+            config.refund, report.refunded
+        ));
+    }
+
+    match &config.database_url {
+        Some(url) => check_in_database(&mut report, url, fresh).await?,
+        None => check_via_dashboard(&mut report, &admin).await?,
+    }
+    Ok(report)
+}
+
+fn invariant(report: &mut RaceReport, name: &str, ok: bool, detail: String) {
+    report.invariants.push(Invariant {
+        name: name.into(),
+        ok,
+        detail,
+    });
+}
+
+async fn check_in_database(report: &mut RaceReport, url: &str, fresh: bool) -> anyhow::Result<()> {
+    report.checked_via = "database".into();
+    let url = url.to_string();
+    let product = report.product;
+    let (audit, stock, initial, orders, items, history, restored) =
+        tokio::task::spawn_blocking(move || {
+            let mut conn = PgConnection::establish(&url)?;
+            let audit = run_audit(&mut conn)?;
+            let stock = count(
+                &mut conn,
+                "SELECT stock::int8 AS n FROM products WHERE id = $1",
+                product,
+            )?;
+            let initial = count(
+                &mut conn,
+                "SELECT initial_stock::int8 AS n FROM products WHERE id = $1",
+                product,
+            )?;
+            let orders = count(
+                &mut conn,
+                "SELECT count(DISTINCT order_id) AS n FROM order_items WHERE product_id = $1",
+                product,
+            )?;
+            let items = count(
+                &mut conn,
+                "SELECT count(*) AS n FROM order_items WHERE product_id = $1",
+                product,
+            )?;
+            let history = count(
+                &mut conn,
+                "SELECT count(*) AS n FROM stock_history WHERE product_id = $1 AND reason = 'purchase'",
+                product,
+            )?;
+            let restored = count(
+                &mut conn,
+                "SELECT COALESCE(sum(delta), 0)::int8 AS n FROM stock_history WHERE product_id = $1 AND delta > 0 AND reason <> 'admin_adjust'",
+                product,
+            )?;
+            anyhow::Ok((audit, stock, initial, orders, items, history, restored))
+        })
+        .await??;
+    if fresh {
+        report.stock = initial;
+    }
+    let sold = report.purchased as i64 * i64::from(report.quantity);
+    invariant(
+        report,
+        "successes <= stock",
+        sold <= initial,
+        format!("{sold} units sold of {initial}"),
+    );
+    invariant(
+        report,
+        "remaining >= 0",
+        stock >= 0,
+        format!("{stock} units remain"),
+    );
+    if fresh {
+        invariant(
+            report,
+            "successes + remaining = initial",
+            sold - restored + stock == initial,
+            format!("{sold} sold - {restored} restored + {stock} remaining vs {initial} initial"),
+        );
+        let n = report.purchased as i64;
+        invariant(
+            report,
+            "orders = items = purchase history rows = successes",
+            orders == n && items == n && history == n,
+            format!("{orders} orders, {items} items, {history} history rows, {n} successes"),
+        );
+    }
+    let problems = audit.problems.join("; ");
+    invariant(
+        report,
+        "ledger audit clean",
+        audit.is_clean(),
+        if problems.is_empty() {
+            format!("{} products agree with their history", audit.products.len())
+        } else {
+            problems
+        },
+    );
+    Ok(())
+}
+
+async fn check_via_dashboard(report: &mut RaceReport, admin: &Session) -> anyhow::Result<()> {
+    report.checked_via = "admin dashboard".into();
+    let sold = report.purchased as i64 * i64::from(report.quantity);
+    let stock = report.stock;
+    invariant(
+        report,
+        "successes <= stock",
+        sold <= stock,
+        format!("{sold} units sold of {stock} (as given by --stock)"),
+    );
+    let response = admin
+        .client
+        .get(format!("{}/admin", admin.base))
+        .send()
+        .await?;
+    let status = response.status();
+    let page = response.text().await?;
+    invariant(
+        report,
+        "ledger audit clean",
+        status == StatusCode::OK && page.contains("Ledger audit: clean"),
+        if status == StatusCode::OK {
+            "admin dashboard reports the ledger audit".into()
+        } else {
+            format!("GET /admin answered {status}")
+        },
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_are_classified_by_status_and_page() {
+        assert_eq!(
+            classify(StatusCode::SEE_OTHER, "/orders/12", ""),
+            BuyOutcome::Purchased(12)
+        );
+        assert!(matches!(
+            classify(StatusCode::SEE_OTHER, "/login", ""),
+            BuyOutcome::Error(_)
+        ));
+        assert_eq!(
+            classify(StatusCode::CONFLICT, "", "<h1>Sold out</h1>"),
+            BuyOutcome::SoldOut
+        );
+        assert_eq!(
+            classify(StatusCode::CONFLICT, "", "Not enough left"),
+            BuyOutcome::SoldOut
+        );
+        assert_eq!(
+            classify(StatusCode::CONFLICT, "", "Purchase limit reached"),
+            BuyOutcome::Limit
+        );
+        assert_eq!(
+            classify(StatusCode::SERVICE_UNAVAILABLE, "", ""),
+            BuyOutcome::Busy
+        );
+        assert!(matches!(
+            classify(StatusCode::FORBIDDEN, "", ""),
+            BuyOutcome::Error(_)
+        ));
+    }
+
+    #[test]
+    fn csrf_token_is_read_from_the_form() {
+        assert_eq!(
+            csrf_token(r#"<input type="hidden" name="csrf_token" value="abc123">"#).as_deref(),
+            Some("abc123")
+        );
+        assert_eq!(csrf_token("<p>no form</p>"), None);
+    }
+}
