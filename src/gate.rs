@@ -97,9 +97,34 @@ struct Inner {
     marker_ttl: Duration,
     admit: Script,
     give_back: Script,
+    /// One lazy seeding at a time in this process, so a burst of buyers of an
+    /// unseeded product queues here instead of on the product lock.
+    seeding: tokio::sync::Mutex<()>,
 }
 
 const TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Runs one gate call, once more on a fresh connection if the first lost its connection.
+macro_rules! with_retry {
+    ($gate:expr, $connection:ident => $call:expr) => {{
+        let mut answer = None;
+        for attempt in 0..2 {
+            let mut $connection = $gate.connection().await?;
+            match $gate.guard($call).await {
+                Err((true, _)) if attempt == 0 => continue,
+                Err((_, error)) => {
+                    answer = Some(Err(error));
+                    break;
+                }
+                Ok(value) => {
+                    answer = Some(Ok(value));
+                    break;
+                }
+            }
+        }
+        answer.expect("the loop always answers")
+    }};
+}
 
 impl StockGate {
     /// `marker_ttl` must outlive any order that may still give units back:
@@ -113,12 +138,18 @@ impl StockGate {
                 marker_ttl,
                 admit: Script::new(ADMIT),
                 give_back: Script::new(GIVE_BACK),
+                seeding: tokio::sync::Mutex::new(()),
             }),
         })
     }
 
     fn key(&self, product: ProductId, part: &str) -> String {
         format!("{}gate:{{product:{}}}:{}", self.inner.prefix, product, part)
+    }
+
+    /// Serialises lazy seeding within this process.
+    pub async fn seeding_turn(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.inner.seeding.lock().await
     }
 
     pub fn stock_key(&self, product: ProductId) -> String {
@@ -142,18 +173,22 @@ impl StockGate {
     }
 
     /// Bounds one command or script in time; a failed connection is dropped
-    /// so the next call reconnects.
+    /// so the next call reconnects. Says whether the connection was lost (worth
+    /// one retry: every gate call is idempotent, the admit script by its key).
     async fn guard<T>(
         &self,
         call: impl std::future::Future<Output = redis::RedisResult<T>>,
-    ) -> Result<T, AppError> {
+    ) -> Result<T, (bool, AppError)> {
         match tokio::time::timeout(TIMEOUT, call).await {
             Ok(Ok(value)) => Ok(value),
             failure => {
                 *self.inner.connection.lock().await = None;
                 Err(match failure {
-                    Ok(Err(e)) => unavailable(&e.to_string()),
-                    _ => unavailable("no answer in time"),
+                    Ok(Err(e)) => (
+                        e.is_io_error() || e.is_connection_dropped(),
+                        unavailable(&e.to_string()),
+                    ),
+                    _ => (false, unavailable("no answer in time")),
                 })
             }
         }
@@ -175,9 +210,8 @@ impl StockGate {
             .arg(quantity.get())
             .arg(customer.get())
             .arg(self.inner.marker_ttl.as_millis() as u64);
-        let mut connection = self.connection().await?;
         let (code, value, limit): (i64, i64, i64) =
-            self.guard(invocation.invoke_async(&mut connection)).await?;
+            with_retry!(self, connection => invocation.invoke_async(&mut connection))?;
         Ok(match code {
             0 => Admission::Admitted,
             1 => Admission::Repeat,
@@ -207,8 +241,7 @@ impl StockGate {
             .key(self.key(product, &format!("ret:{admission}")))
             .key(self.key(product, &format!("cust:{customer}")))
             .arg(self.inner.marker_ttl.as_millis() as u64);
-        let mut connection = self.connection().await?;
-        self.guard(invocation.invoke_async(&mut connection)).await
+        with_retry!(self, connection => invocation.invoke_async(&mut connection))
     }
 
     /// Seeds a product's gate from the database's current stock unless it is
@@ -221,7 +254,6 @@ impl StockGate {
         limit: Option<i32>,
     ) -> Result<bool, AppError> {
         let (stock_key, limit_key) = (self.key(product, "stock"), self.key(product, "limit"));
-        let mut connection = self.connection().await?;
         let mut pipe = redis::pipe();
         pipe.atomic()
             .cmd("SET")
@@ -232,7 +264,8 @@ impl StockGate {
             .arg(&limit_key)
             .arg(limit.unwrap_or(0))
             .ignore();
-        let (created,): (Option<String>,) = self.guard(pipe.query_async(&mut connection)).await?;
+        let (created,): (Option<String>,) =
+            with_retry!(self, connection => pipe.query_async(&mut connection))?;
         Ok(created.is_some())
     }
 
@@ -245,21 +278,18 @@ impl StockGate {
         limit: Option<i32>,
     ) -> Result<(), AppError> {
         let (stock_key, limit_key) = (self.key(product, "stock"), self.key(product, "limit"));
-        let mut connection = self.connection().await?;
         let mut pipe = redis::pipe();
         pipe.atomic().cmd("SET").arg(&stock_key).arg(stock).ignore();
         pipe.cmd("SET")
             .arg(&limit_key)
             .arg(limit.unwrap_or(0))
             .ignore();
-        self.guard(pipe.query_async::<()>(&mut connection)).await
+        with_retry!(self, connection => pipe.query_async::<()>(&mut connection))
     }
 
     pub async fn stock(&self, product: ProductId) -> Result<Option<i64>, AppError> {
         let key = self.key(product, "stock");
-        let mut connection = self.connection().await?;
-        self.guard(redis::cmd("GET").arg(&key).query_async(&mut connection))
-            .await
+        with_retry!(self, connection => redis::cmd("GET").arg(&key).query_async(&mut connection))
     }
 }
 

@@ -8,6 +8,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -33,6 +34,8 @@ struct Inner {
     key_prefix: String,
     wait: Duration,
     lease: Duration,
+    /// Requests that queued for a lock: what the stock gate saves shows here.
+    attempts: AtomicU64,
 }
 
 /// The locks on a set of products, held until `release`. Dropping it without
@@ -71,8 +74,14 @@ impl ProductLocks {
                 key_prefix: key_prefix.to_string(),
                 wait,
                 lease,
+                attempts: AtomicU64::new(0),
             }),
         })
+    }
+
+    /// How many times this process has queued for product locks.
+    pub fn attempts(&self) -> u64 {
+        self.inner.attempts.load(Ordering::Relaxed)
     }
 
     pub fn key(&self, product: ProductId) -> String {
@@ -109,6 +118,7 @@ impl ProductLocks {
     pub async fn acquire(&self, mut products: Vec<ProductId>) -> Result<HeldLocks, AppError> {
         products.sort_unstable();
         products.dedup();
+        self.inner.attempts.fetch_add(1, Ordering::Relaxed);
         let deadline = Instant::now() + self.inner.wait;
         let mut held = HeldLocks {
             locks: Vec::with_capacity(products.len()),

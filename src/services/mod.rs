@@ -25,6 +25,9 @@ use crate::lock::ProductLocks;
 use payment::PaymentGateway;
 use stock_gate::ReconcileReport;
 
+/// When the gate was last reconciled, and what that pass found.
+pub type LastReconcile = (DateTime<Utc>, ReconcileReport);
+
 /// What the use cases need: the database, the locks, settings and the payment gateway.
 #[derive(Clone)]
 pub struct Shop {
@@ -35,7 +38,7 @@ pub struct Shop {
     /// The Redis stock gate, unless `STOCK_GATE=off`.
     pub gate: Option<StockGate>,
     /// When the gate was last reconciled and what drift was found (admin dashboard).
-    pub last_reconcile: Arc<Mutex<Option<(DateTime<Utc>, ReconcileReport)>>>,
+    pub last_reconcile: Arc<Mutex<Option<LastReconcile>>>,
 }
 
 impl Shop {

@@ -48,7 +48,11 @@ pub async fn seed_if_absent(shop: &Shop, products: Vec<ProductId>) -> Result<(),
     let Some(gate) = shop.gate.clone() else {
         return Ok(());
     };
+    let _turn = gate.seeding_turn().await;
     for product in products {
+        if gate.stock(product).await?.is_some() {
+            continue; // seeded while this caller waited for its turn
+        }
         let (gate, pool) = (gate.clone(), shop.pool.clone());
         shop.locks
             .with_locks(vec![product], move |_| async move {

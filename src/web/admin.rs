@@ -24,6 +24,7 @@ use crate::services::catalog::{
 use crate::services::orders::{order_detail, search_orders, OrderFilter};
 use crate::services::restore::restore_order;
 use crate::services::stock::{adjust_stock, history_of, Adjustment};
+use crate::services::stock_gate::seed_if_absent;
 use crate::services::Shop;
 
 const ORDERS_PER_PAGE: i64 = 25;
@@ -344,10 +345,17 @@ pub async fn create_sale(
         create_product(&shop.pool, spec).await
     };
     match created.await {
-        Ok(product) => Ok(see_other(&format!(
-            "/admin/products/{}/edit?saved=1",
-            product.id
-        ))),
+        Ok(product) => {
+            // Seed the gate now rather than on the first buyer; failing here is
+            // not fatal, the first purchase seeds it.
+            if let Err(error) = seed_if_absent(&shop, vec![product.product_id()]).await {
+                tracing::warn!(%error, "new sale saved, but its stock gate was not seeded yet");
+            }
+            Ok(see_other(&format!(
+                "/admin/products/{}/edit?saved=1",
+                product.id
+            )))
+        }
         Err(error @ AppError::Invalid(_)) => sale_form(&session, None, fields, Some(error), false),
         Err(other) => Err(other),
     }

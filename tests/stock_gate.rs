@@ -1,0 +1,337 @@
+//! The Redis stock gate in front of Postgres: it turns sold-out and repeat
+//! buyers away without the lock or the database, and never sells.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use flashsale::domain::{CustomerId, ProductId, Quantity};
+use flashsale::gate::{Admission, StockGate};
+use flashsale::services::stock_gate::reconcile_once;
+use reqwest::StatusCode;
+use tokio::sync::Barrier;
+
+fn gate_on(settings: &mut flashsale::config::Settings) {
+    settings.stock_gate = true;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn admit_and_give_back_scripts_follow_their_rules() {
+    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+    let gate = StockGate::new(
+        url.split(',').next().unwrap(),
+        &unique_prefix(),
+        Duration::from_secs(60),
+    )
+    .unwrap();
+    let (product, alice, bob) = (ProductId(7), CustomerId(1), CustomerId(2));
+    let one = Quantity::new(1).unwrap();
+    let two = Quantity::new(2).unwrap();
+
+    // Unknown means no, never unlimited.
+    assert_eq!(
+        gate.admit(product, alice, one, "k0").await.unwrap(),
+        Admission::Unknown
+    );
+    assert!(gate.seed_if_absent(product, 3, Some(2)).await.unwrap());
+    assert!(
+        !gate.seed_if_absent(product, 99, Some(2)).await.unwrap(),
+        "seeding never overwrites"
+    );
+    assert_eq!(gate.stock(product).await.unwrap(), Some(3));
+
+    assert_eq!(
+        gate.admit(product, alice, one, "k1").await.unwrap(),
+        Admission::Admitted
+    );
+    // A repeat is recognised before stock is looked at, and takes nothing.
+    assert_eq!(
+        gate.admit(product, alice, one, "k1").await.unwrap(),
+        Admission::Repeat
+    );
+    assert_eq!(
+        gate.admit(product, alice, two, "k1").await.unwrap(),
+        Admission::Conflict
+    );
+    assert_eq!(gate.stock(product).await.unwrap(), Some(2));
+    // Alice holds 1 of her limit of 2.
+    assert_eq!(
+        gate.admit(product, alice, two, "k2").await.unwrap(),
+        Admission::LimitReached { held: 1, limit: 2 }
+    );
+    assert_eq!(
+        gate.admit(product, bob, two, "k3").await.unwrap(),
+        Admission::Admitted
+    );
+    assert_eq!(
+        gate.admit(product, alice, one, "k4").await.unwrap(),
+        Admission::SoldOut { available: 0 }
+    );
+
+    // Giving back is idempotent and frees the allowance.
+    assert_eq!(gate.give_back(product, bob, "k3").await.unwrap(), 2);
+    assert_eq!(gate.give_back(product, bob, "k3").await.unwrap(), 0);
+    assert_eq!(
+        gate.give_back(product, bob, "never-admitted")
+            .await
+            .unwrap(),
+        0
+    );
+    assert_eq!(gate.stock(product).await.unwrap(), Some(2));
+    assert_eq!(
+        gate.admit(product, bob, two, "k5").await.unwrap(),
+        Admission::Admitted
+    );
+    assert_eq!(gate.stock(product).await.unwrap(), Some(0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn five_thousand_requests_fifty_units_mostly_answered_by_redis() {
+    const WORKERS: usize = 32;
+    const REQUESTS: usize = 5_000;
+    let app = spawn_app_with(gate_on).await;
+    let product = app.product(50, None).await;
+    // As the admin's "new sale" does; a sale created elsewhere is seeded by its first buyer.
+    flashsale::services::stock_gate::seed_if_absent(&app.shop, vec![ProductId(product)])
+        .await
+        .unwrap();
+    let buyers = app.customers(WORKERS, "gate").await;
+    let attempts_before = app.shop.locks.attempts();
+    let barrier = Arc::new(Barrier::new(WORKERS));
+    let tasks = buyers.into_iter().enumerate().map(|(worker, buyer)| {
+        let barrier = barrier.clone();
+        tokio::spawn(async move {
+            let token = buyer.csrf().await;
+            barrier.wait().await;
+            let mut statuses = Vec::new();
+            for _ in (worker..REQUESTS).step_by(WORKERS) {
+                statuses.push(checked_status(
+                    buyer.buy_with_token(product, "1", &token).await,
+                ));
+            }
+            statuses
+        })
+    });
+    let statuses: Vec<StatusCode> = futures::future::join_all(tasks)
+        .await
+        .into_iter()
+        .flat_map(|r| r.unwrap())
+        .collect();
+    let counts = tally(&statuses);
+    let locked = app.shop.locks.attempts() - attempts_before;
+    let without_postgres = REQUESTS as u64 - locked;
+    eprintln!("5000 vs 50 with the gate: {counts:?}; {locked} requests reached the lock, {without_postgres} answered by Redis alone");
+    assert_eq!(counts.get(&303), Some(&50), "{counts:?}");
+    assert_eq!(counts.get(&409), Some(&4_950), "{counts:?}");
+    assert_eq!(app.db.count("SELECT count(*) AS n FROM orders"), 50);
+    assert_eq!(app.db.stock(product), 0);
+    // 50 buyers plus the one lazy seeding of the gate.
+    assert!(
+        without_postgres >= 4_950 - 1,
+        "only {without_postgres} of 5000 answered without the lock"
+    );
+    app.db.assert_audit_clean();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_repeat_buyer_gets_one_unit_of_a_limit_one_product() {
+    let app = spawn_app_with(gate_on).await;
+    let product = app.product(20, Some(1)).await;
+    let buyer = app.customer("eager@example.com").await;
+    let token = buyer.csrf().await;
+    let barrier = Arc::new(Barrier::new(10));
+    let clicks = (0..10).map(|_| {
+        let (buyer, token, barrier) = (buyer.clone(), token.clone(), barrier.clone());
+        tokio::spawn(async move {
+            barrier.wait().await;
+            let response = buyer.buy_with_token(product, "1", &token).await;
+            let status = response.status();
+            (status, response.text().await.unwrap())
+        })
+    });
+    let answers: Vec<(StatusCode, String)> = futures::future::join_all(clicks)
+        .await
+        .into_iter()
+        .map(|r| r.unwrap())
+        .collect();
+    assert_eq!(
+        answers
+            .iter()
+            .filter(|(s, _)| *s == StatusCode::SEE_OTHER)
+            .count(),
+        1
+    );
+    let limited = answers
+        .iter()
+        .filter(|(s, page)| *s == StatusCode::CONFLICT && page.contains("Purchase limit reached"))
+        .count();
+    assert_eq!(limited, 9);
+    assert_eq!(app.db.count("SELECT count(*) AS n FROM orders"), 1);
+    assert_eq!(app.db.stock(product), 19);
+    app.db.assert_audit_clean();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn restores_hand_units_back_to_the_gate_once() {
+    let app = spawn_app_with(gate_on).await;
+    let product = app.product(3, None).await;
+    let gate = app.shop.gate.clone().unwrap();
+    let buyer = app.customer("restore-gate@example.com").await;
+    let declined = order_id_from(&buyer.buy(product, 1).await);
+    let refunded = order_id_from(&buyer.buy(product, 1).await);
+    assert_eq!(gate.stock(ProductId(product)).await.unwrap(), Some(1));
+    assert_eq!(
+        buyer.pay(declined, DECLINED_CARD).await.status(),
+        StatusCode::SEE_OTHER
+    );
+    assert_eq!(
+        buyer.pay(refunded, GOOD_CARD).await.status(),
+        StatusCode::SEE_OTHER
+    );
+    let admin = app.admin().await;
+    assert_eq!(
+        admin
+            .post_form(&format!("/admin/orders/{refunded}/refund"), &[])
+            .await
+            .status(),
+        StatusCode::SEE_OTHER
+    );
+    assert_eq!(
+        admin
+            .post_form(&format!("/admin/orders/{refunded}/refund"), &[])
+            .await
+            .status(),
+        StatusCode::CONFLICT
+    );
+    assert_eq!(
+        gate.stock(ProductId(product)).await.unwrap(),
+        Some(3),
+        "gate agrees with the database"
+    );
+    assert_eq!(app.db.stock(product), 3);
+    // An admin adjustment moves the gate with the database.
+    let adjust = admin
+        .post_form(
+            &format!("/admin/products/{product}/stock"),
+            &[("delta", "+4"), ("reason", "late delivery")],
+        )
+        .await;
+    assert_eq!(adjust.status(), StatusCode::SEE_OTHER);
+    assert_eq!(gate.stock(ProductId(product)).await.unwrap(), Some(7));
+    app.db.assert_audit_clean();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_failure_after_admission_gives_the_units_back() {
+    let app = spawn_app_with(|s| {
+        s.stock_gate = true;
+        s.inject_fault_after_admission = true;
+    })
+    .await;
+    let product = app.product(5, None).await;
+    let gate = app.shop.gate.clone().unwrap();
+    let buyer = app.customer("fault@example.com").await;
+    let response = buyer.buy(product, 2).await;
+    assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(
+        gate.stock(ProductId(product)).await.unwrap(),
+        Some(5),
+        "the admitted units came back"
+    );
+    assert_eq!(app.db.ledger_rows(), 0);
+
+    // When the give-back itself is lost (Redis unreachable at that moment, or
+    // the process died), the gate stays short until the reconcile job runs.
+    let lost = gate
+        .admit(
+            ProductId(product),
+            CustomerId(999),
+            Quantity::new(2).unwrap(),
+            "lost-admission",
+        )
+        .await
+        .unwrap();
+    assert_eq!(lost, Admission::Admitted);
+    assert_eq!(gate.stock(ProductId(product)).await.unwrap(), Some(3));
+    let report = reconcile_once(&app.shop).await.unwrap();
+    assert_eq!(report.drifts.len(), 1, "{report:?}");
+    assert_eq!(
+        (report.drifts[0].gate, report.drifts[0].database),
+        (Some(3), 5)
+    );
+    assert_eq!(gate.stock(ProductId(product)).await.unwrap(), Some(5));
+    assert!(reconcile_once(&app.shop).await.unwrap().drifts.is_empty());
+    let admin = app.admin().await;
+    let (_, dashboard) = admin.get_text("/admin").await;
+    assert!(
+        dashboard.contains("Last reconcile") && dashboard.contains("no drift"),
+        "{dashboard}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_restart_keeps_what_the_gate_has_sold() {
+    let db = TestDb::new();
+    let prefix = unique_prefix();
+    let mut settings = flashsale::config::Settings::for_tests(&db.url, &prefix);
+    settings.stock_gate = true;
+    let first = flashsale::startup::Application::build(settings.clone())
+        .await
+        .unwrap();
+    let address = format!("http://127.0.0.1:{}", first.port());
+    let shop = first.shop().clone();
+    let handle = first.handle();
+    tokio::spawn(first.run_until_stopped());
+    let product = create_product(&shop.pool, 10, None).await;
+    let buyer = Browser::sign_up(&address, "restart@example.com").await;
+    for _ in 0..3 {
+        assert_eq!(buyer.buy(product, 1).await.status(), StatusCode::SEE_OTHER);
+    }
+    // A buyer admitted but not yet written when the server stops.
+    let gate = shop.gate.clone().unwrap();
+    gate.admit(
+        ProductId(product),
+        CustomerId(1),
+        Quantity::new(1).unwrap(),
+        "in-flight",
+    )
+    .await
+    .unwrap();
+    assert_eq!(gate.stock(ProductId(product)).await.unwrap(), Some(6));
+    handle.stop(true).await;
+
+    let second = flashsale::startup::Application::build(settings)
+        .await
+        .unwrap();
+    let address = format!("http://127.0.0.1:{}", second.port());
+    let handle = second.handle();
+    // Seeding on boot did not reset the gate to the database's 7 (nor to 10).
+    let gate = second.shop().gate.clone().unwrap();
+    assert_eq!(gate.stock(ProductId(product)).await.unwrap(), Some(6));
+    tokio::spawn(second.run_until_stopped());
+    let buyer = Browser::sign_in(&address, "restart@example.com", PASSWORD).await;
+    assert_eq!(buyer.buy(product, 1).await.status(), StatusCode::SEE_OTHER);
+    assert_eq!(db.stock(product), 6);
+    db.assert_audit_clean();
+    handle.stop(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn gate_off_runs_the_plain_locked_path() {
+    let app = spawn_app_with(|s| s.stock_gate = false).await;
+    assert!(app.shop.gate.is_none());
+    let product = app.product(2, None).await;
+    let buyers = app.customers(4, "nogate").await;
+    let mut statuses = Vec::new();
+    for buyer in &buyers {
+        statuses.push(buyer.buy(product, 1).await.status());
+    }
+    assert_eq!(tally(&statuses).get(&303), Some(&2));
+    assert_eq!(app.db.stock(product), 0);
+    let admin = app.admin().await;
+    let (_, dashboard) = admin.get_text("/admin").await;
+    assert!(dashboard.contains("STOCK_GATE=off"));
+    app.db.assert_audit_clean();
+}
