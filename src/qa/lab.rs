@@ -35,10 +35,11 @@ pub enum Strategy {
     PgForUpdate,
     PgConditional,
     Flashsale,
+    FlashsaleNoGate,
 }
 
 impl Strategy {
-    pub const ALL: [Strategy; 9] = [
+    pub const ALL: [Strategy; 10] = [
         Strategy::RedisGetDecr,
         Strategy::RedisPipeline,
         Strategy::RedisMulti,
@@ -48,6 +49,7 @@ impl Strategy {
         Strategy::PgForUpdate,
         Strategy::PgConditional,
         Strategy::Flashsale,
+        Strategy::FlashsaleNoGate,
     ];
 
     pub fn label(self) -> &'static str {
@@ -60,7 +62,8 @@ impl Strategy {
             Strategy::PgReadUpdate => "Postgres read then update",
             Strategy::PgForUpdate => "Postgres SELECT FOR UPDATE",
             Strategy::PgConditional => "Postgres conditional UPDATE",
-            Strategy::Flashsale => "flashsale (Redlock + FOR UPDATE)",
+            Strategy::Flashsale => "flashsale, Redis gate + Redlock + FOR UPDATE",
+            Strategy::FlashsaleNoGate => "flashsale, gate off: Redlock + FOR UPDATE",
         }
     }
 
@@ -314,6 +317,7 @@ struct Env {
     prefix: String,
     pool: PgPool,
     shop: Shop,
+    shop_without_gate: Shop,
     customers: Vec<CustomerId>,
     watch_retries: u32,
     // Last: the pools above hold connections into it.
@@ -353,9 +357,12 @@ pub async fn run_lab(config: &LabConfig) -> anyhow::Result<LabReport> {
     let mut settings = Settings::for_tests(&db.url, &prefix);
     settings.redis_urls = vec![config.redis_url.clone()];
     settings.db_pool_size = pool_size;
-    let shop = Shop::new(settings)?;
+    settings.stock_gate = true;
+    let shop = Shop::new(settings.clone())?;
+    settings.stock_gate = false;
+    let shop_without_gate = Shop::new(settings)?;
     // Open every connection now, so the first contest does not pay for connecting.
-    for warm in [&pool, &shop.pool] {
+    for warm in [&pool, &shop.pool, &shop_without_gate.pool] {
         let warm = warm.clone();
         tokio::task::spawn_blocking(move || {
             let held: Vec<_> = (0..warm.max_size())
@@ -388,6 +395,7 @@ pub async fn run_lab(config: &LabConfig) -> anyhow::Result<LabReport> {
         prefix,
         pool,
         shop,
+        shop_without_gate,
         customers,
         watch_retries: config.watch_retries,
         _db: db,
@@ -661,13 +669,18 @@ async fn pg_attempt(
     product: i64,
     request: usize,
 ) -> Result<Attempt, AppError> {
-    if strategy == Strategy::Flashsale {
+    if matches!(strategy, Strategy::Flashsale | Strategy::FlashsaleNoGate) {
+        let shop = if strategy == Strategy::Flashsale {
+            &env.shop
+        } else {
+            &env.shop_without_gate
+        };
         let customer = env.customers[request % env.customers.len()];
         let line = Line {
             product: ProductId(product),
             quantity: Quantity::new(1)?,
         };
-        return Ok(match purchase(&env.shop, customer, vec![line]).await? {
+        return Ok(match purchase(shop, customer, vec![line]).await? {
             PurchaseOutcome::Purchased(_) => Attempt::Sold,
             PurchaseOutcome::SoldOut { .. } => Attempt::Rejected,
             PurchaseOutcome::Busy | PurchaseOutcome::Unavailable(_) => Attempt::GaveUp,
