@@ -49,6 +49,8 @@ pub struct Point {
 pub struct BenchReport {
     pub points: Vec<Point>,
     pub machine: Vec<(String, String)>,
+    /// Whether the shop ran with the Redis stock gate (`STOCK_GATE`).
+    pub stock_gate: bool,
 }
 
 impl BenchReport {
@@ -321,6 +323,7 @@ pub async fn run_bench(config: &BenchConfig) -> anyhow::Result<BenchReport> {
     let db = LabDb::create(&config.database_url)?;
     let prefix = format!("bench:{}:", uuid::Uuid::new_v4().simple());
     let settings = Settings::for_tests(&db.url, &prefix);
+    let settings_gate = settings.stock_gate;
     let app = Application::build(settings).await?;
     let base = format!("http://127.0.0.1:{}", app.port());
     let pool = app.shop().pool.clone();
@@ -363,6 +366,7 @@ pub async fn run_bench(config: &BenchConfig) -> anyhow::Result<BenchReport> {
     let mut report = BenchReport {
         points: Vec::new(),
         machine: machine(),
+        stock_gate: settings_gate,
     };
     report.machine.extend(pg_settings(&db.url));
     let seconds = config.seconds;
@@ -483,8 +487,9 @@ pub fn render(report: &BenchReport, config: &BenchConfig, command: &str) -> Stri
     }
     let _ = writeln!(
         out,
-        "| shop | in-process `Application` on 127.0.0.1, DB pool 16, Redlock on the local Redis, release build |\n\
+        "| shop | in-process `Application` on 127.0.0.1, DB pool 16, Redlock on the local Redis, stock gate {}, release build |\n\
          | load | closed loop: each of C clients sends its next request when the last is answered, {:.0} s per point; {} signed-up buyers share the clients |\n",
+        if report.stock_gate { "on" } else { "off" },
         config.seconds, config.customers
     );
     out.push_str(
@@ -544,10 +549,16 @@ pub fn render(report: &BenchReport, config: &BenchConfig, command: &str) -> Stri
     ) {
         let _ = writeln!(
             out,
-            "\nSold-out rejections run at {:.2}x the rate of `/healthz` on the same server: a sold-out \
-             answer still takes the product's Redis lock and reads the row `FOR UPDATE`, so it queues \
-             like a purchase.",
-            rejected.per_second / health.per_second.max(1e-9)
+            "\nSold-out rejections run at {:.2}x the rate of `/healthz` on the same server. {}",
+            rejected.per_second / health.per_second.max(1e-9),
+            if report.stock_gate {
+                "With the stock gate on, a rejection takes no lock and no database query: it decodes \
+                 the session, checks the CSRF token, makes one Redis script call and renders the \
+                 sold-out page."
+            } else {
+                "With the stock gate off, a rejection is one plain database read before the lock \
+                 queue (it can only say no) plus the session, CSRF check and page render."
+            }
         );
     }
     out
