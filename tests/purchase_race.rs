@@ -76,28 +76,8 @@ async fn thousand_requests_hundred_units_on_32_workers() {
     let app = spawn_app().await;
     let product = app.product(100, None).await;
     let buyers = app.customers(WORKERS, "worker").await;
-    let barrier = Arc::new(Barrier::new(WORKERS));
     let started = Instant::now();
-    let tasks = buyers.into_iter().enumerate().map(|(worker, buyer)| {
-        let barrier = barrier.clone();
-        tokio::spawn(async move {
-            let token = buyer.csrf().await;
-            barrier.wait().await;
-            // Worker w sends requests w, w+32, w+64, ... of the 1,000.
-            let mut statuses = Vec::new();
-            for _ in (worker..REQUESTS).step_by(WORKERS) {
-                statuses.push(checked_status(
-                    buyer.buy_with_token(product, "1", &token).await,
-                ));
-            }
-            statuses
-        })
-    });
-    let statuses: Vec<StatusCode> = futures::future::join_all(tasks)
-        .await
-        .into_iter()
-        .flat_map(|r| r.unwrap())
-        .collect();
+    let statuses = burst(buyers, product, REQUESTS).await;
     let elapsed = started.elapsed();
 
     let counts = tally(&statuses);

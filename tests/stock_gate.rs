@@ -99,26 +99,7 @@ async fn five_thousand_requests_fifty_units_mostly_answered_by_redis() {
         .unwrap();
     let buyers = app.customers(WORKERS, "gate").await;
     let attempts_before = app.shop.locks.attempts();
-    let barrier = Arc::new(Barrier::new(WORKERS));
-    let tasks = buyers.into_iter().enumerate().map(|(worker, buyer)| {
-        let barrier = barrier.clone();
-        tokio::spawn(async move {
-            let token = buyer.csrf().await;
-            barrier.wait().await;
-            let mut statuses = Vec::new();
-            for _ in (worker..REQUESTS).step_by(WORKERS) {
-                statuses.push(checked_status(
-                    buyer.buy_with_token(product, "1", &token).await,
-                ));
-            }
-            statuses
-        })
-    });
-    let statuses: Vec<StatusCode> = futures::future::join_all(tasks)
-        .await
-        .into_iter()
-        .flat_map(|r| r.unwrap())
-        .collect();
+    let statuses = burst(buyers, product, REQUESTS).await;
     let counts = tally(&statuses);
     let locked = app.shop.locks.attempts() - attempts_before;
     let without_postgres = REQUESTS as u64 - locked;

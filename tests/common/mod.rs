@@ -562,6 +562,32 @@ pub fn checked_status(response: reqwest::Response) -> StatusCode {
     response.status()
 }
 
+/// A burst: each buyer takes its form token, all wait at one barrier, then
+/// buyer w sends requests w, w+n, w+2n, ... of `requests`, one unit each.
+pub async fn burst(buyers: Vec<Browser>, product: i64, requests: usize) -> Vec<StatusCode> {
+    let workers = buyers.len();
+    let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(workers));
+    let tasks = buyers.into_iter().enumerate().map(|(worker, buyer)| {
+        let barrier = barrier.clone();
+        tokio::spawn(async move {
+            let token = buyer.csrf().await;
+            barrier.wait().await;
+            let mut statuses = Vec::new();
+            for _ in (worker..requests).step_by(workers) {
+                statuses.push(checked_status(
+                    buyer.buy_with_token(product, "1", &token).await,
+                ));
+            }
+            statuses
+        })
+    });
+    futures::future::join_all(tasks)
+        .await
+        .into_iter()
+        .flat_map(|r| r.unwrap())
+        .collect()
+}
+
 /// Counts answers by status code.
 pub fn tally(statuses: &[StatusCode]) -> std::collections::BTreeMap<u16, usize> {
     let mut counts = std::collections::BTreeMap::new();
