@@ -15,6 +15,9 @@ pub struct Settings {
     pub db_connect_timeout: Duration,
     /// One URL, or several separated by commas for a Redlock quorum.
     pub redis_urls: Vec<String>,
+    /// `REDIS_URL` names the seed nodes of one Redis Cluster (`REDIS_CLUSTER=on`)
+    /// instead of independent servers.
+    pub redis_cluster: bool,
     /// Prepended to every Redis key, so deployments (and tests) sharing one Redis stay apart.
     pub redis_key_prefix: String,
     pub bind: String,
@@ -53,13 +56,14 @@ impl Settings {
             redis_urls: split_urls(
                 &var("REDIS_URL").unwrap_or_else(|| Self::DEFAULT_REDIS_URL.into()),
             ),
+            redis_cluster: on_off("REDIS_CLUSTER", false)?,
             redis_key_prefix: var("REDIS_KEY_PREFIX").unwrap_or_default(),
             bind: var("BIND").unwrap_or_else(|| "127.0.0.1:8080".into()),
             lock_wait: Duration::from_millis(parse_var("LOCK_WAIT_MS", 3_000)?),
             lock_lease: Duration::from_millis(parse_var("LOCK_LEASE_MS", 15_000)?),
             payment_timeout: Duration::from_secs(parse_var("PAYMENT_TIMEOUT", 600)?),
             jobs_interval: Duration::from_secs(parse_var("JOBS_INTERVAL", 30)?),
-            stock_gate: gate_switch()?,
+            stock_gate: on_off("STOCK_GATE", true)?,
             reconcile_interval: Duration::from_secs(parse_var("RECONCILE_INTERVAL", 60)?),
             inject_fault_after_admission: false,
             idempotency_retention: Duration::from_secs(
@@ -88,6 +92,7 @@ impl Settings {
             redis_urls: split_urls(
                 &var("REDIS_URL").unwrap_or_else(|| Self::DEFAULT_REDIS_URL.into()),
             ),
+            redis_cluster: false,
             redis_key_prefix: redis_key_prefix.into(),
             bind: "127.0.0.1:0".into(),
             lock_wait: Duration::from_secs(3),
@@ -95,7 +100,7 @@ impl Settings {
             payment_timeout: Duration::from_secs(600),
             jobs_interval: Duration::from_secs(30),
             // The suite runs with the gate on and again with STOCK_GATE=off.
-            stock_gate: gate_switch().unwrap_or(true),
+            stock_gate: on_off("STOCK_GATE", true).unwrap_or(true),
             reconcile_interval: Duration::from_secs(60),
             inject_fault_after_admission: false,
             idempotency_retention: Duration::from_secs(24 * 3600),
@@ -138,16 +143,13 @@ where
     }
 }
 
-/// `STOCK_GATE=on|off` (default on).
-fn gate_switch() -> anyhow::Result<bool> {
-    match var("STOCK_GATE")
-        .as_deref()
-        .map(str::to_ascii_lowercase)
-        .as_deref()
-    {
-        None | Some("on" | "true" | "1") => Ok(true),
+/// A switch read as `on`/`off` (also true/false, 1/0).
+fn on_off(name: &str, default: bool) -> anyhow::Result<bool> {
+    match var(name).as_deref().map(str::to_ascii_lowercase).as_deref() {
+        None => Ok(default),
+        Some("on" | "true" | "1") => Ok(true),
         Some("off" | "false" | "0") => Ok(false),
-        Some(other) => bail!("STOCK_GATE={other:?}: use on or off"),
+        Some(other) => bail!("{name}={other:?}: use on or off"),
     }
 }
 

@@ -9,11 +9,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::MultiplexedConnection;
 use redis::Script;
 
 use crate::domain::{CustomerId, ProductId, Quantity};
 use crate::error::AppError;
+use crate::redis_node::{RedisConnection, RedisNode};
 
 /// Admit, in this order: a repeat of an admitted key gets its earlier answer
 /// (before any stock check, so a repeat never takes stock); the customer's
@@ -91,8 +91,7 @@ pub struct StockGate {
 }
 
 struct Inner {
-    client: redis::Client,
-    connection: tokio::sync::Mutex<Option<MultiplexedConnection>>,
+    node: RedisNode,
     prefix: String,
     marker_ttl: Duration,
     admit: Script,
@@ -129,18 +128,17 @@ macro_rules! with_retry {
 impl StockGate {
     /// `marker_ttl` must outlive any order that may still give units back:
     /// the payment window plus how long replays are honoured.
-    pub fn new(url: &str, prefix: &str, marker_ttl: Duration) -> anyhow::Result<StockGate> {
-        Ok(StockGate {
+    pub fn new(node: RedisNode, prefix: &str, marker_ttl: Duration) -> StockGate {
+        StockGate {
             inner: Arc::new(Inner {
-                client: redis::Client::open(url)?,
-                connection: tokio::sync::Mutex::new(None),
+                node,
                 prefix: prefix.to_string(),
                 marker_ttl,
                 admit: Script::new(ADMIT),
                 give_back: Script::new(GIVE_BACK),
                 seeding: tokio::sync::Mutex::new(()),
             }),
-        })
+        }
     }
 
     fn key(&self, product: ProductId, part: &str) -> String {
@@ -156,20 +154,12 @@ impl StockGate {
         self.key(product, "stock")
     }
 
-    async fn connection(&self) -> Result<MultiplexedConnection, AppError> {
-        let mut slot = self.inner.connection.lock().await;
-        if let Some(connection) = slot.as_ref() {
-            return Ok(connection.clone());
-        }
-        let connection = tokio::time::timeout(
-            TIMEOUT,
-            self.inner.client.get_multiplexed_async_connection(),
-        )
-        .await
-        .map_err(|_| unavailable("connecting timed out"))?
-        .map_err(|e| unavailable(&e.to_string()))?;
-        *slot = Some(connection.clone());
-        Ok(connection)
+    async fn connection(&self) -> Result<RedisConnection, AppError> {
+        self.inner
+            .node
+            .connection()
+            .await
+            .map_err(|e| unavailable(&e.to_string()))
     }
 
     /// Bounds one command or script in time; a failed connection is dropped
@@ -182,7 +172,7 @@ impl StockGate {
         match tokio::time::timeout(TIMEOUT, call).await {
             Ok(Ok(value)) => Ok(value),
             failure => {
-                *self.inner.connection.lock().await = None;
+                self.inner.node.reset().await;
                 Err(match failure {
                     Ok(Err(e)) => (
                         e.is_io_error() || e.is_connection_dropped(),

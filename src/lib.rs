@@ -8,6 +8,7 @@ pub mod error;
 pub mod gate;
 pub mod lock;
 pub mod qa;
+pub mod redis_node;
 pub mod services;
 pub mod startup;
 pub mod web;

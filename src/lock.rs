@@ -18,6 +18,7 @@ use tokio::time::{timeout_at, Instant};
 
 use crate::domain::ProductId;
 use crate::error::AppError;
+use crate::redis_node::RedisNode;
 
 /// Re-poll Redis at most this often while another instance holds the lock.
 const MAX_BACKOFF: Duration = Duration::from_millis(20);
@@ -52,24 +53,38 @@ struct HeldLock {
 }
 
 impl ProductLocks {
+    /// `redis_urls` are independent servers for a Redlock quorum, or, with
+    /// `cluster`, the seed nodes of one Redis Cluster (one lock per key there).
     pub fn new(
         redis_urls: &[String],
+        cluster: bool,
         key_prefix: &str,
         wait: Duration,
         lease: Duration,
     ) -> anyhow::Result<ProductLocks> {
-        let clients = redis_urls
-            .iter()
-            .map(|url| redis::Client::open(url.as_str()))
-            .collect::<Result<Vec<_>, _>>()?;
-        let mut manager = LockManager::from_clients(clients.clone());
+        let (mut manager, nodes) = if cluster {
+            (
+                LockManager::new_cluster(redis_urls.to_vec())?,
+                vec![RedisNode::cluster(redis_urls)?],
+            )
+        } else {
+            let clients = redis_urls
+                .iter()
+                .map(|url| redis::Client::open(url.as_str()))
+                .collect::<Result<Vec<_>, _>>()?;
+            let nodes = redis_urls
+                .iter()
+                .map(|url| RedisNode::single(url))
+                .collect::<Result<Vec<_>, _>>()?;
+            (LockManager::from_clients(clients), nodes)
+        };
         // One attempt per call: the waiting policy (deadline, back-off) is ours,
         // and rslock's own sleeps of up to 200 ms would idle buyers behind a free lock.
         manager.set_retry(1, Duration::from_millis(1));
         Ok(ProductLocks {
             inner: Arc::new(Inner {
                 manager,
-                nodes: clients.into_iter().map(RedisNode::new).collect(),
+                nodes,
                 local_queues: Mutex::new(HashMap::new()),
                 key_prefix: key_prefix.to_string(),
                 wait,
@@ -248,40 +263,4 @@ pub fn ensure_lease_valid(valid_until: Instant) -> Result<(), AppError> {
         ));
     }
     Ok(())
-}
-
-/// One Redis server, with a connection kept open between checks and
-/// re-established after an error.
-struct RedisNode {
-    client: redis::Client,
-    connection: tokio::sync::Mutex<Option<redis::aio::MultiplexedConnection>>,
-}
-
-impl RedisNode {
-    const TIMEOUT: Duration = Duration::from_millis(500);
-
-    fn new(client: redis::Client) -> RedisNode {
-        RedisNode {
-            client,
-            connection: tokio::sync::Mutex::new(None),
-        }
-    }
-
-    async fn ping(&self) -> bool {
-        let mut slot = self.connection.lock().await;
-        let attempt = async {
-            if slot.is_none() {
-                *slot = Some(self.client.get_multiplexed_async_connection().await?);
-            }
-            let connection = slot.as_mut().expect("connected above");
-            redis::cmd("PING").query_async::<String>(connection).await
-        };
-        match tokio::time::timeout(Self::TIMEOUT, attempt).await {
-            Ok(Ok(_)) => true,
-            _ => {
-                *slot = None;
-                false
-            }
-        }
-    }
 }

@@ -22,6 +22,7 @@ use crate::config::Settings;
 use crate::db::PgPool;
 use crate::gate::StockGate;
 use crate::lock::ProductLocks;
+use crate::redis_node::RedisNode;
 use payment::PaymentGateway;
 use stock_gate::ReconcileReport;
 
@@ -51,6 +52,7 @@ impl Shop {
         );
         let locks = ProductLocks::new(
             &settings.redis_urls,
+            settings.redis_cluster,
             &settings.redis_key_prefix,
             settings.lock_wait,
             settings.lock_lease,
@@ -58,11 +60,14 @@ impl Shop {
         let gate = if settings.stock_gate {
             // Markers must outlive any order that may still give units back.
             let marker_ttl = settings.payment_timeout + settings.idempotency_retention;
-            Some(StockGate::new(
-                &settings.redis_urls[0],
-                &settings.redis_key_prefix,
-                marker_ttl,
-            )?)
+            // A Redlock quorum spans independent servers; the gate lives on the first
+            // (or on the cluster, where its hash-tagged keys spread by product).
+            let node = if settings.redis_cluster {
+                RedisNode::cluster(&settings.redis_urls)?
+            } else {
+                RedisNode::single(&settings.redis_urls[0])?
+            };
+            Some(StockGate::new(node, &settings.redis_key_prefix, marker_ttl))
         } else {
             None
         };
