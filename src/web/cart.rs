@@ -93,6 +93,7 @@ pub async fn add(
     Ok(see_other("/cart"))
 }
 
+/// Sets a line's quantity; 0 removes the line.
 #[post("/cart/update")]
 pub async fn update(
     _signed_in: SignedIn,
@@ -101,19 +102,11 @@ pub async fn update(
 ) -> Result<HttpResponse, AppError> {
     verify_csrf(&session, &form.csrf_token)?;
     let product = parse_product_id(&form.product_id)?;
-    let mut cart = load(&session);
-    if form.quantity.trim() == "0" {
-        cart.retain(|(id, _)| *id != product.get());
-    } else {
-        let quantity = Quantity::parse(&form.quantity)?;
-        let line = cart
-            .iter_mut()
-            .find(|(id, _)| *id == product.get())
-            .ok_or_else(|| AppError::NotFound("That product is not in your cart.".into()))?;
-        line.1 = quantity.get();
-    }
-    store(&session, &cart)?;
-    Ok(see_other("/cart"))
+    let quantity = match form.quantity.trim() {
+        "0" => None,
+        raw => Some(Quantity::parse(raw)?),
+    };
+    set_line(&session, product, quantity)
 }
 
 #[post("/cart/remove")]
@@ -123,10 +116,27 @@ pub async fn remove(
     form: web::Form<CartForm>,
 ) -> Result<HttpResponse, AppError> {
     verify_csrf(&session, &form.csrf_token)?;
-    let product = parse_product_id(&form.product_id)?;
-    let mut cart = load(&session);
-    cart.retain(|(id, _)| *id != product.get());
-    store(&session, &cart)?;
+    set_line(&session, parse_product_id(&form.product_id)?, None)
+}
+
+/// Changes one line of the cart (`None` removes it) and goes back to the cart.
+fn set_line(
+    session: &Session,
+    product: ProductId,
+    quantity: Option<Quantity>,
+) -> Result<HttpResponse, AppError> {
+    let mut cart = load(session);
+    match quantity {
+        None => cart.retain(|(id, _)| *id != product.get()),
+        Some(quantity) => {
+            let line = cart
+                .iter_mut()
+                .find(|(id, _)| *id == product.get())
+                .ok_or_else(|| AppError::NotFound("That product is not in your cart.".into()))?;
+            line.1 = quantity.get();
+        }
+    }
+    store(session, &cart)?;
     Ok(see_other("/cart"))
 }
 

@@ -479,6 +479,11 @@ pub fn die_with_parent(command: &mut Command) -> &mut Command {
 /// A Redis server of this test's own, on a free port, keeping nothing on disk.
 pub fn start_redis() -> (ChildGuard, u16) {
     let port = free_port();
+    (spawn_redis_server(port, &[]), port)
+}
+
+/// Starts `redis-server` on `port` with `extra` arguments and waits until it listens.
+fn spawn_redis_server(port: u16, extra: &[std::ffi::OsString]) -> ChildGuard {
     let child = die_with_parent(&mut Command::new("redis-server"))
         .args([
             "--port",
@@ -490,18 +495,14 @@ pub fn start_redis() -> (ChildGuard, u16) {
             "--appendonly",
             "no",
         ])
+        .args(extra)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .expect("redis-server is installed (scripts/test installs it)");
     let guard = ChildGuard(child);
-    for _ in 0..100 {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return (guard, port);
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    panic!("redis-server on port {port} did not start");
+    wait_for_port(port);
+    guard
 }
 
 /// A three-master Redis Cluster of this test's own, on free ports, made with
@@ -523,28 +524,17 @@ impl RedisCluster {
         let mut ports = Vec::new();
         for _ in 0..3 {
             let port = free_port();
-            let child = die_with_parent(&mut Command::new("redis-server"))
-                .args([
-                    "--port",
-                    &port.to_string(),
-                    "--bind",
-                    "127.0.0.1",
-                    "--save",
-                    "",
-                    "--appendonly",
-                    "no",
-                ])
-                .args(["--cluster-enabled", "yes", "--cluster-node-timeout", "2000"])
-                .arg("--cluster-config-file")
-                .arg(dir.join(format!("nodes-{port}.conf")))
-                .arg("--dir")
-                .arg(&dir)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("redis-server is installed (scripts/test installs it)");
-            servers.push(ChildGuard(child));
-            wait_for_port(port);
+            let extra: Vec<std::ffi::OsString> = vec![
+                "--cluster-enabled".into(),
+                "yes".into(),
+                "--cluster-node-timeout".into(),
+                "2000".into(),
+                "--cluster-config-file".into(),
+                dir.join(format!("nodes-{port}.conf")).into(),
+                "--dir".into(),
+                dir.clone().into(),
+            ];
+            servers.push(spawn_redis_server(port, &extra));
             ports.push(port);
         }
         let nodes: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
