@@ -30,6 +30,13 @@ pub struct Settings {
     pub idempotency_retention: Duration,
     /// Whether the Redis stock gate turns away sold-out buyers before the lock.
     pub stock_gate: bool,
+    /// Serve queued buyers of one product in one transaction per lock hold
+    /// (`COMBINING=on|off`), at most `combine_max` of them at a time.
+    pub combining: bool,
+    pub combine_max: usize,
+    /// Take the Redis lock around stock changes. Not configurable from the
+    /// environment: only the benchmark turns it off, to measure what it costs.
+    pub redis_lock: bool,
     /// How often the gate is compared with the database and corrected.
     pub reconcile_interval: Duration,
     /// Tests only: fail every purchase right after the gate admits it.
@@ -64,6 +71,9 @@ impl Settings {
             payment_timeout: Duration::from_secs(parse_var("PAYMENT_TIMEOUT", 600)?),
             jobs_interval: Duration::from_secs(parse_var("JOBS_INTERVAL", 30)?),
             stock_gate: on_off("STOCK_GATE", true)?,
+            combining: on_off("COMBINING", true)?,
+            combine_max: parse_var("COMBINE_MAX", 32)?,
+            redis_lock: true,
             reconcile_interval: Duration::from_secs(parse_var("RECONCILE_INTERVAL", 60)?),
             inject_fault_after_admission: false,
             idempotency_retention: Duration::from_secs(
@@ -101,6 +111,10 @@ impl Settings {
             jobs_interval: Duration::from_secs(30),
             // The suite runs with the gate on and again with STOCK_GATE=off.
             stock_gate: on_off("STOCK_GATE", true).unwrap_or(true),
+            // ... and again with COMBINING=off.
+            combining: on_off("COMBINING", true).unwrap_or(true),
+            combine_max: 32,
+            redis_lock: true,
             reconcile_interval: Duration::from_secs(60),
             inject_fault_after_admission: false,
             idempotency_retention: Duration::from_secs(24 * 3600),
@@ -115,6 +129,9 @@ impl Settings {
         }
         if self.session_key.len() < 64 {
             bail!("SESSION_KEY must be at least 64 bytes (128 hex characters)");
+        }
+        if self.combine_max == 0 {
+            bail!("COMBINE_MAX must be at least 1");
         }
         if self.jobs_interval.is_zero() {
             bail!("JOBS_INTERVAL must be at least one second");

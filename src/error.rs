@@ -5,7 +5,7 @@ use actix_web::{HttpResponse, ResponseError};
 use askama::Template;
 use diesel::result::{DatabaseErrorKind, Error as DieselError};
 
-use crate::domain::InvalidInput;
+use crate::domain::{InvalidInput, ProductId};
 use crate::web::pages::ErrorPage;
 
 #[derive(Debug, thiserror::Error)]
@@ -33,6 +33,10 @@ pub enum AppError {
     /// Redis or Postgres did not answer: the shop fails closed.
     #[error("{0}")]
     Unavailable(String),
+    /// Postgres refused a stock write: the row carries a fencing token at or
+    /// above this holder's, so a later lock holder has written since.
+    #[error("stale lock holder: product {product} is fenced at {fence}")]
+    Fenced { product: ProductId, fence: i64 },
     #[error(transparent)]
     Internal(#[from] anyhow::Error),
 }
@@ -63,6 +67,10 @@ impl AppError {
             AppError::Unavailable(_) => (
                 "The shop is briefly unavailable",
                 "Part of the shop is not answering right now, so we did not take your order: nothing was reserved or charged. Please try again in a minute.".into(),
+            ),
+            AppError::Fenced { .. } => (
+                "The shop is briefly unavailable",
+                "Your checkout was paused so long that its hold on this product ran out and another checkout took over, so yours stopped before writing anything. Nothing was reserved or charged. Please try again.".into(),
             ),
             AppError::Internal(_) => (
                 "Something went wrong",
@@ -102,7 +110,9 @@ impl ResponseError for AppError {
             AppError::Forbidden(_) | AppError::BadCsrf => StatusCode::FORBIDDEN,
             AppError::SignInRequired => StatusCode::SEE_OTHER,
             AppError::Conflict { .. } => StatusCode::CONFLICT,
-            AppError::Busy | AppError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            AppError::Busy | AppError::Unavailable(_) | AppError::Fenced { .. } => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             AppError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -111,6 +121,9 @@ impl ResponseError for AppError {
         match self {
             AppError::Internal(error) => tracing::error!(error = ?error, "request failed"),
             AppError::Unavailable(reason) => tracing::warn!(%reason, "dependency unavailable"),
+            AppError::Fenced { product, fence } => {
+                tracing::warn!(%product, fence, "stock write refused by its fencing token")
+            }
             _ => {}
         }
         let status = self.status_code();
@@ -121,7 +134,7 @@ impl ResponseError for AppError {
         }
         let (title, message) = self.title_and_message();
         let mut response = HttpResponse::build(status);
-        if matches!(self, AppError::Busy | AppError::Unavailable(_)) {
+        if self.status_code() == StatusCode::SERVICE_UNAVAILABLE {
             response.insert_header((header::RETRY_AFTER, "2"));
         }
         let page = ErrorPage {

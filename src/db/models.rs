@@ -38,6 +38,8 @@ pub struct Product {
     pub sale_ends_at: Option<DateTime<Utc>>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+    /// Fencing token of the last lock holder that wrote the stock.
+    pub fence: i64,
 }
 
 /// Where a sale stands at a given instant.

@@ -69,6 +69,7 @@ diesel::table! {
         sale_ends_at -> Nullable<Timestamptz>,
         created_at -> Timestamptz,
         updated_at -> Timestamptz,
+        fence -> Int8,
     }
 }
 

@@ -4,6 +4,7 @@
 pub mod accounts;
 pub mod audit;
 pub mod catalog;
+pub mod combining;
 pub mod idempotency;
 pub mod jobs;
 pub mod orders;
@@ -38,6 +39,8 @@ pub struct Shop {
     pub gateway: Arc<dyn PaymentGateway>,
     /// The Redis stock gate, unless `STOCK_GATE=off`.
     pub gate: Option<StockGate>,
+    /// Per-product batching of single-product purchases, unless `COMBINING=off`.
+    pub combiner: Option<Arc<combining::Combiner>>,
     /// When the gate was last reconciled and what drift was found (admin dashboard).
     pub last_reconcile: Arc<Mutex<Option<LastReconcile>>>,
 }
@@ -56,6 +59,7 @@ impl Shop {
             &settings.redis_key_prefix,
             settings.lock_wait,
             settings.lock_lease,
+            settings.redis_lock,
         )?;
         let gate = if settings.stock_gate {
             // Markers must outlive any order that may still give units back.
@@ -71,10 +75,14 @@ impl Shop {
         } else {
             None
         };
+        let combiner = settings
+            .combining
+            .then(|| Arc::new(combining::Combiner::new(settings.combine_max)));
         Ok(Shop {
             pool,
             locks,
             gate,
+            combiner,
             last_reconcile: Arc::new(Mutex::new(None)),
             settings: Arc::new(settings),
             gateway: Arc::new(payment::SandboxGateway),

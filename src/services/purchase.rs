@@ -1,17 +1,21 @@
 //! Buying: lock the products, re-read them `FOR UPDATE`, check, and write the
 //! order, its items, the ledger rows and the new stock in one transaction.
 
+use std::collections::HashMap;
+
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 
+use super::combining::{buy_in_batch, BatchBuyer};
 use super::Shop;
+use crate::db::fence::change_stock;
 use crate::db::models::{NewOrder, NewOrderItem, NewStockChange, Product, SaleState};
 use crate::db::schema::{order_items, orders, products, stock_history};
 use crate::db::{self, PgConn};
 use crate::domain::{CustomerId, Money, OrderId, OrderStatus, ProductId, Quantity, StockReason};
 use crate::error::AppError;
 use crate::gate::{Admission, StockGate};
-use crate::lock::ensure_lease_valid;
+use crate::lock::Lease;
 use crate::services::stock_gate::{give_back_all, seed_if_absent};
 
 /// One product and how many units of it, as the buyer asked.
@@ -100,35 +104,41 @@ pub async fn purchase(
     };
     let gate_key = admission.clone();
     let admitted_products = products.clone();
-    let pool = shop.pool.clone();
     let payment_deadline = Utc::now() + shop.settings.payment_timeout;
-    let fault_after_admission = shop.settings.inject_fault_after_admission;
-    let result = async {
-        if fault_after_admission {
-            return Err(AppError::Internal(anyhow::anyhow!(
-                "injected fault between admission and the database"
-            )));
-        }
+    let result = if shop.settings.inject_fault_after_admission {
+        Err(AppError::Internal(anyhow::anyhow!(
+            "injected fault between admission and the database"
+        )))
+    } else if let ([line], Some(_)) = (lines.as_slice(), &shop.combiner) {
+        let buyer = BatchBuyer {
+            customer,
+            quantity: line.quantity,
+            payment_deadline,
+            gate_key,
+        };
+        buy_in_batch(shop, line.product, buyer).await
+    } else {
+        let pool = shop.pool.clone();
         shop.locks
-            .with_locks(products, move |lease_valid_until| async move {
+            .with_locks(products, move |lease| async move {
                 db::run(&pool, move |conn| {
                     conn.transaction(|conn| {
                         let outcome = purchase_in_transaction(
                             conn,
+                            &lease,
                             customer,
                             &lines,
                             payment_deadline,
                             gate_key.as_deref(),
                         )?;
-                        ensure_lease_valid(lease_valid_until)?;
+                        lease.ensure_valid()?;
                         Ok(outcome)
                     })
                 })
                 .await
             })
             .await
-    }
-    .await;
+    };
     // Whatever kept the order from being written hands the admitted units back.
     if let (Some(gate), Some(admission)) = (&shop.gate, &admission) {
         if !matches!(result, Ok(PurchaseOutcome::Purchased(_))) {
@@ -235,7 +245,7 @@ async fn refusal_before_locking(
 }
 
 /// The sale-window and stock rules for one line.
-fn refusal_for(
+pub(super) fn refusal_for(
     product: &Product,
     quantity: Quantity,
     now: DateTime<Utc>,
@@ -253,10 +263,11 @@ fn refusal_for(
     }
 }
 
-/// Everything between lock and unlock. Returning a refusal commits nothing
-/// (no row was written before the checks passed).
+/// Everything between lock and unlock for an order of several products.
+/// Returning a refusal commits nothing (no row was written before the checks passed).
 fn purchase_in_transaction(
     conn: &mut PgConn,
+    lease: &Lease,
     customer: CustomerId,
     lines: &[Line],
     payment_deadline: DateTime<Utc>,
@@ -278,7 +289,10 @@ fn purchase_in_transaction(
             return Ok(refusal);
         }
         if let Some(limit) = product.per_customer_limit {
-            let already = units_held_by(conn, customer, line.product)?;
+            let already = held_by_customers(conn, &[customer], line.product)?
+                .get(&customer)
+                .copied()
+                .unwrap_or(0);
             if already + i64::from(line.quantity.get()) > i64::from(limit) {
                 return Ok(PurchaseOutcome::LimitReached {
                     product: product.name,
@@ -289,10 +303,28 @@ fn purchase_in_transaction(
         }
         checked.push((product, line.quantity));
     }
+    let mut written = Vec::with_capacity(checked.len());
+    for (product, quantity) in &checked {
+        let stock_after = change_stock(conn, lease, product.product_id(), -quantity.get())?;
+        written.push((product, *quantity, stock_after));
+    }
+    let order = write_order(conn, customer, &written, payment_deadline, gate_key)?;
+    Ok(PurchaseOutcome::Purchased(order))
+}
 
-    let total = checked
+/// A checked order's rows: the order, one item and one purchase ledger row
+/// per product (`stock_after` is the product's stock once this order is
+/// taken). The stock itself is changed by the caller, once per lock hold.
+pub(super) fn write_order(
+    conn: &mut PgConn,
+    customer: CustomerId,
+    lines: &[(&Product, Quantity, i32)],
+    payment_deadline: DateTime<Utc>,
+    gate_key: Option<&str>,
+) -> Result<OrderId, AppError> {
+    let total = lines
         .iter()
-        .map(|(p, q)| p.price().times(q.get()).cents())
+        .map(|(p, q, _)| p.price().times(q.get()).cents())
         .sum::<i64>();
     let order_id: i64 = diesel::insert_into(orders::table)
         .values(NewOrder {
@@ -304,9 +336,9 @@ fn purchase_in_transaction(
         })
         .returning(orders::id)
         .get_result(conn)?;
-    let items: Vec<NewOrderItem> = checked
+    let items: Vec<NewOrderItem> = lines
         .iter()
-        .map(|(p, q)| NewOrderItem {
+        .map(|(p, q, _)| NewOrderItem {
             order_id,
             product_id: p.id,
             quantity: q.get(),
@@ -316,48 +348,44 @@ fn purchase_in_transaction(
     diesel::insert_into(order_items::table)
         .values(&items)
         .execute(conn)?;
-    for (product, quantity) in &checked {
-        let stock_after = take_stock(conn, product.id, quantity.get())?;
-        diesel::insert_into(stock_history::table)
-            .values(NewStockChange {
-                product_id: product.id,
-                order_id: Some(order_id),
-                delta: -quantity.get(),
-                stock_after,
-                reason: StockReason::Purchase.as_str(),
-                note: "",
-            })
-            .execute(conn)?;
-    }
-    Ok(PurchaseOutcome::Purchased(OrderId(order_id)))
+    let ledger: Vec<NewStockChange> = lines
+        .iter()
+        .map(|(p, q, stock_after)| NewStockChange {
+            product_id: p.id,
+            order_id: Some(order_id),
+            delta: -q.get(),
+            stock_after: *stock_after,
+            reason: StockReason::Purchase.as_str(),
+            note: "",
+        })
+        .collect();
+    diesel::insert_into(stock_history::table)
+        .values(&ledger)
+        .execute(conn)?;
+    Ok(OrderId(order_id))
 }
 
-fn take_stock(conn: &mut PgConn, product: i64, units: i32) -> Result<i32, AppError> {
-    Ok(diesel::update(products::table.find(product))
-        .set((
-            products::stock.eq(products::stock - units),
-            products::updated_at.eq(Utc::now()),
-        ))
-        .returning(products::stock)
-        .get_result(conn)?)
-}
-
-/// Units of `product` in the customer's live orders (awaiting payment or paid).
-pub fn units_held_by(
+/// Units of `product` in each customer's live orders (awaiting payment or paid).
+pub(super) fn held_by_customers(
     conn: &mut PgConn,
-    customer: CustomerId,
+    customers: &[CustomerId],
     product: ProductId,
-) -> Result<i64, AppError> {
+) -> Result<HashMap<CustomerId, i64>, AppError> {
     let live = [
         OrderStatus::AwaitingPayment.as_str(),
         OrderStatus::Paid.as_str(),
     ];
-    let held: Option<i64> = order_items::table
+    let ids: Vec<i64> = customers.iter().map(|c| c.get()).collect();
+    let held: Vec<(i64, Option<i64>)> = order_items::table
         .inner_join(orders::table)
-        .filter(orders::customer_id.eq(customer.get()))
+        .filter(orders::customer_id.eq_any(ids))
         .filter(orders::status.eq_any(live))
         .filter(order_items::product_id.eq(product.get()))
-        .select(diesel::dsl::sum(order_items::quantity))
-        .first(conn)?;
-    Ok(held.unwrap_or(0))
+        .group_by(orders::customer_id)
+        .select((orders::customer_id, diesel::dsl::sum(order_items::quantity)))
+        .load(conn)?;
+    Ok(held
+        .into_iter()
+        .map(|(customer, units)| (CustomerId(customer), units.unwrap_or(0)))
+        .collect())
 }

@@ -6,12 +6,13 @@ use chrono::Utc;
 use diesel::prelude::*;
 
 use super::Shop;
+use crate::db::fence::change_stock;
 use crate::db::models::{NewStockChange, Order, OrderItem};
 use crate::db::schema::{order_items, orders, products, stock_history};
 use crate::db::{self, PgConn};
 use crate::domain::{CustomerId, OrderId, OrderStatus, ProductId};
 use crate::error::AppError;
-use crate::lock::ensure_lease_valid;
+use crate::lock::Lease;
 use crate::services::stock_gate::give_back_all;
 
 /// Moves `order` into `to` (a restoring status) and puts its units back.
@@ -30,7 +31,7 @@ pub async fn restore_order(shop: &Shop, order: OrderId, to: OrderStatus) -> Resu
     let pool = shop.pool.clone();
     let gate = shop.gate.clone();
     shop.locks
-        .with_locks(products.clone(), move |lease_valid_until| async move {
+        .with_locks(products.clone(), move |lease| async move {
             let restored = db::run(&pool, move |conn| {
                 conn.transaction(|conn| {
                     let query = orders::table.find(order.get()).select(Order::as_select());
@@ -50,7 +51,7 @@ pub async fn restore_order(shop: &Shop, order: OrderId, to: OrderStatus) -> Resu
                         .transition(to)
                         .map_err(|refused| refused_transition(order, refused.from, to))?;
                     for item in &items {
-                        let stock_after = give_back(conn, item)?;
+                        let stock_after = give_back(conn, &lease, item)?;
                         diesel::insert_into(stock_history::table)
                             .values(NewStockChange {
                                 product_id: item.product_id,
@@ -63,7 +64,7 @@ pub async fn restore_order(shop: &Shop, order: OrderId, to: OrderStatus) -> Resu
                             .execute(conn)?;
                     }
                     set_status(conn, order, to)?;
-                    ensure_lease_valid(lease_valid_until)?;
+                    lease.ensure_valid()?;
                     Ok(Some(current))
                 })
             })
@@ -97,20 +98,14 @@ pub async fn order_items_of(shop: &Shop, order: OrderId) -> Result<Vec<OrderItem
     Ok(items)
 }
 
-fn give_back(conn: &mut PgConn, item: &OrderItem) -> Result<i32, AppError> {
+fn give_back(conn: &mut PgConn, lease: &Lease, item: &OrderItem) -> Result<i32, AppError> {
     // Re-read under the row lock, as every stock change does.
     products::table
         .find(item.product_id)
         .for_update()
         .select(products::stock)
         .first::<i32>(conn)?;
-    Ok(diesel::update(products::table.find(item.product_id))
-        .set((
-            products::stock.eq(products::stock + item.quantity),
-            products::updated_at.eq(Utc::now()),
-        ))
-        .returning(products::stock)
-        .get_result(conn)?)
+    change_stock(conn, lease, ProductId(item.product_id), item.quantity)
 }
 
 pub fn set_status(conn: &mut PgConn, order: OrderId, to: OrderStatus) -> Result<(), AppError> {

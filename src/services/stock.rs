@@ -1,16 +1,15 @@
 //! Admin stock adjustments and the per-product ledger they land in.
 
-use chrono::Utc;
 use diesel::prelude::*;
 
 use super::catalog::MAX_STOCK;
 use super::Shop;
+use crate::db::fence::change_stock;
 use crate::db::models::{NewStockChange, StockChange};
 use crate::db::schema::{products, stock_history};
 use crate::db::{self, PgPool};
 use crate::domain::{InvalidInput, ProductId, StockReason};
 use crate::error::AppError;
-use crate::lock::ensure_lease_valid;
 use crate::services::stock_gate::resync_locked;
 
 /// A checked request to add (positive) or remove (negative) units, with the
@@ -61,7 +60,7 @@ pub async fn adjust_stock(
     let pool = shop.pool.clone();
     let gate = shop.gate.clone();
     shop.locks
-        .with_locks(vec![product], move |lease_valid_until| async move {
+        .with_locks(vec![product], move |lease| async move {
             let stock_after = db::run(&pool, move |conn| {
                 conn.transaction(|conn| {
                     let stock: i32 = products::table
@@ -90,12 +89,7 @@ pub async fn adjust_stock(
                             "A sale holds at most 10,000,000 units; it has {stock} now. Nothing was changed."
                         )));
                     }
-                    diesel::update(products::table.find(product.get()))
-                        .set((
-                            products::stock.eq(stock_after),
-                            products::updated_at.eq(Utc::now()),
-                        ))
-                        .execute(conn)?;
+                    change_stock(conn, &lease, product, adjustment.delta)?;
                     diesel::insert_into(stock_history::table)
                         .values(NewStockChange {
                             product_id: product.get(),
@@ -106,7 +100,7 @@ pub async fn adjust_stock(
                             note: &adjustment.note,
                         })
                         .execute(conn)?;
-                    ensure_lease_valid(lease_valid_until)?;
+                    lease.ensure_valid()?;
                     Ok(stock_after)
                 })
             })
