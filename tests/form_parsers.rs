@@ -2,6 +2,8 @@
 //! text arrives, they never panic, they accept exactly their domain, and
 //! what they say back cannot break the page it is shown on.
 
+mod hostile;
+
 use actix_web::ResponseError;
 use chrono::{DateTime, TimeZone, Utc};
 use flashsale::db::models::Product;
@@ -13,28 +15,9 @@ use flashsale::web::forms::{
     parse_order_id, parse_product_id, AdjustForm, BuyForm, CartForm, CredentialsForm, CsrfOnlyForm,
     OrderSearch, PayForm, SaleFields,
 };
+use hostile::{hostile_text, SCRIPT};
 use proptest::prelude::*;
 use serde::de::DeserializeOwned;
-
-const SCRIPT: &str = "<script>alert(1)</script>";
-
-/// Text as a hostile or careless client sends it: anything at all, numbers
-/// just out of range, lookalike digits, NUL, markup and SQL, and very long.
-fn hostile_text() -> impl Strategy<Value = String> {
-    prop_oneof![
-        any::<String>(),
-        "[-+ ]{0,2}[0-9]{0,25}[ .,e]{0,2}[0-9]{0,3}",
-        "[０-９٠-٩]{1,4}",
-        Just(String::new()),
-        Just("\0".to_string()),
-        Just(SCRIPT.to_string()),
-        Just("' OR 1=1 --".to_string()),
-        Just("9223372036854775808".to_string()),
-        Just("😀🛒".to_string()),
-        (any::<char>(), 1usize..12_000).prop_map(|(c, n)| c.to_string().repeat(n)),
-        (any::<String>(), any::<String>()).prop_map(|(a, b)| format!("{a}\0{SCRIPT}{b}")),
-    ]
-}
 
 /// Renders `error` as the shop would answer it.
 fn error_page(error: AppError) -> String {
