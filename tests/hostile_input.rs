@@ -316,10 +316,14 @@ async fn every_form_field_refuses_hostile_values_and_writes_nothing() {
     scene.app.db.assert_audit_clean();
 }
 
+/// A form's fields as (name, value).
+type OwnedFields = Vec<(&'static str, String)>;
+type Fields<'a> = Vec<(&'a str, &'a str)>;
+
 /// Each POST route with its valid fields, for the signed-in role it needs.
-fn post_routes(scene: &Scene) -> Vec<(&Browser, String, Vec<(&'static str, String)>)> {
+fn post_routes(scene: &Scene) -> Vec<(&Browser, String, OwnedFields)> {
     let (buyer, admin, stranger) = (&scene.buyer, &scene.admin, &scene.stranger);
-    let fields = |pairs: &[(&'static str, &str)]| -> Vec<(&'static str, String)> {
+    let fields = |pairs: &[(&'static str, &str)]| -> OwnedFields {
         pairs.iter().map(|(k, v)| (*k, v.to_string())).collect()
     };
     let (open, order) = (scene.open, scene.order);
@@ -488,7 +492,7 @@ async fn every_path_id_refuses_hostile_values() {
     ];
     let sale = scene.sale_fields();
     let sale: Vec<(&str, &str)> = sale.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let actions: [(&Browser, &str, Vec<(&str, &str)>); 6] = [
+    let actions: [(&Browser, &str, Fields); 6] = [
         (buyer, "/products/{}/buy", vec![("quantity", "1")]),
         (buyer, "/orders/{}/pay", vec![("card_number", GOOD_CARD)]),
         (admin, "/admin/orders/{}/refund", vec![]),
