@@ -7,6 +7,7 @@ mod ids;
 mod money;
 mod order_status;
 mod quantity;
+mod text;
 
 pub use credentials::{Email, Password};
 pub use idempotency_key::IdempotencyKey;
@@ -14,6 +15,7 @@ pub use ids::{CustomerId, OrderId, ProductId};
 pub use money::Money;
 pub use order_status::{OrderStatus, StockReason, TransitionRefused};
 pub use quantity::Quantity;
+pub use text::{check_plain_text, Lines};
 
 /// A form field or path segment that does not parse into its domain type.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -29,7 +29,8 @@ impl Money {
         }
     }
 
-    /// Parses what a person types in a price field: "12", "12.5", "12.50".
+    /// Parses what a person types in a price field: "12", "12.5", "12.50",
+    /// and prices as the shop prints them ("$1,234.50").
     pub fn parse_decimal(raw: &str) -> Result<Money, InvalidInput> {
         let refuse = || {
             InvalidInput(format!(
@@ -37,11 +38,13 @@ impl Money {
                 raw.chars().take(40).collect::<String>()
             ))
         };
-        let trimmed = raw.trim().trim_start_matches('$');
-        let (whole, fraction) = match trimmed.split_once('.') {
+        let trimmed = raw.trim();
+        let trimmed = trimmed.strip_prefix('$').unwrap_or(trimmed);
+        let (grouped_whole, fraction) = match trimmed.split_once('.') {
             Some((w, f)) => (w, f),
             None => (trimmed, ""),
         };
+        let whole = without_thousands_separators(grouped_whole).ok_or_else(refuse)?;
         if whole.is_empty() || whole.len() > 9 || !whole.bytes().all(|b| b.is_ascii_digit()) {
             return Err(refuse());
         }
@@ -59,6 +62,21 @@ impl Money {
         };
         Money::from_cents(whole * 100 + fraction)
     }
+}
+
+/// "1,234,567" becomes "1234567"; commas anywhere but between groups of three
+/// are refused, so "1,23" is not read as 123.
+fn without_thousands_separators(whole: &str) -> Option<String> {
+    let mut groups = whole.split(',');
+    let first = groups.next().unwrap_or_default();
+    let rest: Vec<&str> = groups.collect();
+    if rest.is_empty() {
+        return Some(first.to_owned());
+    }
+    if first.is_empty() || first.len() > 3 || rest.iter().any(|group| group.len() != 3) {
+        return None;
+    }
+    Some(std::iter::once(first).chain(rest).collect())
 }
 
 impl fmt::Display for Money {
@@ -95,7 +113,22 @@ mod tests {
         assert_eq!(Money::parse_decimal("12").unwrap().cents(), 1200);
         assert_eq!(Money::parse_decimal("12.5").unwrap().cents(), 1250);
         assert_eq!(Money::parse_decimal("$0.05").unwrap().cents(), 5);
-        for bad in ["", "-1", "1.234", "abc", "1e3", "12.", ".5x", "9999999999"] {
+        assert_eq!(Money::parse_decimal("$1,234.50").unwrap().cents(), 123_450);
+        for bad in [
+            "",
+            "-1",
+            "1.234",
+            "abc",
+            "1e3",
+            "12.",
+            ".5x",
+            "9999999999",
+            "$$5",
+            "1,23",
+            ",123",
+            "1,2345",
+            "1234,567",
+        ] {
             assert!(
                 Money::parse_decimal(bad).is_err(),
                 "{bad:?} should be refused"

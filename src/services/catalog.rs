@@ -6,7 +6,7 @@ use diesel::prelude::*;
 use crate::db::models::{NewProduct, Product};
 use crate::db::schema::products;
 use crate::db::{self, PgPool};
-use crate::domain::{InvalidInput, Money, ProductId};
+use crate::domain::{check_plain_text, InvalidInput, Lines, Money, ProductId};
 use crate::error::AppError;
 use crate::services::Shop;
 
@@ -69,6 +69,8 @@ impl SaleTerms {
                 "Give the product a name of 1 to 200 characters.".into(),
             ));
         }
+        check_plain_text(&name, "name", Lines::One)?;
+        check_plain_text(&self.description, "description", Lines::Many)?;
         if self.description.chars().count() > 5_000 {
             return Err(InvalidInput(
                 "Keep the description under 5,000 characters.".into(),

@@ -8,7 +8,7 @@ use crate::db::fence::change_stock;
 use crate::db::models::{NewStockChange, StockChange};
 use crate::db::schema::{products, stock_history};
 use crate::db::{self, PgPool};
-use crate::domain::{InvalidInput, ProductId, StockReason};
+use crate::domain::{check_plain_text, InvalidInput, Lines, ProductId, StockReason};
 use crate::error::AppError;
 use crate::services::stock_gate::resync_locked;
 
@@ -22,10 +22,9 @@ pub struct Adjustment {
 
 impl Adjustment {
     pub fn parse(delta: &str, note: &str) -> Result<Adjustment, InvalidInput> {
-        let trimmed = delta.trim();
-        let delta: i32 = trimmed
-            .strip_prefix('+')
-            .unwrap_or(trimmed)
+        // i32's parser takes one optional sign, so "+5" passes and "+-5" does not.
+        let delta: i32 = delta
+            .trim()
             .parse()
             .ok()
             .filter(|d: &i32| *d != 0 && d.unsigned_abs() <= MAX_STOCK as u32)
@@ -36,6 +35,7 @@ impl Adjustment {
                 ))
             })?;
         let note = note.trim();
+        check_plain_text(note, "reason", Lines::One)?;
         if note.is_empty() || note.chars().count() > 500 {
             return Err(InvalidInput(
                 "Say why the stock changes (1 to 500 characters): it is kept in the stock history."

@@ -1,29 +1,25 @@
 use actix_session::Session;
 use actix_web::http::StatusCode;
 use actix_web::{get, post, web, HttpRequest, HttpResponse, ResponseError};
-use chrono::{DateTime, NaiveDateTime, Utc};
+use chrono::Utc;
 
-use super::auth::CsrfOnlyForm;
+use super::forms::{parse_order_id, parse_product_id, AdjustForm, CsrfOnlyForm};
 use super::idempotency::{once, Intent};
-use super::orders::parse_order_id;
 use super::pages::{
     render, AdminDashboardPage, AdminHistoryPage, AdminOrdersPage, AdminSaleFormPage, Choice,
     GateStatus, HistoryRow, Nav, OrderPage, OrderRow, OrderSearch, Pager, RefundConfirmPage,
     SaleFields, SaleView,
 };
 use super::session::{verify_csrf, Admin};
-use super::shop::parse_product_id;
 use super::{html, see_other};
 use crate::db;
-use crate::domain::{InvalidInput, Money, OrderStatus, ProductId};
+use crate::domain::{OrderStatus, ProductId};
 use crate::error::AppError;
 use crate::services::audit::run_audit;
-use crate::services::catalog::{
-    create_product, find_product, list_products, update_sale, SaleSpec, SaleTerms,
-};
-use crate::services::orders::{order_detail, search_orders, OrderFilter};
+use crate::services::catalog::{create_product, find_product, list_products, update_sale};
+use crate::services::orders::{order_detail, search_orders};
 use crate::services::restore::restore_order;
-use crate::services::stock::{adjust_stock, history_of, Adjustment};
+use crate::services::stock::{adjust_stock, history_of};
 use crate::services::stock_gate::seed_if_absent;
 use crate::services::Shop;
 
@@ -112,25 +108,6 @@ fn page_number(raw: &str) -> i64 {
         .unwrap_or(1)
 }
 
-fn order_filter(search: &OrderSearch) -> Result<OrderFilter, AppError> {
-    let email = search.email.trim();
-    Ok(OrderFilter {
-        email: (!email.is_empty()).then(|| email.chars().take(254).collect()),
-        status: match search.status.as_str() {
-            "" => None,
-            raw => {
-                Some(OrderStatus::parse(raw).ok_or_else(|| {
-                    AppError::Invalid(format!("There is no order status “{raw}”."))
-                })?)
-            }
-        },
-        product: match search.product.as_str() {
-            "" => None,
-            raw => Some(raw.parse::<ProductId>()?),
-        },
-    })
-}
-
 #[get("/admin/orders")]
 pub async fn orders(
     shop: web::Data<Shop>,
@@ -139,7 +116,7 @@ pub async fn orders(
     query: web::Query<OrderSearch>,
 ) -> Result<HttpResponse, AppError> {
     let search = query.into_inner();
-    let filter = order_filter(&search)?;
+    let filter = search.filter()?;
     let page = page_number(&search.page);
     let (found, total) = search_orders(
         &shop.pool,
@@ -240,64 +217,6 @@ pub async fn refund(
     .await
 }
 
-/// A `datetime-local` value, read as UTC (the form says so).
-fn parse_form_time(raw: &str, field: &str) -> Result<Option<DateTime<Utc>>, InvalidInput> {
-    let raw = raw.trim();
-    if raw.is_empty() {
-        return Ok(None);
-    }
-    ["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M"]
-        .iter()
-        .find_map(|format| NaiveDateTime::parse_from_str(raw, format).ok())
-        .map(|naive| Some(naive.and_utc()))
-        .ok_or_else(|| {
-            InvalidInput(format!(
-                "The {field} “{}” is not a date and time: write it like 2026-12-01T09:00.",
-                raw.chars().take(40).collect::<String>()
-            ))
-        })
-}
-
-fn parse_whole(raw: &str, what: &str) -> Result<i32, InvalidInput> {
-    raw.trim().parse().map_err(|_| {
-        InvalidInput(format!(
-            "The {what} “{}” is not a whole number.",
-            raw.chars().take(40).collect::<String>()
-        ))
-    })
-}
-
-fn parse_terms(fields: &SaleFields) -> Result<SaleTerms, InvalidInput> {
-    let per_customer_limit = match fields.per_customer_limit.trim() {
-        "" => None,
-        raw => Some(parse_whole(raw, "per-customer limit")?),
-    };
-    let starts_at = parse_form_time(&fields.starts_at, "start")?.ok_or_else(|| {
-        InvalidInput("Say when the sale starts (UTC), for example 2026-12-01T09:00.".into())
-    })?;
-    Ok(SaleTerms {
-        name: fields.name.clone(),
-        description: fields.description.clone(),
-        price: Money::parse_decimal(&fields.price)?,
-        per_customer_limit,
-        starts_at,
-        ends_at: parse_form_time(&fields.ends_at, "end")?,
-    })
-}
-
-fn parse_spec(fields: &SaleFields) -> Result<SaleSpec, InvalidInput> {
-    let terms = parse_terms(fields)?;
-    Ok(SaleSpec {
-        name: terms.name,
-        description: terms.description,
-        price: terms.price,
-        stock: parse_whole(&fields.stock, "stock")?,
-        per_customer_limit: terms.per_customer_limit,
-        starts_at: terms.starts_at,
-        ends_at: terms.ends_at,
-    })
-}
-
 /// A refused sale form comes back filled in as typed, with the reason on top.
 fn sale_form(
     session: &Session,
@@ -341,7 +260,7 @@ pub async fn create_sale(
     verify_csrf(&session, &form.csrf_token)?;
     let fields = form.into_inner();
     let created = async {
-        let spec = parse_spec(&fields)?;
+        let spec = fields.spec()?;
         create_product(&shop.pool, spec).await
     };
     match created.await {
@@ -398,7 +317,7 @@ pub async fn edit_sale(
     let id = parse_product_id(&path)?;
     let fields = form.into_inner();
     let updated = async {
-        let terms = parse_terms(&fields)?;
+        let terms = fields.terms()?;
         update_sale(&shop, id, terms).await
     };
     match updated.await {
@@ -415,16 +334,6 @@ pub async fn edit_sale(
     }
 }
 
-#[derive(serde::Deserialize)]
-pub struct AdjustForm {
-    #[serde(default)]
-    delta: String,
-    #[serde(default)]
-    reason: String,
-    #[serde(default)]
-    csrf_token: String,
-}
-
 #[post("/admin/products/{id}/stock")]
 pub async fn adjust(
     shop: web::Data<Shop>,
@@ -435,7 +344,7 @@ pub async fn adjust(
 ) -> Result<HttpResponse, AppError> {
     verify_csrf(&session, &form.csrf_token)?;
     let product = parse_product_id(&path)?;
-    let adjustment = Adjustment::parse(&form.delta, &form.reason)?;
+    let adjustment = form.adjustment()?;
     adjust_stock(&shop, product, adjustment).await?;
     Ok(see_other(&format!("/admin/products/{product}/history")))
 }

@@ -2,23 +2,14 @@ use actix_session::Session;
 use actix_web::http::StatusCode;
 use actix_web::{get, post, web, HttpResponse, ResponseError};
 
+use super::forms::{Credentials, CredentialsForm, CsrfOnlyForm};
 use super::pages::{render, AuthPage, Nav};
 use super::session::{self, verify_csrf};
 use super::{html, see_other};
-use crate::domain::{Email, Password, Role};
+use crate::domain::Role;
 use crate::error::AppError;
 use crate::services::accounts::{sign_in, sign_up};
 use crate::services::Shop;
-
-#[derive(serde::Deserialize)]
-pub struct CredentialsForm {
-    #[serde(default)]
-    email: String,
-    #[serde(default)]
-    password: String,
-    #[serde(default)]
-    csrf_token: String,
-}
 
 fn auth_page(
     session: &Session,
@@ -72,8 +63,7 @@ pub async fn signup(
 ) -> Result<HttpResponse, AppError> {
     verify_csrf(&session, &form.csrf_token)?;
     let attempt = async {
-        let email = Email::parse(&form.email)?;
-        let password = Password::parse(&form.password)?;
+        let Credentials { email, password } = form.sign_up()?;
         sign_up(&shop.pool, email, password, Role::Customer).await
     };
     match attempt.await {
@@ -93,12 +83,7 @@ pub async fn login(
 ) -> Result<HttpResponse, AppError> {
     verify_csrf(&session, &form.csrf_token)?;
     let attempt = async {
-        let email = Email::parse(&form.email)?;
-        let password = Password::parse(&form.password).map_err(|_| {
-            AppError::Forbidden(
-                "That email and password do not match an account. Check them and try again.".into(),
-            )
-        })?;
+        let Credentials { email, password } = form.sign_in()?;
         sign_in(&shop.pool, email, password).await
     };
     match attempt.await {
@@ -112,13 +97,6 @@ pub async fn login(
         }
         Err(error) => form_or_error(&session, false, &form.email, error),
     }
-}
-
-#[derive(serde::Deserialize)]
-pub struct CsrfOnlyForm {
-    #[serde(default)]
-    pub csrf_token: String,
-    pub idempotency_key: Option<String>,
 }
 
 #[post("/logout")]

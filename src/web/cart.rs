@@ -6,10 +6,10 @@ use actix_web::http::StatusCode;
 use actix_web::{get, post, web, HttpRequest, HttpResponse};
 use chrono::Utc;
 
+use super::forms::{CartForm, CsrfOnlyForm};
 use super::idempotency::{once, Intent};
 use super::pages::{render, CartLine, CartPage, Nav};
 use super::session::{verify_csrf, SignedIn};
-use super::shop::parse_product_id;
 use super::{html, see_other};
 use crate::domain::{ProductId, Quantity};
 use crate::error::AppError;
@@ -35,16 +35,6 @@ fn store(session: &Session, cart: &StoredCart) -> Result<(), AppError> {
     session
         .insert(CART_KEY, cart)
         .map_err(|e| AppError::Internal(anyhow::anyhow!("session: {e}")))
-}
-
-#[derive(serde::Deserialize)]
-pub struct CartForm {
-    #[serde(default)]
-    product_id: String,
-    #[serde(default)]
-    quantity: String,
-    #[serde(default)]
-    csrf_token: String,
 }
 
 #[get("/cart")]
@@ -75,8 +65,7 @@ pub async fn add(
     form: web::Form<CartForm>,
 ) -> Result<HttpResponse, AppError> {
     verify_csrf(&session, &form.csrf_token)?;
-    let product = parse_product_id(&form.product_id)?;
-    let quantity = Quantity::parse(&form.quantity)?;
+    let (product, quantity) = form.addition()?;
     find_product(&shop.pool, product).await?;
     let mut cart = load(&session);
     let lines = cart.len();
@@ -101,11 +90,7 @@ pub async fn update(
     form: web::Form<CartForm>,
 ) -> Result<HttpResponse, AppError> {
     verify_csrf(&session, &form.csrf_token)?;
-    let product = parse_product_id(&form.product_id)?;
-    let quantity = match form.quantity.trim() {
-        "0" => None,
-        raw => Some(Quantity::parse(raw)?),
-    };
+    let (product, quantity) = form.change()?;
     set_line(&session, product, quantity)
 }
 
@@ -116,7 +101,7 @@ pub async fn remove(
     form: web::Form<CartForm>,
 ) -> Result<HttpResponse, AppError> {
     verify_csrf(&session, &form.csrf_token)?;
-    set_line(&session, parse_product_id(&form.product_id)?, None)
+    set_line(&session, form.removal()?, None)
 }
 
 /// Changes one line of the cart (`None` removes it) and goes back to the cart.
@@ -140,13 +125,6 @@ fn set_line(
     Ok(see_other("/cart"))
 }
 
-#[derive(serde::Deserialize)]
-pub struct CheckoutForm {
-    #[serde(default)]
-    csrf_token: String,
-    idempotency_key: Option<String>,
-}
-
 /// One order for the whole cart: every line is bought or none is.
 #[post("/cart/checkout")]
 pub async fn checkout(
@@ -154,7 +132,7 @@ pub async fn checkout(
     SignedIn(account): SignedIn,
     session: Session,
     request: HttpRequest,
-    form: web::Form<CheckoutForm>,
+    form: web::Form<CsrfOnlyForm>,
 ) -> Result<HttpResponse, AppError> {
     verify_csrf(&session, &form.csrf_token)?;
     let cart = load(&session);

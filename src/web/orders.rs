@@ -2,20 +2,15 @@ use actix_session::Session;
 use actix_web::http::StatusCode;
 use actix_web::{get, post, web, HttpRequest, HttpResponse};
 
+use super::forms::{parse_order_id, PayForm};
 use super::idempotency::{once, Intent};
 use super::pages::{render, Nav, OrderPage, OrderRow, OrdersPage};
 use super::session::{verify_csrf, SignedIn};
 use super::{html, see_other};
-use crate::domain::OrderId;
 use crate::error::AppError;
 use crate::services::orders::{order_detail, orders_of};
-use crate::services::payment::{pay as pay_order, CardNumber};
+use crate::services::payment::pay as pay_order;
 use crate::services::Shop;
-
-pub fn parse_order_id(raw: &str) -> Result<OrderId, AppError> {
-    raw.parse()
-        .map_err(|e: crate::domain::InvalidInput| AppError::NotFound(e.0))
-}
 
 #[get("/orders")]
 pub async fn my_orders(
@@ -51,15 +46,6 @@ pub async fn order_page(
     Ok(html(StatusCode::OK, render(&page)?))
 }
 
-#[derive(serde::Deserialize)]
-pub struct PayForm {
-    #[serde(default)]
-    card_number: String,
-    #[serde(default)]
-    csrf_token: String,
-    idempotency_key: Option<String>,
-}
-
 /// Approved or declined, the answer is the order page, which shows the outcome.
 #[post("/orders/{id}/pay")]
 pub async fn pay(
@@ -78,7 +64,7 @@ pub async fn pay(
     };
     once(&shop, account.id, intent, || async {
         let order = parse_order_id(&path)?;
-        let card = CardNumber::parse(&form.card_number)?;
+        let card = form.card()?;
         pay_order(&shop, account.id, order, card).await?;
         Ok(see_other(&format!("/orders/{order}")))
     })

@@ -3,20 +3,15 @@ use actix_web::http::StatusCode;
 use actix_web::{get, post, web, HttpRequest, HttpResponse};
 use chrono::Utc;
 
+use super::forms::{parse_product_id, BuyForm};
 use super::idempotency::{once, Intent};
 use super::pages::{render, Nav, ProductPage, SaleListPage, SaleView};
 use super::session::{verify_csrf, SignedIn};
 use super::{html, see_other};
-use crate::domain::{ProductId, Quantity};
 use crate::error::AppError;
 use crate::services::catalog::{find_product, list_products};
 use crate::services::purchase::{purchase, Line};
 use crate::services::Shop;
-
-pub fn parse_product_id(raw: &str) -> Result<ProductId, AppError> {
-    raw.parse()
-        .map_err(|e: crate::domain::InvalidInput| AppError::NotFound(e.0))
-}
 
 #[get("/")]
 pub async fn sale_list(shop: web::Data<Shop>, session: Session) -> Result<HttpResponse, AppError> {
@@ -47,15 +42,6 @@ pub async fn product_page(
     Ok(html(StatusCode::OK, render(&page)?))
 }
 
-#[derive(serde::Deserialize)]
-pub struct BuyForm {
-    #[serde(default)]
-    quantity: String,
-    #[serde(default)]
-    csrf_token: String,
-    idempotency_key: Option<String>,
-}
-
 #[post("/products/{id}/buy")]
 pub async fn buy(
     shop: web::Data<Shop>,
@@ -73,7 +59,7 @@ pub async fn buy(
     };
     once(&shop, account.id, intent, || async {
         let product = parse_product_id(&path)?;
-        let quantity = Quantity::parse(&form.quantity)?;
+        let quantity = form.quantity()?;
         let order = purchase(&shop, account.id, vec![Line { product, quantity }])
             .await?
             .into_result()?;
