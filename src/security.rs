@@ -191,6 +191,9 @@ mod tests {
     fn proxies_parse_addresses_and_networks() {
         assert!(TrustedProxies::parse("10.0.0.0/8,::1, 192.168.1.1").is_ok());
         assert!(TrustedProxies::parse("not-an-ip").is_err());
-        assert_eq!(TrustedProxies::parse(" ").unwrap(), TrustedProxies::default());
+        assert_eq!(
+            TrustedProxies::parse(" ").unwrap(),
+            TrustedProxies::default()
+        );
     }
 }

@@ -205,13 +205,15 @@ async fn attempts_outside_the_window_stop_counting_and_are_purged() {
 
     // The successful sign-in cleared late@'s rows; the job purges what the window no longer needs.
     assert_eq!(
-        app.db.count("SELECT count(*) AS n FROM login_attempts WHERE email = 'late@example.com'"),
+        app.db
+            .count("SELECT count(*) AS n FROM login_attempts WHERE email = 'late@example.com'"),
         0
     );
     old_attempts(&app, "gone@example.com", 20, 20);
     run_once(&app.shop).await.unwrap();
     assert_eq!(
-        app.db.count("SELECT count(*) AS n FROM login_attempts WHERE email = 'gone@example.com'"),
+        app.db
+            .count("SELECT count(*) AS n FROM login_attempts WHERE email = 'gone@example.com'"),
         0
     );
     assert_eq!(app.db.count("SELECT count(*) AS n FROM login_attempts"), 5);
@@ -225,10 +227,7 @@ async fn signing_in_rotates_the_session() {
     let form_token_before = browser.csrf().await;
     let anonymous = cookie_header(&jar, &app);
 
-    expect_redirect(
-        &log_in(&browser, "rotate@example.com", PASSWORD).await,
-        "/",
-    );
+    expect_redirect(&log_in(&browser, "rotate@example.com", PASSWORD).await, "/");
     let first = cookie_header(&jar, &app);
     assert_ne!(first, anonymous);
     assert_eq!(
@@ -236,7 +235,10 @@ async fn signing_in_rotates_the_session() {
         StatusCode::OK
     );
     // The cookie from before sign-in signs in no one, and its form token is void.
-    expect_redirect(&get_with_cookie(&app, "/orders", &anonymous).await, "/login");
+    expect_redirect(
+        &get_with_cookie(&app, "/orders", &anonymous).await,
+        "/login",
+    );
     expect_page(
         browser
             .post("/logout", &[("csrf_token", &form_token_before)])
@@ -247,10 +249,7 @@ async fn signing_in_rotates_the_session() {
     .await;
 
     // Signing in again replaces the session: the first cookie is revoked.
-    expect_redirect(
-        &log_in(&browser, "rotate@example.com", PASSWORD).await,
-        "/",
-    );
+    expect_redirect(&log_in(&browser, "rotate@example.com", PASSWORD).await, "/");
     let second = cookie_header(&jar, &app);
     expect_redirect(&get_with_cookie(&app, "/orders", &first).await, "/login");
     assert_eq!(
@@ -294,7 +293,8 @@ async fn a_copied_cookie_is_useless_after_sign_out() {
     assert!(!page.contains("copied@example.com"), "{page}");
     assert!(page.contains("Sign in"));
     assert_eq!(
-        app.db.count("SELECT count(*) AS n FROM sessions WHERE revoked_at IS NOT NULL"),
+        app.db
+            .count("SELECT count(*) AS n FROM sessions WHERE revoked_at IS NOT NULL"),
         1
     );
 }
@@ -376,7 +376,10 @@ async fn every_admin_action_is_recorded_and_listed_newest_first() {
     assert_eq!(resynced.status(), StatusCode::SEE_OTHER);
     let product = app.product(5, None).await;
     let order = order_id_from(&buyer.buy(product, 1).await);
-    assert_eq!(buyer.pay(order, GOOD_CARD).await.status(), StatusCode::SEE_OTHER);
+    assert_eq!(
+        buyer.pay(order, GOOD_CARD).await.status(),
+        StatusCode::SEE_OTHER
+    );
     let refunded = admin
         .post_form(&format!("/admin/orders/{order}/refund"), &[])
         .await;
@@ -394,7 +397,10 @@ async fn every_admin_action_is_recorded_and_listed_newest_first() {
     assert_eq!(by_admin("stock_adjust", &on_sale), 1);
     assert_eq!(by_admin("gate_resync", &on_sale), 1);
     assert_eq!(
-        by_admin("refund", &format!("a.order_id = {order} AND a.product_id IS NULL")),
+        by_admin(
+            "refund",
+            &format!("a.order_id = {order} AND a.product_id IS NULL")
+        ),
         1
     );
     assert_eq!(app.db.count("SELECT count(*) AS n FROM admin_actions"), 5);
@@ -406,9 +412,21 @@ async fn every_admin_action_is_recorded_and_listed_newest_first() {
     let expected = [
         ("Refund", format!("Order #{order}"), "refunded".to_string()),
         ("Gate resync", format!("Sale #{sale}"), String::new()),
-        ("Stock adjustment", format!("Sale #{sale}"), "+3 units (10 → 13): found a box".into()),
-        ("Sale edited", format!("Sale #{sale}"), "price $120.00 → $99.00".into()),
-        ("Sale created", format!("Sale #{sale}"), "“Audit lamp”: 10 units at $120.00".into()),
+        (
+            "Stock adjustment",
+            format!("Sale #{sale}"),
+            "+3 units (10 → 13): found a box".into(),
+        ),
+        (
+            "Sale edited",
+            format!("Sale #{sale}"),
+            "price $120.00 → $99.00".into(),
+        ),
+        (
+            "Sale created",
+            format!("Sale #{sale}"),
+            "“Audit lamp”: 10 units at $120.00".into(),
+        ),
     ];
     for (row, (action, target, detail)) in rows.iter().zip(&expected) {
         assert!(row.contains("admin@example.com"), "{row}");
@@ -461,7 +479,11 @@ async fn session_set_cookies(app: &TestApp) -> (String, String) {
     let signed_in = client
         .post(format!("{}/login", app.address))
         .header("Cookie", anonymous.split(';').next().unwrap())
-        .form(&[("email", email), ("password", PASSWORD), ("csrf_token", &token)])
+        .form(&[
+            ("email", email),
+            ("password", PASSWORD),
+            ("csrf_token", &token),
+        ])
         .send()
         .await
         .unwrap();
@@ -567,7 +589,13 @@ async fn passwords_and_card_numbers_are_never_logged_or_echoed() {
         logged.contains("sign-in refused"),
         "the capture sees the shop's log: {logged}"
     );
-    for secret in [SIGNUP_SECRET, WRONG_SECRET, SHORT_SECRET, TYPO_CARD, "4242424242424241"] {
+    for secret in [
+        SIGNUP_SECRET,
+        WRONG_SECRET,
+        SHORT_SECRET,
+        TYPO_CARD,
+        "4242424242424241",
+    ] {
         assert!(!logged.contains(secret), "{secret} was logged");
     }
 }

@@ -112,7 +112,11 @@ fn refused() -> AppError {
     )
 }
 
-async fn check_password(pool: &PgPool, email: Email, password: Password) -> Result<Account, AppError> {
+async fn check_password(
+    pool: &PgPool,
+    email: Email,
+    password: Password,
+) -> Result<Account, AppError> {
     let customer: Option<Customer> = db::run(pool, move |conn| {
         Ok(customers::table
             .filter(customers::email.eq(email.as_str()))

@@ -126,10 +126,7 @@ async fn insert_sale(
                 .returning(Product::as_returning())
                 .get_result(conn)?;
             if let Some(admin) = admin {
-                let detail = format!(
-                    "“{}”: {} units at {}",
-                    spec.name, spec.stock, spec.price
-                );
+                let detail = format!("“{}”: {} units at {}", spec.name, spec.stock, spec.price);
                 let action = AdminAction::on_product(
                     admin,
                     ActionKind::SaleCreate,
@@ -195,7 +192,9 @@ fn changes(before: &Product, after: &SaleTerms) -> String {
     let money = |cents: i64| Money::from_cents(cents).unwrap_or_default().to_string();
     let limit = |limit: Option<i32>| limit.map_or("none".to_string(), |l| l.to_string());
     let time = |at: Option<DateTime<Utc>>| {
-        at.map_or("none".to_string(), |at| at.format("%Y-%m-%d %H:%M UTC").to_string())
+        at.map_or("none".to_string(), |at| {
+            at.format("%Y-%m-%d %H:%M UTC").to_string()
+        })
     };
     let mut changed = Vec::new();
     if before.name != after.name {

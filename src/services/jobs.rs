@@ -67,10 +67,11 @@ pub async fn run_once(shop: &Shop) -> Result<JobReport, AppError> {
     let retention = shop.settings.idempotency_retention;
     report.purged_keys = db::run(&shop.pool, move |conn| purge_expired(conn, retention)).await?;
     let window = shop.security.login_limits.window;
-    report.purged_login_attempts =
-        db::run(&shop.pool, move |conn| Ok(throttle::purge_expired(conn, window)?)).await?;
-    report.purged_sessions =
-        db::run(&shop.pool, |conn| Ok(sessions::purge_ended(conn)?)).await?;
+    report.purged_login_attempts = db::run(&shop.pool, move |conn| {
+        Ok(throttle::purge_expired(conn, window)?)
+    })
+    .await?;
+    report.purged_sessions = db::run(&shop.pool, |conn| Ok(sessions::purge_ended(conn)?)).await?;
     Ok(report)
 }
 

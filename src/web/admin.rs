@@ -17,8 +17,8 @@ use super::{html, see_other};
 use crate::db;
 use crate::domain::{InvalidInput, Money, OrderStatus, ProductId};
 use crate::error::AppError;
-use crate::services::audit::run_audit;
 use crate::services::admin_audit::{record_done, ActionKind, AdminAction};
+use crate::services::audit::run_audit;
 use crate::services::catalog::{
     create_sale_by, find_product, list_products, update_sale, SaleSpec, SaleTerms,
 };

@@ -55,12 +55,8 @@ pub async fn audit_log(
     query: web::Query<PageQuery>,
 ) -> Result<HttpResponse, AppError> {
     let page = page_number(&query.page);
-    let (actions, total) = recent_actions(
-        &shop.pool,
-        (page - 1) * ACTIONS_PER_PAGE,
-        ACTIONS_PER_PAGE,
-    )
-    .await?;
+    let (actions, total) =
+        recent_actions(&shop.pool, (page - 1) * ACTIONS_PER_PAGE, ACTIONS_PER_PAGE).await?;
     let page = AuditLogPage {
         nav: Nav::from_session(&session),
         rows: actions.into_iter().map(AuditRow::from).collect(),

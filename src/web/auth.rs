@@ -9,8 +9,8 @@ use super::session::{self, verify_csrf};
 use super::{html, see_other};
 use crate::domain::{Email, Password, Role};
 use crate::error::AppError;
-use crate::services::accounts::{sign_in, sign_up};
 use crate::security::TrustedProxies;
+use crate::services::accounts::{sign_in, sign_up};
 use crate::services::Shop;
 
 #[derive(serde::Deserialize)]
