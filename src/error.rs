@@ -27,6 +27,10 @@ pub enum AppError {
         title: &'static str,
         message: String,
     },
+    /// Too many unsuccessful sign-ins for the account or from the address;
+    /// refused before the password is looked at.
+    #[error("too many sign-in attempts")]
+    TooManyAttempts { retry_after: std::time::Duration },
     /// The product's lock was not obtained within the wait deadline.
     #[error("too many buyers at this moment")]
     Busy,
@@ -60,6 +64,13 @@ impl AppError {
                 "The form you sent was not issued to this session (it may be old, or come from another site). Nothing was changed. Go back, reload the page and try again.".into(),
             ),
             AppError::Conflict { title, message } => (title, message.clone()),
+            AppError::TooManyAttempts { retry_after } => (
+                "Too many sign-in attempts",
+                format!(
+                    "There have been too many unsuccessful sign-in attempts for this account or from your network, so signing in is paused. Try again in {}.",
+                    wait_in_words(*retry_after)
+                ),
+            ),
             AppError::Busy => (
                 "Too many buyers right now",
                 "So many people are buying this item at this moment that we could not serve you in time. Nothing was charged or reserved. Please try again in a moment.".into(),
@@ -78,6 +89,17 @@ impl AppError {
             ),
         }
     }
+}
+
+/// "45 seconds", "1 minute", "15 minutes": rounded up, so waiting that long is enough.
+fn wait_in_words(wait: std::time::Duration) -> String {
+    let seconds = wait.as_secs().max(1);
+    let (amount, unit) = if seconds < 60 {
+        (seconds, "second")
+    } else {
+        (seconds.div_ceil(60), "minute")
+    };
+    format!("{amount} {unit}{}", if amount == 1 { "" } else { "s" })
 }
 
 impl From<InvalidInput> for AppError {
@@ -110,6 +132,7 @@ impl ResponseError for AppError {
             AppError::Forbidden(_) | AppError::BadCsrf => StatusCode::FORBIDDEN,
             AppError::SignInRequired => StatusCode::SEE_OTHER,
             AppError::Conflict { .. } => StatusCode::CONFLICT,
+            AppError::TooManyAttempts { .. } => StatusCode::TOO_MANY_REQUESTS,
             AppError::Busy | AppError::Unavailable(_) | AppError::Fenced { .. } => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
@@ -134,8 +157,14 @@ impl ResponseError for AppError {
         }
         let (title, message) = self.title_and_message();
         let mut response = HttpResponse::build(status);
-        if self.status_code() == StatusCode::SERVICE_UNAVAILABLE {
-            response.insert_header((header::RETRY_AFTER, "2"));
+        match self {
+            AppError::TooManyAttempts { retry_after } => {
+                response.insert_header((header::RETRY_AFTER, retry_after.as_secs().max(1)));
+            }
+            _ if status == StatusCode::SERVICE_UNAVAILABLE => {
+                response.insert_header((header::RETRY_AFTER, "2"));
+            }
+            _ => {}
         }
         let page = ErrorPage {
             status: status.as_u16(),

@@ -9,6 +9,7 @@ pub mod gate;
 pub mod lock;
 pub mod qa;
 pub mod redis_node;
+pub mod security;
 pub mod services;
 pub mod startup;
 pub mod web;

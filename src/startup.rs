@@ -8,7 +8,7 @@ use actix_session::storage::CookieSessionStore;
 use actix_session::SessionMiddleware;
 use actix_web::cookie::{Key, SameSite};
 use actix_web::dev::Server;
-use actix_web::middleware::DefaultHeaders;
+use actix_web::middleware::{from_fn, DefaultHeaders};
 use actix_web::{web, App, HttpServer};
 
 use crate::config::Settings;
@@ -56,6 +56,7 @@ fn serve(listener: TcpListener, shop: Shop) -> anyhow::Result<Server> {
     let shop = web::Data::new(shop);
     let server = HttpServer::new(move || {
         App::new()
+            .wrap(from_fn(crate::web::session::check_session))
             .wrap(security_headers())
             .wrap(
                 SessionMiddleware::builder(CookieSessionStore::default(), key.clone())

@@ -1,6 +1,18 @@
 // @generated automatically by Diesel CLI.
 
 diesel::table! {
+    admin_actions (id) {
+        id -> Int8,
+        admin_id -> Int8,
+        action -> Text,
+        product_id -> Nullable<Int8>,
+        order_id -> Nullable<Int8>,
+        detail -> Text,
+        created_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
     customers (id) {
         id -> Int8,
         email -> Text,
@@ -19,6 +31,15 @@ diesel::table! {
         response_location -> Nullable<Text>,
         response_body -> Nullable<Text>,
         created_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
+    login_attempts (id) {
+        id -> Int8,
+        email -> Text,
+        ip -> Text,
+        attempted_at -> Timestamptz,
     }
 }
 
@@ -74,6 +95,17 @@ diesel::table! {
 }
 
 diesel::table! {
+    sessions (id_hash) {
+        id_hash -> Bytea,
+        customer_id -> Int8,
+        created_at -> Timestamptz,
+        last_seen_at -> Timestamptz,
+        expires_at -> Timestamptz,
+        revoked_at -> Nullable<Timestamptz>,
+    }
+}
+
+diesel::table! {
     stock_history (id) {
         id -> Int8,
         product_id -> Int8,
@@ -86,20 +118,27 @@ diesel::table! {
     }
 }
 
+diesel::joinable!(admin_actions -> customers (admin_id));
+diesel::joinable!(admin_actions -> orders (order_id));
+diesel::joinable!(admin_actions -> products (product_id));
 diesel::joinable!(idempotency_keys -> customers (customer_id));
 diesel::joinable!(order_items -> orders (order_id));
 diesel::joinable!(order_items -> products (product_id));
 diesel::joinable!(orders -> customers (customer_id));
 diesel::joinable!(payments -> orders (order_id));
+diesel::joinable!(sessions -> customers (customer_id));
 diesel::joinable!(stock_history -> orders (order_id));
 diesel::joinable!(stock_history -> products (product_id));
 
 diesel::allow_tables_to_appear_in_same_query!(
+    admin_actions,
     customers,
     idempotency_keys,
+    login_attempts,
     order_items,
     orders,
     payments,
     products,
+    sessions,
     stock_history,
 );

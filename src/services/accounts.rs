@@ -1,4 +1,7 @@
-//! Sign-up and sign-in. Passwords are hashed with argon2 on the blocking pool.
+//! Sign-up and sign-in. Passwords are hashed with argon2 on the blocking pool;
+//! sign-in is throttled per email and per client address (`throttle`).
+
+use std::net::IpAddr;
 
 use argon2::password_hash::rand_core::OsRng;
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
@@ -9,8 +12,9 @@ use diesel::result::{DatabaseErrorKind, Error as DieselError};
 use crate::db::models::{Customer, NewCustomer};
 use crate::db::schema::customers;
 use crate::db::{self, PgPool};
-use crate::domain::{CustomerId, Email, Password, Role};
+use crate::domain::{CustomerId, Email, InvalidInput, Password, Role};
 use crate::error::AppError;
+use crate::services::{throttle, Shop};
 
 /// Who is signed in; kept in the signed session cookie.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,9 +70,53 @@ pub async fn sign_up(
     .await
 }
 
-/// Checks the password. Unknown email and wrong password get the same answer,
-/// so the form does not reveal who has an account.
-pub async fn sign_in(pool: &PgPool, email: Email, password: Password) -> Result<Account, AppError> {
+/// Checks the password, unless the email or the client address is throttled:
+/// then the answer is 429 before any password is looked at, so a throttled
+/// guesser learns nothing. Unknown email and wrong password get the same
+/// answer, so the form does not reveal who has an account.
+pub async fn sign_in(
+    shop: &Shop,
+    email: Email,
+    password: Result<Password, InvalidInput>,
+    ip: IpAddr,
+) -> Result<Account, AppError> {
+    let limits = shop.security.login_limits;
+    if let Err(error) = throttle::begin_attempt(&shop.pool, limits, &email, ip).await {
+        if let AppError::TooManyAttempts { retry_after } = &error {
+            tracing::warn!(%ip, retry_after_secs = retry_after.as_secs(), "sign-in throttled");
+        }
+        return Err(error);
+    }
+    let checked = match password {
+        Ok(password) => check_password(&shop.pool, email.clone(), password).await,
+        // Too short or too long to be anyone's password: a miss like any other.
+        Err(_) => Err(refused()),
+    };
+    match checked {
+        Ok(account) => {
+            throttle::clear_for_account(&shop.pool, &email).await?;
+            Ok(account)
+        }
+        Err(error) => {
+            if let AppError::Forbidden(_) = error {
+                tracing::info!(%ip, "sign-in refused: email and password do not match");
+            }
+            Err(error)
+        }
+    }
+}
+
+fn refused() -> AppError {
+    AppError::Forbidden(
+        "That email and password do not match an account. Check them and try again.".into(),
+    )
+}
+
+async fn check_password(
+    pool: &PgPool,
+    email: Email,
+    password: Password,
+) -> Result<Account, AppError> {
     let customer: Option<Customer> = db::run(pool, move |conn| {
         Ok(customers::table
             .filter(customers::email.eq(email.as_str()))
@@ -78,11 +126,6 @@ pub async fn sign_in(pool: &PgPool, email: Email, password: Password) -> Result<
     })
     .await?;
     actix_web::web::block(move || {
-        let refused = || {
-            AppError::Forbidden(
-                "That email and password do not match an account. Check them and try again.".into(),
-            )
-        };
         let Some(customer) = customer else {
             // Spend the same time as a real check so timing does not tell either.
             let _ = hash_password(&password);

@@ -6,8 +6,9 @@ use diesel::prelude::*;
 use crate::db::models::{NewProduct, Product};
 use crate::db::schema::products;
 use crate::db::{self, PgPool};
-use crate::domain::{check_plain_text, InvalidInput, Lines, Money, ProductId};
+use crate::domain::{check_plain_text, CustomerId, InvalidInput, Lines, Money, ProductId};
 use crate::error::AppError;
+use crate::services::admin_audit::{self, ActionKind, AdminAction};
 use crate::services::Shop;
 
 /// A flash sale as an admin describes it, already checked.
@@ -93,46 +94,77 @@ impl SaleTerms {
 }
 
 pub async fn create_product(pool: &PgPool, spec: SaleSpec) -> Result<Product, AppError> {
+    insert_sale(pool, spec, None).await
+}
+
+/// An admin's new sale: the product and its audit record commit together.
+pub async fn create_sale_by(
+    pool: &PgPool,
+    spec: SaleSpec,
+    admin: CustomerId,
+) -> Result<Product, AppError> {
+    insert_sale(pool, spec, Some(admin)).await
+}
+
+async fn insert_sale(
+    pool: &PgPool,
+    spec: SaleSpec,
+    admin: Option<CustomerId>,
+) -> Result<Product, AppError> {
     let spec = spec.validate()?;
     db::run(pool, move |conn| {
-        let product = diesel::insert_into(products::table)
-            .values(NewProduct {
-                name: &spec.name,
-                description: &spec.description,
-                price_cents: spec.price.cents(),
-                stock: spec.stock,
-                initial_stock: spec.stock,
-                per_customer_limit: spec.per_customer_limit,
-                sale_starts_at: spec.starts_at,
-                sale_ends_at: spec.ends_at,
-            })
-            .returning(Product::as_returning())
-            .get_result(conn)?;
-        Ok(product)
+        conn.transaction(|conn| {
+            let product = diesel::insert_into(products::table)
+                .values(NewProduct {
+                    name: &spec.name,
+                    description: &spec.description,
+                    price_cents: spec.price.cents(),
+                    stock: spec.stock,
+                    initial_stock: spec.stock,
+                    per_customer_limit: spec.per_customer_limit,
+                    sale_starts_at: spec.starts_at,
+                    sale_ends_at: spec.ends_at,
+                })
+                .returning(Product::as_returning())
+                .get_result(conn)?;
+            if let Some(admin) = admin {
+                let detail = format!("“{}”: {} units at {}", spec.name, spec.stock, spec.price);
+                let action = AdminAction::on_product(
+                    admin,
+                    ActionKind::SaleCreate,
+                    product.product_id(),
+                    detail,
+                );
+                admin_audit::record(conn, &action)?;
+            }
+            Ok(product)
+        })
     })
     .await
 }
 
-/// Rewrites a sale's terms. The row lock makes a purchase in flight finish
-/// at the old price before the new one applies, never a mix of both.
-/// Changes a sale's terms (not its stock: that goes through adjustments),
-/// then brings the stock gate's copy of the limit up to date.
+/// Rewrites a sale's terms (not its stock: that goes through adjustments),
+/// recording what changed and who changed it in the same transaction, then
+/// brings the stock gate's copy of the limit up to date. The row lock makes
+/// a purchase in flight finish at the old price before the new one applies,
+/// never a mix of both.
 pub async fn update_sale(
     shop: &Shop,
     id: ProductId,
     terms: SaleTerms,
+    admin: CustomerId,
 ) -> Result<Product, AppError> {
     let terms = terms.validate()?;
     let product = db::run(&shop.pool, move |conn| {
         conn.transaction(|conn| {
-            products::table
+            let before: Product = products::table
                 .find(id.get())
                 .for_update()
-                .select(products::id)
-                .first::<i64>(conn)
+                .select(Product::as_select())
+                .first(conn)
                 .optional()?
                 .ok_or_else(|| AppError::NotFound(format!("There is no product with id {id}.")))?;
-            Ok(diesel::update(products::table.find(id.get()))
+            let after = diesel::update(products::table.find(id.get()))
                 .set((
                     products::name.eq(&terms.name),
                     products::description.eq(&terms.description),
@@ -143,7 +175,11 @@ pub async fn update_sale(
                     products::updated_at.eq(Utc::now()),
                 ))
                 .returning(Product::as_returning())
-                .get_result(conn)?)
+                .get_result(conn)?;
+            let action =
+                AdminAction::on_product(admin, ActionKind::SaleEdit, id, changes(&before, &terms));
+            admin_audit::record(conn, &action)?;
+            Ok(after)
         })
     })
     .await?;
@@ -151,6 +187,57 @@ pub async fn update_sale(
         tracing::warn!(%id, %error, "sale updated, but the stock gate could not be resynced; reconcile will do it");
     }
     Ok(product)
+}
+
+/// What an edit changed, for the audit log: "price 12.00 → 10.00; limit none → 2".
+fn changes(before: &Product, after: &SaleTerms) -> String {
+    let money = |cents: i64| Money::from_cents(cents).unwrap_or_default().to_string();
+    let limit = |limit: Option<i32>| limit.map_or("none".to_string(), |l| l.to_string());
+    let time = |at: Option<DateTime<Utc>>| {
+        at.map_or("none".to_string(), |at| {
+            at.format("%Y-%m-%d %H:%M UTC").to_string()
+        })
+    };
+    let mut changed = Vec::new();
+    if before.name != after.name {
+        changed.push(format!("name “{}” → “{}”", before.name, after.name));
+    }
+    if before.description != after.description {
+        changed.push("description".to_string());
+    }
+    if before.price_cents != after.price.cents() {
+        changed.push(format!(
+            "price {} → {}",
+            money(before.price_cents),
+            money(after.price.cents())
+        ));
+    }
+    if before.per_customer_limit != after.per_customer_limit {
+        changed.push(format!(
+            "limit {} → {}",
+            limit(before.per_customer_limit),
+            limit(after.per_customer_limit)
+        ));
+    }
+    if before.sale_starts_at != after.starts_at {
+        changed.push(format!(
+            "start {} → {}",
+            time(Some(before.sale_starts_at)),
+            time(Some(after.starts_at))
+        ));
+    }
+    if before.sale_ends_at != after.ends_at {
+        changed.push(format!(
+            "end {} → {}",
+            time(before.sale_ends_at),
+            time(after.ends_at)
+        ));
+    }
+    if changed.is_empty() {
+        "saved without changes".to_string()
+    } else {
+        changed.join("; ")
+    }
 }
 
 pub async fn list_products(pool: &PgPool) -> Result<Vec<Product>, AppError> {

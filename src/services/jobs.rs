@@ -13,6 +13,7 @@ use crate::db::schema::orders;
 use crate::domain::{OrderId, OrderStatus};
 use crate::error::AppError;
 use crate::services::idempotency::purge_expired;
+use crate::services::{sessions, throttle};
 
 /// How many due orders one sweep takes on; the next sweep takes the rest.
 const SWEEP_BATCH: i64 = 200;
@@ -26,10 +27,15 @@ pub struct JobReport {
     /// Due orders whose restore failed (Redis or Postgres down); retried next run.
     pub failed: usize,
     pub purged_keys: usize,
+    /// Sign-in attempts older than the throttle window.
+    pub purged_login_attempts: usize,
+    /// Sessions that expired, or were revoked over a day ago.
+    pub purged_sessions: usize,
 }
 
 /// One pass of every job: expire unpaid orders past their deadline, then
-/// purge idempotency keys past their retention.
+/// purge idempotency keys past their retention, stale sign-in attempts and
+/// ended sessions.
 pub async fn run_once(shop: &Shop) -> Result<JobReport, AppError> {
     let mut report = JobReport::default();
     // Claim with SKIP LOCKED: rows another transaction holds are left to it.
@@ -60,6 +66,12 @@ pub async fn run_once(shop: &Shop) -> Result<JobReport, AppError> {
     }
     let retention = shop.settings.idempotency_retention;
     report.purged_keys = db::run(&shop.pool, move |conn| purge_expired(conn, retention)).await?;
+    let window = shop.security.login_limits.window;
+    report.purged_login_attempts = db::run(&shop.pool, move |conn| {
+        Ok(throttle::purge_expired(conn, window)?)
+    })
+    .await?;
+    report.purged_sessions = db::run(&shop.pool, |conn| Ok(sessions::purge_ended(conn)?)).await?;
     Ok(report)
 }
 

@@ -2,6 +2,7 @@
 //! `ProductLocks::with_locks` and re-reads the product rows `FOR UPDATE`.
 
 pub mod accounts;
+pub mod admin_audit;
 pub mod audit;
 pub mod catalog;
 pub mod combining;
@@ -12,8 +13,10 @@ pub mod payment;
 pub mod purchase;
 pub mod restore;
 pub mod seed;
+pub mod sessions;
 pub mod stock;
 pub mod stock_gate;
+pub mod throttle;
 
 use std::sync::{Arc, Mutex};
 
@@ -24,6 +27,7 @@ use crate::db::PgPool;
 use crate::gate::StockGate;
 use crate::lock::ProductLocks;
 use crate::redis_node::RedisNode;
+use crate::security::SecuritySettings;
 use payment::PaymentGateway;
 use stock_gate::ReconcileReport;
 
@@ -36,6 +40,8 @@ pub struct Shop {
     pub pool: PgPool,
     pub locks: ProductLocks,
     pub settings: Arc<Settings>,
+    /// Sign-in throttling, trusted proxies, session lifetime.
+    pub security: Arc<SecuritySettings>,
     pub gateway: Arc<dyn PaymentGateway>,
     /// The Redis stock gate, unless `STOCK_GATE=off`.
     pub gate: Option<StockGate>,
@@ -85,6 +91,7 @@ impl Shop {
             combiner,
             last_reconcile: Arc::new(Mutex::new(None)),
             settings: Arc::new(settings),
+            security: Arc::new(SecuritySettings::from_env()?),
             gateway: Arc::new(payment::SandboxGateway),
         })
     }

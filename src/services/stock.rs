@@ -8,8 +8,9 @@ use crate::db::fence::change_stock;
 use crate::db::models::{NewStockChange, StockChange};
 use crate::db::schema::{products, stock_history};
 use crate::db::{self, PgPool};
-use crate::domain::{check_plain_text, InvalidInput, Lines, ProductId, StockReason};
+use crate::domain::{check_plain_text, CustomerId, InvalidInput, Lines, ProductId, StockReason};
 use crate::error::AppError;
+use crate::services::admin_audit::{self, ActionKind, AdminAction};
 use crate::services::stock_gate::resync_locked;
 
 /// A checked request to add (positive) or remove (negative) units, with the
@@ -51,11 +52,13 @@ impl Adjustment {
 
 /// Applies `adjustment` under the same Redis lock and row lock as a sale, so
 /// a removal can never take units a buyer is being handed at that moment.
-/// Returns the stock afterwards.
+/// The admin who asked is recorded in the same transaction. Returns the
+/// stock afterwards.
 pub async fn adjust_stock(
     shop: &Shop,
     product: ProductId,
     adjustment: Adjustment,
+    admin: CustomerId,
 ) -> Result<i32, AppError> {
     let pool = shop.pool.clone();
     let gate = shop.gate.clone();
@@ -100,6 +103,13 @@ pub async fn adjust_stock(
                             note: &adjustment.note,
                         })
                         .execute(conn)?;
+                    let detail = format!(
+                        "{:+} units ({stock} → {stock_after}): {}",
+                        adjustment.delta, adjustment.note
+                    );
+                    let action =
+                        AdminAction::on_product(admin, ActionKind::StockAdjust, product, detail);
+                    admin_audit::record(conn, &action)?;
                     lease.ensure_valid()?;
                     Ok(stock_after)
                 })

@@ -15,8 +15,9 @@ use super::{html, see_other};
 use crate::db;
 use crate::domain::{OrderStatus, ProductId};
 use crate::error::AppError;
+use crate::services::admin_audit::{record_done, ActionKind, AdminAction};
 use crate::services::audit::run_audit;
-use crate::services::catalog::{create_product, find_product, list_products, update_sale};
+use crate::services::catalog::{create_sale_by, find_product, list_products, update_sale};
 use crate::services::orders::{order_detail, search_orders};
 use crate::services::restore::restore_order;
 use crate::services::stock::{adjust_stock, history_of};
@@ -87,7 +88,7 @@ pub async fn dashboard(
 #[post("/admin/products/{id}/resync-gate")]
 pub async fn resync_gate(
     shop: web::Data<Shop>,
-    _admin: Admin,
+    Admin(admin): Admin,
     session: Session,
     path: web::Path<String>,
     form: web::Form<CsrfOnlyForm>,
@@ -95,13 +96,24 @@ pub async fn resync_gate(
     verify_csrf(&session, &form.csrf_token)?;
     let product = parse_product_id(&path)?;
     find_product(&shop.pool, product).await?;
-    crate::services::stock_gate::resync(&shop, product).await?;
+    let drift = crate::services::stock_gate::resync(&shop, product).await?;
+    let detail = match (&shop.gate, drift) {
+        (None, _) => "stock gate is off: nothing to resync".to_string(),
+        (Some(_), Some(drift)) => format!(
+            "gate {} → database {}",
+            drift.gate.map_or("missing".into(), |g| g.to_string()),
+            drift.database
+        ),
+        (Some(_), None) => "gate already matched the database".to_string(),
+    };
+    let action = AdminAction::on_product(admin.id, ActionKind::GateResync, product, detail);
+    record_done(&shop.pool, action).await?;
     Ok(see_other("/admin#gate"))
 }
 
 /// A page number from the query; anything odd means the first page. The cap
 /// keeps the row offset far from overflowing.
-fn page_number(raw: &str) -> i64 {
+pub(super) fn page_number(raw: &str) -> i64 {
     raw.parse::<i64>()
         .ok()
         .filter(|p| (1..=1_000_000).contains(p))
@@ -211,7 +223,16 @@ pub async fn refund(
     };
     once(&shop, admin.id, intent, || async {
         let order = parse_order_id(&path)?;
-        restore_order(&shop, order, OrderStatus::Refunded).await?;
+        if restore_order(&shop, order, OrderStatus::Refunded).await? {
+            // The refund commits inside restore_order; its record follows it.
+            let action = AdminAction::on_order(
+                admin.id,
+                ActionKind::Refund,
+                order,
+                "refunded; units back in stock".to_string(),
+            );
+            record_done(&shop.pool, action).await?;
+        }
         Ok(see_other(&format!("/admin/orders/{order}")))
     })
     .await
@@ -253,7 +274,7 @@ pub async fn new_sale_page(_admin: Admin, session: Session) -> Result<HttpRespon
 #[post("/admin/products")]
 pub async fn create_sale(
     shop: web::Data<Shop>,
-    _admin: Admin,
+    Admin(admin): Admin,
     session: Session,
     form: web::Form<SaleFields>,
 ) -> Result<HttpResponse, AppError> {
@@ -261,7 +282,7 @@ pub async fn create_sale(
     let fields = form.into_inner();
     let created = async {
         let spec = fields.spec()?;
-        create_product(&shop.pool, spec).await
+        create_sale_by(&shop.pool, spec, admin.id).await
     };
     match created.await {
         Ok(product) => {
@@ -308,7 +329,7 @@ pub async fn edit_sale_page(
 #[post("/admin/products/{id}/edit")]
 pub async fn edit_sale(
     shop: web::Data<Shop>,
-    _admin: Admin,
+    Admin(admin): Admin,
     session: Session,
     path: web::Path<String>,
     form: web::Form<SaleFields>,
@@ -318,7 +339,7 @@ pub async fn edit_sale(
     let fields = form.into_inner();
     let updated = async {
         let terms = fields.terms()?;
-        update_sale(&shop, id, terms).await
+        update_sale(&shop, id, terms, admin.id).await
     };
     match updated.await {
         Ok(product) => Ok(see_other(&format!(
@@ -337,7 +358,7 @@ pub async fn edit_sale(
 #[post("/admin/products/{id}/stock")]
 pub async fn adjust(
     shop: web::Data<Shop>,
-    _admin: Admin,
+    Admin(admin): Admin,
     session: Session,
     path: web::Path<String>,
     form: web::Form<AdjustForm>,
@@ -345,14 +366,14 @@ pub async fn adjust(
     verify_csrf(&session, &form.csrf_token)?;
     let product = parse_product_id(&path)?;
     let adjustment = form.adjustment()?;
-    adjust_stock(&shop, product, adjustment).await?;
+    adjust_stock(&shop, product, adjustment, admin.id).await?;
     Ok(see_other(&format!("/admin/products/{product}/history")))
 }
 
 #[derive(serde::Deserialize)]
 pub struct PageQuery {
     #[serde(default)]
-    page: String,
+    pub page: String,
 }
 
 #[get("/admin/products/{id}/history")]

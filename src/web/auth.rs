@@ -1,13 +1,16 @@
+use std::net::{IpAddr, Ipv4Addr};
+
 use actix_session::Session;
 use actix_web::http::StatusCode;
-use actix_web::{get, post, web, HttpResponse, ResponseError};
+use actix_web::{get, post, web, HttpRequest, HttpResponse, ResponseError};
 
 use super::forms::{Credentials, CredentialsForm, CsrfOnlyForm};
 use super::pages::{render, AuthPage, Nav};
 use super::session::{self, verify_csrf};
 use super::{html, see_other};
-use crate::domain::Role;
+use crate::domain::{Email, Password, Role};
 use crate::error::AppError;
+use crate::security::TrustedProxies;
 use crate::services::accounts::{sign_in, sign_up};
 use crate::services::Shop;
 
@@ -68,27 +71,45 @@ pub async fn signup(
     };
     match attempt.await {
         Ok(account) => {
-            session::sign_in(&session, &account)?;
+            session::sign_in(&shop, &session, &account).await?;
             Ok(see_other("/"))
         }
         Err(error) => form_or_error(&session, true, &form.email, error),
     }
 }
 
+/// The address sign-in throttling counts against: the TCP peer, or what a
+/// trusted proxy in front of us says the client was.
+fn client_ip(request: &HttpRequest, proxies: &TrustedProxies) -> IpAddr {
+    let peer = request
+        .peer_addr()
+        .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |addr| addr.ip());
+    let forwarded_for = request
+        .headers()
+        .get_all("X-Forwarded-For")
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .collect::<Vec<_>>();
+    proxies.client_ip(peer, forwarded_for.into_iter())
+}
+
 #[post("/login")]
 pub async fn login(
     shop: web::Data<Shop>,
     session: Session,
+    request: HttpRequest,
     form: web::Form<CredentialsForm>,
 ) -> Result<HttpResponse, AppError> {
     verify_csrf(&session, &form.csrf_token)?;
     let attempt = async {
-        let Credentials { email, password } = form.sign_in()?;
-        sign_in(&shop.pool, email, password).await
+        let email = Email::parse(&form.email)?;
+        let ip = client_ip(&request, &shop.security.trusted_proxies);
+        // An impossible password still counts as an attempt: the throttle sees every guess.
+        sign_in(&shop, email, Password::parse(&form.password), ip).await
     };
     match attempt.await {
         Ok(account) => {
-            session::sign_in(&session, &account)?;
+            session::sign_in(&shop, &session, &account).await?;
             Ok(see_other(if account.role == Role::Admin {
                 "/admin"
             } else {
@@ -101,10 +122,11 @@ pub async fn login(
 
 #[post("/logout")]
 pub async fn logout(
+    shop: web::Data<Shop>,
     session: Session,
     form: web::Form<CsrfOnlyForm>,
 ) -> Result<HttpResponse, AppError> {
     verify_csrf(&session, &form.csrf_token)?;
-    session::sign_out(&session);
+    session::sign_out(&shop, &session).await?;
     Ok(see_other("/"))
 }

@@ -2,6 +2,7 @@
 //! and render a page or redirect (303 after every POST).
 
 pub mod admin;
+pub mod audit_log;
 pub mod auth;
 pub mod cart;
 pub mod forms;
@@ -64,6 +65,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     .service(admin::edit_sale)
     .service(admin::adjust)
     .service(admin::history)
+    .service(audit_log::audit_log)
     .default_service(web::to(|| async {
         Err::<HttpResponse, _>(AppError::NotFound(
             "There is no page at this address.".into(),

@@ -1,17 +1,26 @@
-//! Who is asking, and whether their form came from us. The session lives in a
-//! signed, encrypted cookie; it carries the account and the CSRF token.
+//! Who is asking, and whether their form came from us. The session cookie is
+//! signed and encrypted; it carries a session token, a copy of the account
+//! for the page header, and the CSRF token. The token is checked against the
+//! `sessions` table once per request (`check_session`), so a signed-out or
+//! revoked cookie signs in no one, wherever a copy of it turns up.
 
 use actix_session::{Session, SessionExt};
-use actix_web::{dev::Payload, FromRequest, HttpRequest};
-use futures::future::{ready, Ready};
+use actix_web::body::MessageBody;
+use actix_web::dev::{Payload, ServiceRequest, ServiceResponse};
+use actix_web::middleware::Next;
+use actix_web::{web, FromRequest, HttpMessage, HttpRequest};
+use futures::future::LocalBoxFuture;
 use subtle::ConstantTimeEq;
 
 use crate::domain::Role;
 use crate::error::AppError;
 use crate::services::accounts::Account;
+use crate::services::sessions::{self, SessionToken};
+use crate::services::Shop;
 
 const ACCOUNT_KEY: &str = "account";
 const CSRF_KEY: &str = "csrf";
+const TOKEN_KEY: &str = "session_token";
 
 #[derive(serde::Serialize, serde::Deserialize)]
 struct StoredAccount {
@@ -20,6 +29,18 @@ struct StoredAccount {
     role: Role,
 }
 
+impl From<&Account> for StoredAccount {
+    fn from(account: &Account) -> Self {
+        StoredAccount {
+            id: account.id.get(),
+            email: account.email.clone(),
+            role: account.role,
+        }
+    }
+}
+
+/// The account shown in the page header. `check_session` has already held
+/// the cookie against the sessions table for this request.
 pub fn current_account(session: &Session) -> Option<Account> {
     session
         .get::<StoredAccount>(ACCOUNT_KEY)
@@ -32,27 +53,45 @@ pub fn current_account(session: &Session) -> Option<Account> {
         })
 }
 
-/// Starts a fresh session for `account`: a new cookie and a new CSRF token,
-/// so nothing issued before sign-in is trusted after it.
-pub fn sign_in(session: &Session, account: &Account) -> Result<(), AppError> {
-    session.clear();
+fn session_token(session: &Session) -> Option<SessionToken> {
     session
-        .insert(
-            ACCOUNT_KEY,
-            StoredAccount {
-                id: account.id.get(),
-                email: account.email.clone(),
-                role: account.role,
-            },
-        )
+        .get::<String>(TOKEN_KEY)
+        .ok()
+        .flatten()
+        .map(SessionToken::from_cookie)
+}
+
+fn store_account(session: &Session, account: &Account) -> Result<(), AppError> {
+    session
+        .insert(ACCOUNT_KEY, StoredAccount::from(account))
+        .map_err(|e| AppError::Internal(anyhow::anyhow!("session: {e}")))
+}
+
+/// Starts a fresh session for `account`: a new server-side session, a new
+/// cookie and a new CSRF token, so nothing issued before sign-in is trusted
+/// after it. A session this cookie already held is revoked.
+pub async fn sign_in(shop: &Shop, session: &Session, account: &Account) -> Result<(), AppError> {
+    if let Some(previous) = session_token(session) {
+        sessions::revoke(&shop.pool, &previous).await?;
+    }
+    let token = sessions::start(&shop.pool, account.id, shop.security.session_ttl).await?;
+    session.clear();
+    store_account(session, account)?;
+    session
+        .insert(TOKEN_KEY, token.as_str())
         .map_err(|e| AppError::Internal(anyhow::anyhow!("session: {e}")))?;
     new_csrf_token(session);
     session.renew();
     Ok(())
 }
 
-pub fn sign_out(session: &Session) {
+/// Revokes the server-side session, then drops the cookie.
+pub async fn sign_out(shop: &Shop, session: &Session) -> Result<(), AppError> {
+    if let Some(token) = session_token(session) {
+        sessions::revoke(&shop.pool, &token).await?;
+    }
     session.purge();
+    Ok(())
 }
 
 /// The session's CSRF token, created on first use.
@@ -81,19 +120,71 @@ pub fn verify_csrf(session: &Session, submitted: &str) -> Result<(), AppError> {
     }
 }
 
+/// This request's verdict on its session, so it is looked up once however
+/// many extractors ask.
+#[derive(Clone)]
+struct Verified(Option<Account>);
+
+/// The signed-in account behind `req`, per the sessions table. A cookie
+/// whose session is revoked, expired or unknown is emptied, so nothing later
+/// in the request (the page header, the CSRF token) trusts it either.
+async fn verified_account(req: &HttpRequest) -> Result<Option<Account>, AppError> {
+    if let Some(Verified(account)) = req.extensions().get::<Verified>() {
+        return Ok(account.clone());
+    }
+    let session = req.get_session();
+    let account = match session_token(&session) {
+        Some(token) => {
+            let shop = req
+                .app_data::<web::Data<Shop>>()
+                .ok_or_else(|| AppError::Internal(anyhow::anyhow!("no Shop in app data")))?;
+            sessions::find(&shop.pool, &token).await?
+        }
+        None => None,
+    };
+    let stored = current_account(&session);
+    match &account {
+        // Refresh the header's copy only when the account changed (its role,
+        // say), so an unchanged session sends no new cookie.
+        Some(live) if stored.as_ref() != Some(live) => store_account(&session, live)?,
+        Some(_) => {}
+        None if stored.is_some() || session_token(&session).is_some() => session.clear(),
+        None => {}
+    }
+    req.extensions_mut().insert(Verified(account.clone()));
+    Ok(account)
+}
+
+/// Middleware: checks the session before any handler runs. Static files are
+/// the same for everyone and skip the lookup. If the check itself fails (the
+/// database is down), the request goes on unverified: a page that needs the
+/// account asks again through `SignedIn`/`Admin` and answers that error,
+/// while pages that do not (sign-in, health) still work.
+pub async fn check_session(
+    req: ServiceRequest,
+    next: Next<impl MessageBody>,
+) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
+    if !req.path().starts_with("/static/") {
+        let _ = verified_account(req.request()).await;
+    }
+    next.call(req).await
+}
+
 /// A signed-in account; strangers are sent to the sign-in page.
 pub struct SignedIn(pub Account);
 
 impl FromRequest for SignedIn {
     type Error = AppError;
-    type Future = Ready<Result<Self, Self::Error>>;
+    type Future = LocalBoxFuture<'static, Result<Self, Self::Error>>;
 
     fn from_request(req: &HttpRequest, _payload: &mut Payload) -> Self::Future {
-        ready(
-            current_account(&req.get_session())
+        let req = req.clone();
+        Box::pin(async move {
+            verified_account(&req)
+                .await?
                 .map(SignedIn)
-                .ok_or(AppError::SignInRequired),
-        )
+                .ok_or(AppError::SignInRequired)
+        })
     }
 }
 
@@ -102,15 +193,18 @@ pub struct Admin(pub Account);
 
 impl FromRequest for Admin {
     type Error = AppError;
-    type Future = Ready<Result<Self, Self::Error>>;
+    type Future = LocalBoxFuture<'static, Result<Self, Self::Error>>;
 
     fn from_request(req: &HttpRequest, _payload: &mut Payload) -> Self::Future {
-        ready(match current_account(&req.get_session()) {
-            Some(account) if account.role == Role::Admin => Ok(Admin(account)),
-            Some(_) => Err(AppError::Forbidden(
-                "This part of the shop is for administrators only.".into(),
-            )),
-            None => Err(AppError::SignInRequired),
+        let req = req.clone();
+        Box::pin(async move {
+            match verified_account(&req).await? {
+                Some(account) if account.role == Role::Admin => Ok(Admin(account)),
+                Some(_) => Err(AppError::Forbidden(
+                    "This part of the shop is for administrators only.".into(),
+                )),
+                None => Err(AppError::SignInRequired),
+            }
         })
     }
 }

@@ -1,0 +1,199 @@
+//! Security settings that live beside `config::Settings`: sign-in throttling,
+//! which proxies may name the client's address, and how long a session lasts.
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use ipnet::IpNet;
+
+#[derive(Debug, Clone)]
+pub struct SecuritySettings {
+    pub login_limits: LoginLimits,
+    pub trusted_proxies: TrustedProxies,
+    /// How long a signed-in session lasts, however active it is.
+    pub session_ttl: Duration,
+}
+
+/// How many unsuccessful sign-ins are allowed within `window`, per account
+/// email and per client address, before further attempts are refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LoginLimits {
+    pub per_email: u32,
+    pub per_ip: u32,
+    pub window: Duration,
+}
+
+impl Default for SecuritySettings {
+    fn default() -> Self {
+        SecuritySettings {
+            login_limits: LoginLimits {
+                per_email: 5,
+                per_ip: 20,
+                window: Duration::from_secs(15 * 60),
+            },
+            trusted_proxies: TrustedProxies::default(),
+            session_ttl: Duration::from_secs(12 * 3600),
+        }
+    }
+}
+
+impl SecuritySettings {
+    /// `LOGIN_FAILURES_PER_EMAIL`, `LOGIN_FAILURES_PER_IP`,
+    /// `LOGIN_THROTTLE_WINDOW_SECS`, `TRUSTED_PROXY`, `SESSION_TTL_HOURS`;
+    /// anything unset keeps its default.
+    pub fn from_env() -> anyhow::Result<SecuritySettings> {
+        let defaults = SecuritySettings::default();
+        let settings = SecuritySettings {
+            login_limits: LoginLimits {
+                per_email: parse_var("LOGIN_FAILURES_PER_EMAIL", defaults.login_limits.per_email)?,
+                per_ip: parse_var("LOGIN_FAILURES_PER_IP", defaults.login_limits.per_ip)?,
+                window: Duration::from_secs(parse_var(
+                    "LOGIN_THROTTLE_WINDOW_SECS",
+                    defaults.login_limits.window.as_secs(),
+                )?),
+            },
+            trusted_proxies: match var("TRUSTED_PROXY") {
+                Some(raw) => TrustedProxies::parse(&raw).context("TRUSTED_PROXY")?,
+                None => defaults.trusted_proxies,
+            },
+            session_ttl: Duration::from_secs(
+                3600 * parse_var("SESSION_TTL_HOURS", defaults.session_ttl.as_secs() / 3600)?,
+            ),
+        };
+        let limits = settings.login_limits;
+        if limits.per_email == 0 || limits.per_ip == 0 || limits.window.is_zero() {
+            bail!("the sign-in throttle needs limits and a window of at least 1");
+        }
+        if settings.session_ttl.is_zero() {
+            bail!("SESSION_TTL_HOURS must be at least 1");
+        }
+        Ok(settings)
+    }
+}
+
+/// The reverse proxies whose `X-Forwarded-For` is believed. Empty (the
+/// default) means the TCP peer is the client, whatever the header says.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TrustedProxies(Vec<IpNet>);
+
+impl TrustedProxies {
+    /// Comma-separated addresses or networks, e.g. `10.0.0.0/8, 127.0.0.1`.
+    pub fn parse(raw: &str) -> anyhow::Result<TrustedProxies> {
+        raw.split(',')
+            .map(str::trim)
+            .filter(|entry| !entry.is_empty())
+            .map(|entry| {
+                entry
+                    .parse::<IpNet>()
+                    .or_else(|_| entry.parse::<IpAddr>().map(IpNet::from))
+                    .with_context(|| format!("{entry:?} is not an IP address or network"))
+            })
+            .collect::<anyhow::Result<_>>()
+            .map(TrustedProxies)
+    }
+
+    fn trusts(&self, address: IpAddr) -> bool {
+        self.0.iter().any(|net| net.contains(&address))
+    }
+
+    /// The client's address: the peer, unless the peer is a trusted proxy; then
+    /// the right-most `X-Forwarded-For` hop that is not itself a trusted proxy.
+    /// Hops further left were written by the client and prove nothing.
+    pub fn client_ip<'a>(
+        &self,
+        peer: IpAddr,
+        forwarded_for: impl DoubleEndedIterator<Item = &'a str>,
+    ) -> IpAddr {
+        let mut client = peer;
+        if !self.trusts(peer) {
+            return client;
+        }
+        for hop in forwarded_for.rev() {
+            match hop.trim().parse::<IpAddr>() {
+                Ok(address) => {
+                    client = address;
+                    if !self.trusts(address) {
+                        break;
+                    }
+                }
+                // A hop that is no address ends the chain we can believe.
+                Err(_) => break,
+            }
+        }
+        client
+    }
+}
+
+fn var(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
+fn parse_var<T: std::str::FromStr>(name: &str, default: T) -> anyhow::Result<T>
+where
+    T::Err: std::fmt::Display,
+{
+    match var(name) {
+        Some(raw) => raw
+            .trim()
+            .parse()
+            .map_err(|e| anyhow::anyhow!("{name}={raw:?}: {e}")),
+        None => Ok(default),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ip(raw: &str) -> IpAddr {
+        raw.parse().unwrap()
+    }
+
+    fn hops(header: &str) -> impl DoubleEndedIterator<Item = &str> {
+        header.split(',')
+    }
+
+    #[test]
+    fn without_trusted_proxies_the_peer_is_the_client() {
+        let proxies = TrustedProxies::default();
+        assert_eq!(
+            proxies.client_ip(ip("198.51.100.7"), hops("203.0.113.1")),
+            ip("198.51.100.7")
+        );
+    }
+
+    #[test]
+    fn a_trusted_proxy_names_the_first_untrusted_hop_from_the_right() {
+        let proxies = TrustedProxies::parse("10.0.0.0/8, 127.0.0.1").unwrap();
+        // The client forged the left-most hop; the proxies appended the rest.
+        let header = "1.2.3.4, 203.0.113.9, 10.1.2.3";
+        assert_eq!(
+            proxies.client_ip(ip("127.0.0.1"), hops(header)),
+            ip("203.0.113.9")
+        );
+        assert_eq!(
+            proxies.client_ip(ip("127.0.0.1"), hops("")),
+            ip("127.0.0.1")
+        );
+        assert_eq!(
+            proxies.client_ip(ip("10.0.0.1"), hops("garbage, 10.0.0.2")),
+            ip("10.0.0.2")
+        );
+        // A peer outside the list is not believed, whatever it sends.
+        assert_eq!(
+            proxies.client_ip(ip("198.51.100.7"), hops("203.0.113.9")),
+            ip("198.51.100.7")
+        );
+    }
+
+    #[test]
+    fn proxies_parse_addresses_and_networks() {
+        assert!(TrustedProxies::parse("10.0.0.0/8,::1, 192.168.1.1").is_ok());
+        assert!(TrustedProxies::parse("not-an-ip").is_err());
+        assert_eq!(
+            TrustedProxies::parse(" ").unwrap(),
+            TrustedProxies::default()
+        );
+    }
+}
