@@ -12,6 +12,7 @@ use crate::db;
 use crate::db::schema::orders;
 use crate::domain::{OrderId, OrderStatus};
 use crate::error::AppError;
+use crate::metrics;
 use crate::services::idempotency::purge_expired;
 
 /// How many due orders one sweep takes on; the next sweep takes the rest.
@@ -58,8 +59,11 @@ pub async fn run_once(shop: &Shop) -> Result<JobReport, AppError> {
             }
         }
     }
+    metrics::job_run("expire_unpaid_orders");
+    metrics::restored("expired", report.expired as u64);
     let retention = shop.settings.idempotency_retention;
     report.purged_keys = db::run(&shop.pool, move |conn| purge_expired(conn, retention)).await?;
+    metrics::job_run("purge_idempotency_keys");
     Ok(report)
 }
 
