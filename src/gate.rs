@@ -165,6 +165,11 @@ impl StockGate {
         self.inner.seeding.lock().await
     }
 
+    /// Whether the gate's Redis answers a PING (readiness probe).
+    pub async fn reachable(&self) -> bool {
+        self.inner.node.ping().await
+    }
+
     pub fn stock_key(&self, product: ProductId) -> String {
         self.key(product, "stock")
     }

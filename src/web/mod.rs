@@ -6,6 +6,7 @@ pub mod auth;
 pub mod cart;
 pub mod health;
 pub mod idempotency;
+pub mod operations;
 pub mod orders;
 pub mod pages;
 pub mod session;
@@ -30,6 +31,10 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         AppError::Invalid(format!("The address could not be read: {error}.")).into()
     }))
     .service(health::healthz)
+    .service(health::livez)
+    .service(health::readyz)
+    .service(health::metrics_text)
+    .service(operations::operations)
     .service(pages::stylesheet)
     .service(pages::script)
     .service(shop::sale_list)
