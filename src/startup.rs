@@ -8,7 +8,7 @@ use actix_session::storage::CookieSessionStore;
 use actix_session::SessionMiddleware;
 use actix_web::cookie::{Key, SameSite};
 use actix_web::dev::Server;
-use actix_web::middleware::DefaultHeaders;
+use actix_web::middleware::{from_fn, DefaultHeaders};
 use actix_web::{web, App, HttpServer};
 
 use crate::config::Settings;
@@ -66,6 +66,8 @@ fn serve(listener: TcpListener, shop: Shop) -> anyhow::Result<Server> {
                     .cookie_secure(secure_cookies)
                     .build(),
             )
+            // Outermost, so the id covers the session middleware and every page.
+            .wrap(from_fn(crate::web::request_id::tag_request))
             .app_data(shop.clone())
             .configure(crate::web::routes)
     })

@@ -9,6 +9,7 @@ pub mod idempotency;
 pub mod operations;
 pub mod orders;
 pub mod pages;
+pub mod request_id;
 pub mod session;
 pub mod shop;
 
