@@ -84,7 +84,7 @@ impl Readiness {
     async fn check(shop: &Shop) -> Readiness {
         let gate = async {
             match &shop.gate {
-                Some(gate) => Some(gate.reachable().await),
+                Some(gate) => Some(within_probe_timeout(gate.reachable()).await),
                 None => None,
             }
         };

@@ -5,7 +5,7 @@
 
 use std::time::Instant;
 
-use actix_web::body::{BoxBody, MessageBody};
+use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::header::{HeaderName, HeaderValue};
 use actix_web::middleware::Next;
@@ -34,7 +34,7 @@ pub fn request_id_of(request: &ServiceRequest) -> String {
 pub async fn tag_request(
     request: ServiceRequest,
     next: Next<impl MessageBody + 'static>,
-) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
+) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
     let id = request_id_of(&request);
     let span = tracing::info_span!(
         "request",
@@ -43,12 +43,14 @@ pub async fn tag_request(
         path = %request.path(),
     );
     let started = Instant::now();
-    let http_request = request.request().clone();
-    let mut response = match next.call(request).instrument(span.clone()).await {
-        Ok(response) => response.map_into_boxed_body(),
-        // An inner middleware failed: still answer with the id.
-        Err(error) => ServiceResponse::from_err(error, http_request),
-    };
+    // Handlers' errors arrive here as responses; an Err is an inner middleware
+    // failing, which actix answers without this header (the request must not
+    // be cloned to build one: routing needs it unshared).
+    let mut response = next
+        .call(request)
+        .instrument(span.clone())
+        .await
+        .inspect_err(|error| tracing::warn!(parent: &span, %error, "middleware failed"))?;
     let status = response.status().as_u16();
     let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
     // Per-request lines stay at debug so a sale burst does not flood the log;
