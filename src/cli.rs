@@ -189,13 +189,10 @@ enum ProductCommand {
 }
 
 pub async fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info,actix_server=warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    if let Err(error) = crate::logging::init() {
+        eprintln!("flashsale: {error:#}");
+        return ExitCode::FAILURE;
+    }
     let cli = Cli::parse();
     match run(cli.command).await {
         Ok(code) => code,

@@ -13,6 +13,7 @@ use redis::Script;
 
 use crate::domain::{CustomerId, ProductId, Quantity};
 use crate::error::AppError;
+use crate::metrics;
 use crate::redis_node::{RedisConnection, RedisNode};
 
 /// Admit, in this order: a repeat of an admitted key gets its earlier answer
@@ -85,6 +86,20 @@ pub enum Admission {
     Unknown,
 }
 
+impl Admission {
+    /// The `decision` label of `flashsale_gate_decisions_total`.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Admission::Admitted => "admitted",
+            Admission::Repeat => "repeat",
+            Admission::SoldOut { .. } => "sold_out",
+            Admission::LimitReached { .. } => "limit_reached",
+            Admission::Conflict => "conflict",
+            Admission::Unknown => "unknown",
+        }
+    }
+}
+
 #[derive(Clone)]
 pub struct StockGate {
     inner: Arc<Inner>,
@@ -150,6 +165,11 @@ impl StockGate {
         self.inner.seeding.lock().await
     }
 
+    /// Whether the gate's Redis answers a PING (readiness probe).
+    pub async fn reachable(&self) -> bool {
+        self.inner.node.ping().await
+    }
+
     pub fn stock_key(&self, product: ProductId) -> String {
         self.key(product, "stock")
     }
@@ -200,21 +220,24 @@ impl StockGate {
             .arg(quantity.get())
             .arg(customer.get())
             .arg(self.inner.marker_ttl.as_millis() as u64);
-        let (code, value, limit): (i64, i64, i64) =
-            with_retry!(self, connection => invocation.invoke_async(&mut connection))?;
-        Ok(match code {
-            0 => Admission::Admitted,
-            1 => Admission::Repeat,
-            2 => Admission::SoldOut { available: value },
-            3 => Admission::LimitReached { held: value, limit },
-            4 => Admission::Conflict,
-            5 => Admission::Unknown,
-            _ => {
-                return Err(AppError::Internal(anyhow::anyhow!(
-                    "the gate refused its arguments"
-                )))
-            }
-        })
+        let answer: Result<(i64, i64, i64), AppError> =
+            with_retry!(self, connection => invocation.invoke_async(&mut connection));
+        let admission = answer.and_then(|(code, value, limit)| match code {
+            0 => Ok(Admission::Admitted),
+            1 => Ok(Admission::Repeat),
+            2 => Ok(Admission::SoldOut { available: value }),
+            3 => Ok(Admission::LimitReached { held: value, limit }),
+            4 => Ok(Admission::Conflict),
+            5 => Ok(Admission::Unknown),
+            _ => Err(AppError::Internal(anyhow::anyhow!(
+                "the gate refused its arguments"
+            ))),
+        });
+        metrics::gate_decision(match &admission {
+            Ok(admission) => admission.metric_label(),
+            Err(_) => "error",
+        });
+        admission
     }
 
     /// Gives an admission's units back; idempotent. Returns how many came back.

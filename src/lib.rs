@@ -7,6 +7,8 @@ pub mod domain;
 pub mod error;
 pub mod gate;
 pub mod lock;
+pub mod logging;
+pub mod metrics;
 pub mod qa;
 pub mod redis_node;
 pub mod security;

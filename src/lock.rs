@@ -35,6 +35,7 @@ use tokio::time::{timeout, timeout_at, Instant};
 
 use crate::domain::ProductId;
 use crate::error::AppError;
+use crate::metrics;
 use crate::redis_node::RedisNode;
 
 /// How long a single Redis round trip of the lock protocol may take.
@@ -104,6 +105,8 @@ struct Inner {
 struct ProductQueue {
     turn: Arc<tokio::sync::Mutex<()>>,
     released_elsewhere: Notify,
+    /// When this process last released the product's lock (hand-over figures).
+    last_release: Mutex<Option<Instant>>,
 }
 
 #[derive(Default)]
@@ -325,7 +328,8 @@ impl ProductLocks {
         products.sort_unstable();
         products.dedup();
         self.inner.attempts.fetch_add(1, Ordering::Relaxed);
-        let deadline = Instant::now() + self.inner.wait;
+        let queued_at = Instant::now();
+        let deadline = queued_at + self.inner.wait;
         let mut held = HeldLocks {
             locks: Vec::with_capacity(products.len()),
             acquired_at: Instant::now(),
@@ -334,12 +338,14 @@ impl ProductLocks {
             match self.acquire_one(product, deadline).await {
                 Ok(lock) => held.locks.push(lock),
                 Err(error) => {
+                    metrics::lock_wait(queued_at.elapsed(), false);
                     held.release().await;
                     return Err(error);
                 }
             }
         }
         held.acquired_at = Instant::now();
+        metrics::lock_wait(held.acquired_at - queued_at, true);
         let stall = *self
             .inner
             .stall_after_acquire
@@ -371,9 +377,15 @@ impl ProductLocks {
         deadline: Instant,
     ) -> Result<HeldLock, AppError> {
         let queue = self.inner.queues.get(product);
+        let queued_at = Instant::now();
         let local_turn = timeout_at(deadline, queue.turn.clone().lock_owned())
             .await
             .map_err(|_| AppError::Busy)?;
+        let released = *queue.last_release.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(released) = released.filter(|&r| r > queued_at) {
+            // We waited behind a local holder: how long the lock sat between us.
+            metrics::lock_handover(released.elapsed());
+        }
         if !self.inner.distributed {
             return Ok(HeldLock {
                 product,
@@ -713,11 +725,16 @@ impl HeldLocks {
     }
 
     pub async fn release(mut self) {
+        if !self.locks.is_empty() {
+            metrics::lock_hold(self.acquired_at.elapsed());
+        }
         for held in self.locks.iter_mut().rev() {
             held.watchdog.abort();
             if let Some(lock) = held.lock.take() {
                 held.locks.release_and_announce(&lock, held.product).await;
             }
+            let queue = held.locks.inner.queues.get(held.product);
+            *queue.last_release.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
         }
     }
 }

@@ -67,6 +67,8 @@ fn serve(listener: TcpListener, shop: Shop) -> anyhow::Result<Server> {
                     .cookie_secure(secure_cookies)
                     .build(),
             )
+            // Outermost, so the id covers the session middleware and every page.
+            .wrap(from_fn(crate::web::request_id::tag_request))
             .app_data(shop.clone())
             .configure(crate::web::routes)
     })

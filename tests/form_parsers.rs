@@ -239,6 +239,7 @@ proptest! {
             sale_ends_at: length_minutes.map(|m| minute(start_minute + m)),
             created_at: starts_at,
             updated_at: starts_at,
+            fence: 0,
         };
         let spec = SaleFields::of(&product).spec().unwrap();
         prop_assert_eq!(spec.name, name);

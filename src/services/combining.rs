@@ -29,6 +29,7 @@ use crate::db::{self, PgConn};
 use crate::domain::{CustomerId, ProductId, Quantity};
 use crate::error::AppError;
 use crate::lock::Lease;
+use crate::metrics;
 
 /// One buyer waiting for a batch: what they asked for and where the answer goes.
 pub struct BatchBuyer {
@@ -148,7 +149,8 @@ async fn lead(shop: Shop, product: ProductId, queue: Arc<Mutex<Queue>>, max_batc
             conn.transaction(|conn| serve_batch(conn, &served_lease, product, &buyers))
         })
         .await;
-        tracing::debug!(buyers = answers.len(), took = ?started.elapsed(), "served a batch");
+        metrics::batch_size(answers.len());
+        metrics::transaction_time("purchase_batch", started.elapsed());
         if let Err(AppError::Fenced { product, fence }) = &outcomes {
             shop.locks
                 .after_refused_write(&lease, *product, *fence)

@@ -12,6 +12,7 @@ use crate::db;
 use crate::db::schema::orders;
 use crate::domain::{OrderId, OrderStatus};
 use crate::error::AppError;
+use crate::metrics;
 use crate::services::idempotency::purge_expired;
 use crate::services::{sessions, throttle};
 
@@ -64,8 +65,10 @@ pub async fn run_once(shop: &Shop) -> Result<JobReport, AppError> {
             }
         }
     }
+    metrics::job_run("expire_unpaid_orders");
     let retention = shop.settings.idempotency_retention;
     report.purged_keys = db::run(&shop.pool, move |conn| purge_expired(conn, retention)).await?;
+    metrics::job_run("purge_idempotency_keys");
     let window = shop.security.login_limits.window;
     report.purged_login_attempts = db::run(&shop.pool, move |conn| {
         Ok(throttle::purge_expired(conn, window)?)

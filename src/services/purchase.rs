@@ -16,6 +16,7 @@ use crate::domain::{CustomerId, Money, OrderId, OrderStatus, ProductId, Quantity
 use crate::error::AppError;
 use crate::gate::{Admission, StockGate};
 use crate::lock::Lease;
+use crate::metrics;
 use crate::services::stock_gate::{give_back_all, seed_if_absent};
 
 /// One product and how many units of it, as the buyer asked.
@@ -121,7 +122,8 @@ pub async fn purchase(
         let pool = shop.pool.clone();
         shop.locks
             .with_locks(products, move |lease| async move {
-                db::run(&pool, move |conn| {
+                let started = std::time::Instant::now();
+                let outcome = db::run(&pool, move |conn| {
                     conn.transaction(|conn| {
                         let outcome = purchase_in_transaction(
                             conn,
@@ -135,7 +137,9 @@ pub async fn purchase(
                         Ok(outcome)
                     })
                 })
-                .await
+                .await;
+                metrics::transaction_time("purchase", started.elapsed());
+                outcome
             })
             .await
     };

@@ -13,6 +13,7 @@ use crate::db::{self, PgConn};
 use crate::domain::{CustomerId, OrderId, OrderStatus, ProductId};
 use crate::error::AppError;
 use crate::lock::Lease;
+use crate::metrics;
 use crate::services::stock_gate::give_back_all;
 
 /// Moves `order` into `to` (a restoring status) and puts its units back.
@@ -32,6 +33,7 @@ pub async fn restore_order(shop: &Shop, order: OrderId, to: OrderStatus) -> Resu
     let gate = shop.gate.clone();
     shop.locks
         .with_locks(products.clone(), move |lease| async move {
+            let started = std::time::Instant::now();
             let restored = db::run(&pool, move |conn| {
                 conn.transaction(|conn| {
                     let query = orders::table.find(order.get()).select(Order::as_select());
@@ -69,9 +71,11 @@ pub async fn restore_order(shop: &Shop, order: OrderId, to: OrderStatus) -> Resu
                 })
             })
             .await?;
+            metrics::transaction_time("restore", started.elapsed());
             let Some(restored) = restored else {
                 return Ok(false);
             };
+            metrics::restored(to.as_str(), 1);
             // Still under the product locks: the gate gets the units back
             // before any buyer can be admitted against a stale count.
             if let (Some(gate), Some(admission)) = (&gate, &restored.gate_key) {

@@ -64,6 +64,7 @@ pub async fn adjust_stock(
     let gate = shop.gate.clone();
     shop.locks
         .with_locks(vec![product], move |lease| async move {
+            let started = std::time::Instant::now();
             let stock_after = db::run(&pool, move |conn| {
                 conn.transaction(|conn| {
                     let stock: i32 = products::table
@@ -115,6 +116,7 @@ pub async fn adjust_stock(
                 })
             })
             .await?;
+            crate::metrics::transaction_time("adjust", started.elapsed());
             resync_locked(gate.as_ref(), &pool, product).await?;
             Ok(stock_after)
         })

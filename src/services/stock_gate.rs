@@ -11,6 +11,7 @@ use crate::db::{self, PgPool};
 use crate::domain::{CustomerId, ProductId};
 use crate::error::AppError;
 use crate::gate::StockGate;
+use crate::metrics;
 
 /// Best effort: a give-back that cannot reach Redis leaves the gate short,
 /// which only turns buyers away early; the reconcile job corrects it.
@@ -179,6 +180,12 @@ pub async fn reconcile_once(shop: &Shop) -> Result<ReconcileReport, AppError> {
             }
         }
     }
+    let units_drift = report
+        .drifts
+        .iter()
+        .map(|drift| drift.gate.unwrap_or(0) - i64::from(drift.database))
+        .sum();
+    metrics::reconcile(report.drifts.len(), units_drift);
     *shop
         .last_reconcile
         .lock()

@@ -10,6 +10,7 @@ use super::forms::{CartForm, CsrfOnlyForm};
 use super::idempotency::{once, Intent};
 use super::pages::{render, CartLine, CartPage, Nav};
 use super::session::{verify_csrf, SignedIn};
+use super::shop::counted_purchase;
 use super::{html, see_other};
 use crate::domain::{ProductId, Quantity};
 use crate::error::AppError;
@@ -144,21 +145,24 @@ pub async fn checkout(
         fields: format!("{canonical:?}"),
     };
     once(&shop, account.id, intent, || async {
-        if cart.is_empty() {
-            return Err(AppError::Invalid(
-                "Your cart is empty: add a product first.".into(),
-            ));
-        }
-        let lines = cart
-            .iter()
-            .map(|(product, units)| {
-                Ok(Line {
-                    product: ProductId(*product),
-                    quantity: Quantity::new(*units)?,
+        let order = counted_purchase(async {
+            if cart.is_empty() {
+                return Err(AppError::Invalid(
+                    "Your cart is empty: add a product first.".into(),
+                ));
+            }
+            let lines = cart
+                .iter()
+                .map(|(product, units)| {
+                    Ok(Line {
+                        product: ProductId(*product),
+                        quantity: Quantity::new(*units)?,
+                    })
                 })
-            })
-            .collect::<Result<Vec<_>, AppError>>()?;
-        let order = purchase(&shop, account.id, lines).await?.into_result()?;
+                .collect::<Result<Vec<_>, AppError>>()?;
+            purchase(&shop, account.id, lines).await
+        })
+        .await?;
         store(&session, &Vec::new())?;
         Ok(see_other(&format!("/orders/{order}")))
     })

@@ -1,26 +1,130 @@
+//! Endpoints for machines rather than people: liveness and readiness probes
+//! and the Prometheus scrape. None of them needs a session.
+
+use std::time::Duration;
+
+use actix_web::http::header;
 use actix_web::{get, web, HttpResponse};
 use diesel::RunQueryDsl;
 
-use crate::db;
+use crate::db::PgPool;
+use crate::error::AppError;
+use crate::metrics;
 use crate::services::Shop;
 
-/// 200 when Postgres and a quorum of Redis servers answer, 503 otherwise.
+/// A probe answers within about this long even when a dependency hangs, so
+/// an orchestrator's own probe timeout is not what decides.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The process is up and serving HTTP; asks nothing of Postgres or Redis, so
+/// a dependency outage never gets a healthy process restarted.
+#[get("/livez")]
+pub async fn livez() -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("text/plain; charset=utf-8")
+        .body("alive")
+}
+
+/// 200 "ready" when Postgres, a quorum of the lock servers and (if on) the
+/// stock gate's Redis answer; 503 naming each one that did not.
+#[get("/readyz")]
+pub async fn readyz(shop: web::Data<Shop>) -> HttpResponse {
+    let down = Readiness::check(&shop).await.down();
+    if down.is_empty() {
+        HttpResponse::Ok()
+            .content_type("text/plain; charset=utf-8")
+            .body("ready")
+    } else {
+        HttpResponse::ServiceUnavailable()
+            .content_type("text/plain; charset=utf-8")
+            .body(format!("not ready: {} unreachable", down.join(", ")))
+    }
+}
+
+/// The same checks as `/readyz`, as JSON (kept for existing monitors).
 #[get("/healthz")]
 pub async fn healthz(shop: web::Data<Shop>) -> HttpResponse {
-    let database = db::run(&shop.pool, |conn| {
-        diesel::sql_query("SELECT 1").execute(conn)?;
-        Ok(())
-    })
-    .await
-    .is_ok();
-    let redis = shop.locks.quorum_reachable().await;
-    let body = serde_json::json!({
-        "postgres": if database { "ok" } else { "unreachable" },
-        "redis": if redis { "ok" } else { "unreachable" },
+    let readiness = Readiness::check(&shop).await;
+    let state = |ok: bool| if ok { "ok" } else { "unreachable" };
+    let mut body = serde_json::json!({
+        "postgres": state(readiness.postgres),
+        "redis": state(readiness.redis_locks),
     });
-    if database && redis {
+    if let Some(gate) = readiness.stock_gate {
+        body["stock_gate"] = state(gate).into();
+    }
+    if readiness.down().is_empty() {
         HttpResponse::Ok().json(body)
     } else {
         HttpResponse::ServiceUnavailable().json(body)
     }
+}
+
+#[get("/metrics")]
+pub async fn metrics_text() -> Result<HttpResponse, AppError> {
+    if !metrics::endpoint_enabled() {
+        return Err(AppError::NotFound(
+            "There is no page at this address.".into(),
+        ));
+    }
+    Ok(HttpResponse::Ok()
+        .content_type(metrics::CONTENT_TYPE)
+        .insert_header((header::CACHE_CONTROL, "no-store"))
+        .body(metrics::render()))
+}
+
+struct Readiness {
+    postgres: bool,
+    redis_locks: bool,
+    /// None when the stock gate is off.
+    stock_gate: Option<bool>,
+}
+
+impl Readiness {
+    async fn check(shop: &Shop) -> Readiness {
+        let gate = async {
+            match &shop.gate {
+                Some(gate) => Some(within_probe_timeout(gate.reachable()).await),
+                None => None,
+            }
+        };
+        let (postgres, redis_locks, stock_gate) = futures::join!(
+            database_answers(&shop.pool),
+            within_probe_timeout(shop.locks.quorum_reachable()),
+            gate,
+        );
+        Readiness {
+            postgres,
+            redis_locks,
+            stock_gate,
+        }
+    }
+
+    fn down(&self) -> Vec<&'static str> {
+        [
+            (self.postgres, "postgres"),
+            (self.redis_locks, "redis lock quorum"),
+            (self.stock_gate.unwrap_or(true), "stock gate redis"),
+        ]
+        .into_iter()
+        .filter_map(|(ok, name)| (!ok).then_some(name))
+        .collect()
+    }
+}
+
+async fn within_probe_timeout(check: impl std::future::Future<Output = bool>) -> bool {
+    tokio::time::timeout(PROBE_TIMEOUT, check)
+        .await
+        .unwrap_or(false)
+}
+
+/// `SELECT 1` on a pooled connection, waiting at most `PROBE_TIMEOUT` for one
+/// (the pool's own connect timeout is longer, sized for purchases).
+async fn database_answers(pool: &PgPool) -> bool {
+    let pool = pool.clone();
+    let select_one = web::block(move || {
+        let mut conn = pool.get_timeout(PROBE_TIMEOUT).ok()?;
+        diesel::sql_query("SELECT 1").execute(&mut conn).ok()
+    });
+    within_probe_timeout(async { matches!(select_one.await, Ok(Some(_))) }).await
 }

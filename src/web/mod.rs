@@ -8,8 +8,10 @@ pub mod cart;
 pub mod forms;
 pub mod health;
 pub mod idempotency;
+pub mod operations;
 pub mod orders;
 pub mod pages;
+pub mod request_id;
 pub mod session;
 pub mod shop;
 
@@ -35,6 +37,10 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         AppError::NotFound("There is no page at this address.".into()).into()
     }))
     .service(health::healthz)
+    .service(health::livez)
+    .service(health::readyz)
+    .service(health::metrics_text)
+    .service(operations::operations)
     .service(pages::stylesheet)
     .service(pages::script)
     .service(shop::sale_list)

@@ -1,3 +1,5 @@
+use std::future::Future;
+
 use actix_session::Session;
 use actix_web::http::StatusCode;
 use actix_web::{get, post, web, HttpRequest, HttpResponse};
@@ -8,9 +10,11 @@ use super::idempotency::{once, Intent};
 use super::pages::{render, Nav, ProductPage, SaleListPage, SaleView};
 use super::session::{verify_csrf, SignedIn};
 use super::{html, see_other};
+use crate::domain::OrderId;
 use crate::error::AppError;
+use crate::metrics;
 use crate::services::catalog::{find_product, list_products};
-use crate::services::purchase::{purchase, Line};
+use crate::services::purchase::{purchase, Line, PurchaseOutcome};
 use crate::services::Shop;
 
 #[get("/")]
@@ -58,12 +62,37 @@ pub async fn buy(
         fields: format!("quantity={}", form.quantity),
     };
     once(&shop, account.id, intent, || async {
-        let product = parse_product_id(&path)?;
-        let quantity = form.quantity()?;
-        let order = purchase(&shop, account.id, vec![Line { product, quantity }])
-            .await?
-            .into_result()?;
+        let order = counted_purchase(async {
+            let product = parse_product_id(&path)?;
+            let quantity = form.quantity()?;
+            purchase(&shop, account.id, vec![Line { product, quantity }]).await
+        })
+        .await?;
         Ok(see_other(&format!("/orders/{order}")))
     })
     .await
+}
+
+/// Runs a purchase attempt (parsing included, so refused input counts too)
+/// and counts what it came to in `flashsale_purchases_total`. Idempotent
+/// replays never get here, so each attempt is counted once.
+pub(super) async fn counted_purchase(
+    attempt: impl Future<Output = Result<PurchaseOutcome, AppError>>,
+) -> Result<OrderId, AppError> {
+    let attempt = attempt.await;
+    metrics::purchase_outcome(outcome_label(&attempt));
+    attempt?.into_result()
+}
+
+fn outcome_label(attempt: &Result<PurchaseOutcome, AppError>) -> &'static str {
+    match attempt {
+        Ok(PurchaseOutcome::Purchased(_)) => "purchased",
+        Ok(PurchaseOutcome::SoldOut { .. }) => "sold_out",
+        Ok(PurchaseOutcome::LimitReached { .. }) => "limit_reached",
+        Ok(PurchaseOutcome::SaleNotOpen { .. }) => "not_open",
+        Ok(PurchaseOutcome::Busy) | Err(AppError::Busy) => "busy",
+        Ok(PurchaseOutcome::Unavailable(_)) | Err(AppError::Unavailable(_)) => "unavailable",
+        Err(AppError::Invalid(_) | AppError::NotFound(_)) => "invalid",
+        Err(_) => "error",
+    }
 }
