@@ -87,8 +87,8 @@ struct Inner {
     next_token: Script,
     raise_token: Script,
     release: Script,
-    /// Fault injection for the fencing test: after taking a lock, stop its
-    /// watchdog and sleep this long, like a process paused mid-purchase.
+    /// Fault injection for the fencing test: after the next acquisition, stop
+    /// its watchdog and sleep this long, like a process paused mid-purchase.
     stall_after_acquire: Mutex<Option<Duration>>,
     /// False only in benchmarks that measure what the Redis lock costs: then
     /// only the in-process queue and the Postgres row lock order writers, and
@@ -268,14 +268,14 @@ impl ProductLocks {
         )
     }
 
-    /// Test hook: every later acquisition stops its watchdog and stalls for
+    /// Test hook: the next acquisition stops its watchdog and stalls for
     /// `pause` before the locked work starts, as a paused process would.
-    pub fn stall_after_acquire(&self, pause: Option<Duration>) {
+    pub fn stall_next_acquisition(&self, pause: Duration) {
         *self
             .inner
             .stall_after_acquire
             .lock()
-            .unwrap_or_else(|p| p.into_inner()) = pause;
+            .unwrap_or_else(|p| p.into_inner()) = Some(pause);
     }
 
     /// Runs `work` while holding the locks of `products`, and releases them
@@ -346,11 +346,12 @@ impl ProductLocks {
         }
         held.acquired_at = Instant::now();
         metrics::lock_wait(held.acquired_at - queued_at, true);
-        let stall = *self
+        let stall = self
             .inner
             .stall_after_acquire
             .lock()
-            .unwrap_or_else(|p| p.into_inner());
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
         if let Some(pause) = stall {
             for lock in &held.locks {
                 lock.watchdog.abort();

@@ -125,6 +125,16 @@ impl TestDb {
         }
     }
 
+    /// A second handle on this database for another in-process instance;
+    /// only the original drops the database.
+    pub fn attach(url: &str) -> TestDb {
+        TestDb {
+            url: url.into(),
+            name: String::new(),
+            server: String::new(),
+        }
+    }
+
     pub fn conn(&self) -> PgConnection {
         PgConnection::establish(&self.url).unwrap()
     }
@@ -166,6 +176,9 @@ impl TestDb {
 
 impl Drop for TestDb {
     fn drop(&mut self) {
+        if self.name.is_empty() {
+            return;
+        }
         if let Ok(mut admin) = PgConnection::establish(&format!("{}/postgres", self.server)) {
             let _ = diesel::sql_query(format!(
                 "DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)",

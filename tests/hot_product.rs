@@ -1,0 +1,243 @@
+//! The hot-product path: arrival order decides who gets the last units,
+//! queued buyers share one lock hold, a waiting instance is woken by the
+//! release (not by polling or the lease), a slow transaction keeps its lock
+//! through the watchdog, and a stale holder's write is refused by its fencing
+//! token. Real Postgres, real Redis, the real HTTP server.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use flashsale::domain::ProductId;
+use flashsale::lock::ProductLocks;
+use flashsale::services::stock_gate::seed_if_absent;
+use reqwest::StatusCode;
+
+/// A second, independent lock client on the same Redis and prefix: what
+/// another instance of the shop would be.
+fn other_instance(app: &TestApp, lease: Duration) -> ProductLocks {
+    ProductLocks::new(
+        &app.settings.redis_urls,
+        false,
+        &app.settings.redis_key_prefix,
+        Duration::from_secs(3),
+        lease,
+        true,
+    )
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn arrival_order_decides_who_gets_the_last_units() {
+    let app = spawn_app().await;
+    let product = app.product(3, None).await;
+    let buyers = app.customers(8, "queued").await;
+    let mut tokens = Vec::new();
+    for buyer in &buyers {
+        tokens.push(buyer.csrf().await);
+    }
+
+    seed_if_absent(&app.shop, vec![ProductId(product)])
+        .await
+        .unwrap();
+    // Another instance holds the product while the buyers line up one by one.
+    let elsewhere = other_instance(&app, Duration::from_secs(10));
+    let held = elsewhere.acquire(vec![ProductId(product)]).await.unwrap();
+    let mut pending = Vec::new();
+    for (buyer, token) in buyers.iter().cloned().zip(tokens) {
+        pending.push(tokio::spawn(async move {
+            checked_status(buyer.buy_with_token(product, "1", &token).await)
+        }));
+        // Far longer than a request takes to reach the queue.
+        tokio::time::sleep(Duration::from_millis(60)).await;
+    }
+    held.release().await;
+    let statuses: Vec<StatusCode> = futures::future::join_all(pending)
+        .await
+        .into_iter()
+        .map(|r| r.unwrap())
+        .collect();
+
+    let expected: Vec<StatusCode> = (0..8)
+        .map(|i| {
+            if i < 3 {
+                StatusCode::SEE_OTHER
+            } else {
+                StatusCode::CONFLICT
+            }
+        })
+        .collect();
+    assert_eq!(statuses, expected, "the first three to arrive buy");
+    let winners: Vec<String> = buyers[..3].iter().map(|b| b.email.clone()).collect();
+    let bought: i64 = app.db.count(&format!(
+        "SELECT count(*) AS n FROM orders o JOIN customers c ON c.id = o.customer_id WHERE c.email IN ('{}')",
+        winners.join("','")
+    ));
+    assert_eq!(bought, 3);
+    assert_eq!(app.db.stock(product), 0);
+    app.db.assert_audit_clean();
+
+    // With combining, everyone who queued behind the other instance was
+    // served by one lock hold and one transaction (with the gate on, only the
+    // three admitted buyers queue; the rest were refused by Redis).
+    let metrics = flashsale::metrics::render();
+    let figure = |name: &str| -> f64 {
+        metrics
+            .lines()
+            .find_map(|line| line.strip_prefix(name)?.trim().parse().ok())
+            .unwrap_or(0.0)
+    };
+    let (batches, batched) = (
+        figure("flashsale_purchase_batch_size_count"),
+        figure("flashsale_purchase_batch_size_sum"),
+    );
+    if app.settings.combining {
+        let queued = if app.settings.stock_gate { 3.0 } else { 8.0 };
+        assert_eq!((batches, batched), (1.0, queued), "{metrics}");
+    } else {
+        assert_eq!(batches, 0.0, "one purchase per lock hold");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_release_elsewhere_wakes_the_waiting_instance_at_once() {
+    // A lease far longer than the wait: only the release message can let the
+    // buyer through in time.
+    let app = spawn_app_with(|s| s.lock_wait = Duration::from_secs(3)).await;
+    let product = app.product(5, None).await;
+    let buyer = app.customer("woken@example.com").await;
+    let token = buyer.csrf().await;
+    let elsewhere = other_instance(&app, Duration::from_secs(30));
+    let held = elsewhere.acquire(vec![ProductId(product)]).await.unwrap();
+
+    let started = Instant::now();
+    let buying = tokio::spawn(async move { buyer.buy_with_token(product, "1", &token).await });
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let released_at = started.elapsed();
+    held.release().await;
+    let response = buying.await.unwrap();
+    let took = started.elapsed();
+
+    assert_eq!(response.status(), StatusCode::SEE_OTHER);
+    assert!(
+        took < released_at + Duration::from_millis(600),
+        "woken by the release message: answered {took:?} after start, released at {released_at:?}"
+    );
+    assert_eq!(app.db.stock(product), 4);
+    app.db.assert_audit_clean();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_watchdog_keeps_the_lock_through_a_slow_transaction() {
+    // A 1 s lease, and a purchase held up 2.5 s by a row lock taken from outside.
+    let app = spawn_app_with(|s| s.lock_lease = Duration::from_secs(1)).await;
+    let product = app.product(5, None).await;
+    let buyer = app.customer("slow@example.com").await;
+    let token = buyer.csrf().await;
+    let db_url = app.db.url.clone();
+    let blocker = std::thread::spawn(move || {
+        use diesel::prelude::*;
+        let mut conn = PgConnection::establish(&db_url).unwrap();
+        conn.transaction::<_, diesel::result::Error, _>(|conn| {
+            diesel::sql_query(format!(
+                "SELECT id FROM products WHERE id = {product} FOR UPDATE"
+            ))
+            .execute(conn)?;
+            std::thread::sleep(Duration::from_millis(2_500));
+            Ok(())
+        })
+        .unwrap();
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    let started = Instant::now();
+    let buying = tokio::spawn(async move { buyer.buy_with_token(product, "1", &token).await });
+    // Past the lease, the lock must still be held: no other instance gets it.
+    tokio::time::sleep(Duration::from_millis(1_600)).await;
+    let elsewhere = ProductLocks::new(
+        &app.settings.redis_urls,
+        false,
+        &app.settings.redis_key_prefix,
+        Duration::from_millis(200),
+        Duration::from_secs(1),
+        true,
+    )
+    .unwrap();
+    assert!(
+        elsewhere.acquire(vec![ProductId(product)]).await.is_err(),
+        "the renewed lease still holds the lock after 1.6 s"
+    );
+    let response = buying.await.unwrap();
+    blocker.join().unwrap();
+
+    assert!(started.elapsed() >= Duration::from_secs(2));
+    assert_eq!(response.status(), StatusCode::SEE_OTHER);
+    assert_eq!(app.db.stock(product), 4);
+    app.db.assert_audit_clean();
+    // Released at the end: the other instance gets it now.
+    let held = elsewhere.acquire(vec![ProductId(product)]).await.unwrap();
+    held.release().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stale_lock_holder_is_fenced_off_by_postgres() {
+    // Instance A takes the lock, then stalls past its 1 s lease with its
+    // watchdog stopped, as a paused process would; instance B takes the lock
+    // and sells. When A wakes, its stock write carries the older token.
+    let db = TestDb::new();
+    let prefix = unique_prefix();
+    let key = flashsale::config::random_session_key();
+    let (db_url, key_a, prefix_a) = (db.url.clone(), key.clone(), prefix.clone());
+    let stalled = spawn_app_on(TestDb::attach(&db_url), move |s| {
+        s.redis_key_prefix = prefix_a;
+        s.session_key = key_a;
+        s.lock_lease = Duration::from_secs(1);
+    })
+    .await;
+    let healthy = spawn_app_on(db, move |s| {
+        s.redis_key_prefix = prefix;
+        s.session_key = key;
+    })
+    .await;
+    let product = healthy.product(5, None).await;
+    seed_if_absent(&healthy.shop, vec![ProductId(product)])
+        .await
+        .unwrap();
+    stalled
+        .shop
+        .locks
+        .stall_next_acquisition(Duration::from_millis(2_500));
+    let late = stalled.customer("paused@example.com").await;
+    let late_token = late.csrf().await;
+    let on_time = healthy.customer("on-time@example.com").await;
+
+    let paused = tokio::spawn(async move { late.buy_with_token(product, "1", &late_token).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let bought = on_time.buy(product, 1).await;
+    assert_eq!(bought.status(), StatusCode::SEE_OTHER);
+    let fence_after_b = healthy.db.count(&format!(
+        "SELECT fence AS n FROM products WHERE id = {product}"
+    ));
+    assert!(fence_after_b > 0, "the sale wrote its token");
+
+    let refused = paused.await.unwrap();
+    expect_page(
+        refused,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "another checkout took over",
+    )
+    .await;
+    let db = &healthy.db;
+    assert_eq!(db.count("SELECT count(*) AS n FROM orders"), 1);
+    assert_eq!(db.count("SELECT count(*) AS n FROM stock_history"), 1);
+    assert_eq!(db.stock(product), 4);
+    assert_eq!(
+        db.count(&format!(
+            "SELECT fence AS n FROM products WHERE id = {product}"
+        )),
+        fence_after_b,
+        "the stale write changed nothing"
+    );
+    db.assert_audit_clean();
+}
