@@ -24,7 +24,7 @@ impl Application {
     pub async fn build(settings: Settings) -> anyhow::Result<Application> {
         let listener = TcpListener::bind(&settings.bind)?;
         let port = listener.local_addr()?.port();
-        let shop = Shop::new(settings)?;
+        let shop = Shop::new(settings).await?;
         let server = serve(listener, shop.clone())?;
         crate::services::stock_gate::seed_all(&shop).await;
         crate::services::jobs::spawn(shop.clone(), shop.settings.jobs_interval);

@@ -20,7 +20,7 @@ fn other_instance(app: &TestApp, lease: Duration) -> ProductLocks {
     ProductLocks::new(
         &app.settings.redis_urls,
         false,
-        &app.settings.redis_key_prefix,
+        &app.shop.redis_prefix,
         Duration::from_secs(3),
         lease,
         true,
@@ -158,7 +158,7 @@ async fn the_watchdog_keeps_the_lock_through_a_slow_transaction() {
     let elsewhere = ProductLocks::new(
         &app.settings.redis_urls,
         false,
-        &app.settings.redis_key_prefix,
+        &app.shop.redis_prefix,
         Duration::from_millis(200),
         Duration::from_secs(1),
         true,

@@ -496,7 +496,7 @@ async fn two_instances_sweeping_together_restore_each_order_once() {
     // A second instance of the shop on the same database and Redis namespace.
     let mut settings = first.settings.clone();
     settings.bind = "127.0.0.1:0".into();
-    let second = flashsale::services::Shop::new(settings).unwrap();
+    let second = flashsale::services::Shop::new(settings).await.unwrap();
 
     let (a, b) = tokio::join!(
         flashsale::services::jobs::run_once(&first.shop),

@@ -107,3 +107,15 @@ pub fn split_database_url(database_url: &str) -> anyhow::Result<(String, String)
     }
     Ok((server.to_string(), name.to_string()))
 }
+
+/// The namespace of this database's Redis keys, created by its migrations.
+pub async fn redis_namespace(pool: &PgPool) -> Result<String, AppError> {
+    use diesel::prelude::*;
+    use schema::deployment;
+    run(pool, |conn| {
+        Ok(deployment::table
+            .select(deployment::redis_namespace)
+            .first(conn)?)
+    })
+    .await
+}

@@ -23,6 +23,14 @@ diesel::table! {
 }
 
 diesel::table! {
+    deployment (singleton) {
+        singleton -> Bool,
+        redis_namespace -> Text,
+        created_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
     idempotency_keys (customer_id, key) {
         customer_id -> Int8,
         key -> Text,
@@ -133,6 +141,7 @@ diesel::joinable!(stock_history -> products (product_id));
 diesel::allow_tables_to_appear_in_same_query!(
     admin_actions,
     customers,
+    deployment,
     idempotency_keys,
     login_attempts,
     order_items,

@@ -358,9 +358,9 @@ pub async fn run_lab(config: &LabConfig) -> anyhow::Result<LabReport> {
     settings.redis_urls = vec![config.redis_url.clone()];
     settings.db_pool_size = pool_size;
     settings.stock_gate = true;
-    let shop = Shop::new(settings.clone())?;
+    let shop = Shop::new(settings.clone()).await?;
     settings.stock_gate = false;
-    let shop_without_gate = Shop::new(settings)?;
+    let shop_without_gate = Shop::new(settings).await?;
     // Open every connection now, so the first contest does not pay for connecting.
     for warm in [&pool, &shop.pool, &shop_without_gate.pool] {
         let warm = warm.clone();

@@ -38,6 +38,8 @@ pub type LastReconcile = (DateTime<Utc>, ReconcileReport);
 #[derive(Clone)]
 pub struct Shop {
     pub pool: PgPool,
+    /// `REDIS_KEY_PREFIX` plus this database's namespace: the start of every Redis key.
+    pub redis_prefix: String,
     pub locks: ProductLocks,
     pub settings: Arc<Settings>,
     /// Sign-in throttling, trusted proxies, session lifetime.
@@ -52,17 +54,23 @@ pub struct Shop {
 }
 
 impl Shop {
-    pub fn new(settings: Settings) -> anyhow::Result<Shop> {
+    /// Connects the shop's parts. Needs the database: every Redis key is
+    /// namespaced by the id the database got when it was migrated.
+    pub async fn new(settings: Settings) -> anyhow::Result<Shop> {
         let pool = crate::db::build_pool(
             &settings.database_url,
             settings.db_pool_size,
             settings.db_statement_timeout,
             settings.db_connect_timeout,
         );
+        let namespace = crate::db::redis_namespace(&pool)
+            .await
+            .map_err(|e| anyhow::anyhow!("reading the Redis namespace from the database: {e}"))?;
+        let redis_prefix = format!("{}{namespace}:", settings.redis_key_prefix);
         let locks = ProductLocks::new(
             &settings.redis_urls,
             settings.redis_cluster,
-            &settings.redis_key_prefix,
+            &redis_prefix,
             settings.lock_wait,
             settings.lock_lease,
             settings.redis_lock,
@@ -77,7 +85,7 @@ impl Shop {
             } else {
                 RedisNode::single(&settings.redis_urls[0])?
             };
-            Some(StockGate::new(node, &settings.redis_key_prefix, marker_ttl))
+            Some(StockGate::new(node, &redis_prefix, marker_ttl))
         } else {
             None
         };
@@ -86,6 +94,7 @@ impl Shop {
             .then(|| Arc::new(combining::Combiner::new(settings.combine_max)));
         Ok(Shop {
             pool,
+            redis_prefix,
             locks,
             gate,
             combiner,

@@ -118,11 +118,42 @@ impl TestDb {
             .execute(&mut admin)
             .unwrap();
         cloned.unwrap();
-        TestDb {
+        let db = TestDb {
             url: format!("{server}/{name}"),
             name,
             server,
+        };
+        // Clones share the template's Redis namespace; each test database is
+        // its own deployment, as a freshly migrated one would be.
+        diesel::sql_query(
+            "UPDATE deployment SET redis_namespace = substr(replace(gen_random_uuid()::text, '-', ''), 1, 16)",
+        )
+        .execute(&mut db.conn())
+        .unwrap();
+        db
+    }
+
+    /// Drops the database and migrates a new, empty one under the same name:
+    /// what an operator's reset does. It gets a new Redis namespace.
+    pub fn reset(&self) {
+        self.vanish();
+        let mut admin = admin_connection(&self.server);
+        diesel::sql_query(format!("CREATE DATABASE \"{}\"", self.name))
+            .execute(&mut admin)
+            .unwrap();
+        flashsale::db::run_migrations(&self.url).unwrap();
+    }
+
+    pub fn redis_namespace(&self) -> String {
+        #[derive(diesel::QueryableByName)]
+        struct Namespace {
+            #[diesel(sql_type = diesel::sql_types::Text)]
+            redis_namespace: String,
         }
+        diesel::sql_query("SELECT redis_namespace FROM deployment")
+            .get_result::<Namespace>(&mut self.conn())
+            .unwrap()
+            .redis_namespace
     }
 
     /// A second handle on this database for another in-process instance;
@@ -133,6 +164,18 @@ impl TestDb {
             name: String::new(),
             server: String::new(),
         }
+    }
+
+    /// The database disappears under whoever is using it (its connections are
+    /// cut and new ones are refused): an outage, without touching the shared server.
+    pub fn vanish(&self) {
+        let mut admin = admin_connection(&self.server);
+        diesel::sql_query(format!(
+            "DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)",
+            self.name
+        ))
+        .execute(&mut admin)
+        .unwrap();
     }
 
     pub fn conn(&self) -> PgConnection {
