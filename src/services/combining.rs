@@ -99,15 +99,36 @@ fn lock(queue: &Mutex<Queue>) -> std::sync::MutexGuard<'_, Queue> {
     queue.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Hands the queue back when a leader stops for any reason (a panic too), so
-/// the next buyer to arrive leads instead of waiting forever.
-struct Leadership(Arc<Mutex<Queue>>);
+/// The right to serve a product's queue. Stepping down happens under the
+/// queue's lock when it is empty; if the leader stops any other way (a panic),
+/// dropping this hands the queue back, so the next buyer to arrive leads
+/// instead of waiting forever.
+struct Leadership {
+    queue: Arc<Mutex<Queue>>,
+    leading: bool,
+}
+
+impl Leadership {
+    /// Whether buyers are waiting; if not, steps down under the same lock that
+    /// buyers queue under, so a buyer arriving now is sure to find no leader.
+    fn still_needed(&mut self) -> bool {
+        let mut queue = lock(&self.queue);
+        if queue.waiting.is_empty() {
+            queue.leader_running = false;
+            self.leading = false;
+        }
+        self.leading
+    }
+}
 
 impl Drop for Leadership {
     fn drop(&mut self) {
-        let mut queue = lock(&self.0);
+        if !self.leading {
+            return;
+        }
+        let mut queue = lock(&self.queue);
         queue.leader_running = false;
-        // Buyers left behind by a panicking leader hear so instead of hanging.
+        // Buyers left behind by a failed leader hear so instead of hanging.
         for waiting in queue.waiting.drain(..) {
             let _ = waiting.answer.send(Err(AppError::Internal(anyhow::anyhow!(
                 "the batch leader stopped"
@@ -117,25 +138,28 @@ impl Drop for Leadership {
 }
 
 async fn lead(shop: Shop, product: ProductId, queue: Arc<Mutex<Queue>>, max_batch: usize) {
-    let leadership = Leadership(queue);
+    let mut leadership = Leadership {
+        queue,
+        leading: true,
+    };
     loop {
         let held = match shop.locks.acquire(vec![product]).await {
             Ok(held) => held,
             Err(error) => {
                 // Everyone queued has waited through this attempt: they all hear
                 // the same (busy or unavailable), none of them was written.
-                let batch: Vec<Waiting> = lock(&leadership.0).waiting.drain(..).collect();
+                let batch: Vec<Waiting> = lock(&leadership.queue).waiting.drain(..).collect();
                 for waiting in batch {
                     let _ = waiting.answer.send(Err(duplicate(&error)));
                 }
-                if !still_needed(&leadership.0) {
+                if !leadership.still_needed() {
                     return;
                 }
                 continue;
             }
         };
         let batch: Vec<Waiting> = {
-            let mut queue = lock(&leadership.0);
+            let mut queue = lock(&leadership.queue);
             let take = queue.waiting.len().min(max_batch);
             queue.waiting.drain(..take).collect()
         };
@@ -169,21 +193,9 @@ async fn lead(shop: Shop, product: ProductId, queue: Arc<Mutex<Queue>>, max_batc
                 }
             }
         }
-        if !still_needed(&leadership.0) {
+        if !leadership.still_needed() {
             return;
         }
-    }
-}
-
-/// Whether buyers are waiting; if not, steps down under the same lock that
-/// buyers queue under, so a buyer arriving now is sure to find no leader.
-fn still_needed(queue: &Mutex<Queue>) -> bool {
-    let mut queue = lock(queue);
-    if queue.waiting.is_empty() {
-        queue.leader_running = false;
-        false
-    } else {
-        true
     }
 }
 

@@ -38,6 +38,8 @@ pub type LastReconcile = (DateTime<Utc>, ReconcileReport);
 #[derive(Clone)]
 pub struct Shop {
     pub pool: PgPool,
+    /// Idempotency keys only: commits that do not wait for the disk (see `db`).
+    pub bookkeeping: PgPool,
     /// `REDIS_KEY_PREFIX` plus this database's namespace: the start of every Redis key.
     pub redis_prefix: String,
     pub locks: ProductLocks,
@@ -60,6 +62,12 @@ impl Shop {
         let pool = crate::db::build_pool(
             &settings.database_url,
             settings.db_pool_size,
+            settings.db_statement_timeout,
+            settings.db_connect_timeout,
+        );
+        let bookkeeping = crate::db::build_bookkeeping_pool(
+            &settings.database_url,
+            (settings.db_pool_size / 2).max(2),
             settings.db_statement_timeout,
             settings.db_connect_timeout,
         );
@@ -94,6 +102,7 @@ impl Shop {
             .then(|| Arc::new(combining::Combiner::new(settings.combine_max)));
         Ok(Shop {
             pool,
+            bookkeeping,
             redis_prefix,
             locks,
             gate,

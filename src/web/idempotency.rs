@@ -54,7 +54,7 @@ where
     // up to about as long as the first can take to get its lock.
     let patience = tokio::time::Instant::now() + shop.settings.lock_wait * 2;
     loop {
-        match claim(&shop.pool, customer, &key, &print).await? {
+        match claim(&shop.bookkeeping, customer, &key, &print).await? {
             Claim::Run => break,
             Claim::Replay(saved) => return Ok(replay(saved)),
             Claim::Mismatch => {
@@ -95,10 +95,10 @@ where
     };
     if status.is_server_error() {
         // Fail-closed answers changed nothing: let the same form be sent again.
-        release(&shop.pool, customer, &key).await?;
+        release(&shop.bookkeeping, customer, &key).await?;
     } else {
         save(
-            &shop.pool,
+            &shop.bookkeeping,
             customer,
             &key,
             SavedResponse {
