@@ -98,7 +98,10 @@ async fn redis_killed_mid_sale_answers_503_writes_nothing_and_sales_resume_after
     let counts = tally(&sale.await.unwrap());
     eprintln!("answers with Redis killed mid-burst: {counts:?}");
     assert_only_meant_answers(&counts);
-    assert!(counts.get(&503).is_some(), "the kill hit the sale: {counts:?}");
+    assert!(
+        counts.contains_key(&503),
+        "the kill hit the sale: {counts:?}"
+    );
     let sold = *counts.get(&303).unwrap_or(&0) as i64;
     assert_eq!(app.db.count("SELECT count(*) AS n FROM orders"), sold);
     assert_ledger_whole(&app.db, product, STOCK);
@@ -106,13 +109,21 @@ async fn redis_killed_mid_sale_answers_503_writes_nothing_and_sales_resume_after
     // While Redis is down: refused, and nothing written.
     let before = app.db.ledger_rows();
     expect_unavailable(&late_buyer, product).await;
-    assert_eq!(app.db.ledger_rows(), before, "nothing written without Redis");
+    assert_eq!(
+        app.db.ledger_rows(),
+        before,
+        "nothing written without Redis"
+    );
 
     // Redis back, empty: no lock is stuck and the gate is seeded again from Postgres.
     let _redis = start_redis_on(port);
     let started = Instant::now();
     let first = late_buyer.buy(product, 1).await;
-    assert_eq!(first.status(), StatusCode::SEE_OTHER, "the first buy after the restart");
+    assert_eq!(
+        first.status(),
+        StatusCode::SEE_OTHER,
+        "the first buy after the restart"
+    );
     assert!(
         started.elapsed() < app.settings.lock_wait,
         "a stuck lock would make the first buy wait: took {:?}",
@@ -155,7 +166,11 @@ async fn redlock_over_three_servers_sells_with_one_down_and_answers_503_with_two
     eprintln!("one of three Redis servers down: {one_down:?}");
     assert_eq!(one_down.get(&303), Some(&10), "{one_down:?}");
     assert_eq!(one_down.get(&409), Some(&20), "{one_down:?}");
-    assert_eq!(one_down.get(&503), None, "a quorum is still up: {one_down:?}");
+    assert_eq!(
+        one_down.get(&503),
+        None,
+        "a quorum is still up: {one_down:?}"
+    );
     assert_ledger_whole(&app.db, product, 10);
 
     let second_sale = app.product(5, None).await;
@@ -165,7 +180,11 @@ async fn redlock_over_three_servers_sells_with_one_down_and_answers_503_with_two
     eprintln!("two of three Redis servers down: {two_down:?}");
     assert_eq!(two_down.get(&503), Some(&12), "no quorum: {two_down:?}");
     expect_unavailable(&buyers[0], second_sale).await;
-    assert_eq!(app.db.ledger_rows(), before, "nothing written without a quorum");
+    assert_eq!(
+        app.db.ledger_rows(),
+        before,
+        "nothing written without a quorum"
+    );
     assert_eq!(app.db.stock(second_sale), 5);
 
     // A quorum again: the gate gave back every admission it refused, so all five sell.
@@ -209,7 +228,10 @@ async fn postgres_crashed_mid_sale_fails_in_flight_buys_cleanly_and_the_pool_rec
     let counts = tally(&sale.await.unwrap());
     eprintln!("answers with Postgres crashed and restarted mid-burst: {counts:?}");
     assert_only_meant_answers(&counts);
-    assert!(counts.get(&503).is_some(), "the crash hit the sale: {counts:?}");
+    assert!(
+        counts.contains_key(&503),
+        "the crash hit the sale: {counts:?}"
+    );
     let answered_sold = *counts.get(&303).unwrap_or(&0) as i64;
     let orders = app.db.count("SELECT count(*) AS n FROM orders");
     // A commit whose acknowledgement died with the server is an order its
@@ -237,7 +259,12 @@ type Answers = Vec<(Instant, Option<StatusCode>)>;
 /// Buys one unit at a time until sold out, the server is gone, or the deadline.
 async fn keep_buying(buyer: Browser, product: i64, deadline: Instant) -> Answers {
     let mut answers = Vec::new();
-    let Ok(page) = buyer.client.get(format!("{}/login", buyer.base)).send().await else {
+    let Ok(page) = buyer
+        .client
+        .get(format!("{}/login", buyer.base))
+        .send()
+        .await
+    else {
         return answers;
     };
     let token = csrf_from(&page.text().await.unwrap());
@@ -360,7 +387,10 @@ async fn kill_nine_of_one_instance_mid_burst_the_other_keeps_selling_and_locks_l
     // The jobs expire every unpaid order; only paid units stay sold.
     let expiry_deadline = Instant::now() + Duration::from_secs(25);
     while db.count("SELECT count(*) AS n FROM orders WHERE status = 'awaiting_payment'") > 0 {
-        assert!(Instant::now() < expiry_deadline, "unpaid orders were not expired");
+        assert!(
+            Instant::now() < expiry_deadline,
+            "unpaid orders were not expired"
+        );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     let paid = db.count("SELECT count(*) AS n FROM orders WHERE status = 'paid'");

@@ -137,8 +137,10 @@ fn with_pooled<T>(
     work: impl FnOnce(&mut PgConn) -> Result<T, AppError>,
 ) -> Result<T, AppError> {
     let result = work(&mut pooled.conn);
-    if matches!(result, Err(AppError::Unavailable(_) | AppError::Internal(_)))
-        && pooled.conn.ping().is_err()
+    if matches!(
+        result,
+        Err(AppError::Unavailable(_) | AppError::Internal(_))
+    ) && pooled.conn.ping().is_err()
     {
         pooled.lost = true;
     }

@@ -23,10 +23,8 @@ impl PrivatePostgres {
     /// A migrated, empty shop database on a new server.
     pub fn start() -> PrivatePostgres {
         let bin = server_bin_dir();
-        let dir = std::env::temp_dir().join(format!(
-            "flashsale-pg-{}",
-            uuid::Uuid::new_v4().simple()
-        ));
+        let dir =
+            std::env::temp_dir().join(format!("flashsale-pg-{}", uuid::Uuid::new_v4().simple()));
         std::fs::create_dir_all(&dir).unwrap();
         if let Some((uid, gid)) = unprivileged_owner() {
             std::os::unix::fs::chown(&dir, Some(uid), Some(gid)).unwrap();
@@ -66,6 +64,11 @@ impl PrivatePostgres {
         format!("postgres://postgres@127.0.0.1:{}/{database}", self.port)
     }
 
+    /// The server's own log, kept with its data until the test ends.
+    fn log(&self) -> PathBuf {
+        self.dir.join("postgres.log")
+    }
+
     /// Immediate shutdown (SIGQUIT): every backend is dropped mid-statement and
     /// the next start replays the WAL, as after a crash.
     pub fn crash(&mut self) {
@@ -80,33 +83,32 @@ impl PrivatePostgres {
     /// it accepts connections (after crash recovery, if any).
     pub fn restart(&mut self) {
         assert!(self.server.is_none(), "the server is still running");
-        let child = die_with_parent(as_server_user(&mut Command::new(
-            self.bin.join("postgres"),
-        )))
-        .current_dir(&self.dir)
-        .arg("-D")
-        .arg(self.dir.join("data"))
-        .args(["-p", &self.port.to_string(), "-k"])
-        .arg(&self.dir)
-        .args([
-            "-c",
-            "listen_addresses=127.0.0.1",
-            "-c",
-            "fsync=off",
-            "-c",
-            "max_connections=100",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("postgres starts");
+        let child = die_with_parent(as_server_user(&mut Command::new(self.bin.join("postgres"))))
+            .current_dir(&self.dir)
+            .arg("-D")
+            .arg(self.dir.join("data"))
+            .args(["-p", &self.port.to_string(), "-k"])
+            .arg(&self.dir)
+            .args([
+                "-c",
+                "listen_addresses=127.0.0.1",
+                "-c",
+                "fsync=off",
+                "-c",
+                "max_connections=100",
+            ])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(self.log()).unwrap())
+            .spawn()
+            .expect("postgres starts");
         self.server = Some(ChildGuard(child));
         let deadline = Instant::now() + Duration::from_secs(30);
         while PgConnection::establish(&self.url_of("postgres")).is_err() {
             assert!(
                 Instant::now() < deadline,
-                "the private Postgres on port {} did not come up",
-                self.port
+                "the private Postgres on port {} did not come up:\n{}",
+                self.port,
+                std::fs::read_to_string(self.log()).unwrap_or_default()
             );
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -141,9 +143,8 @@ fn server_bin_dir() -> PathBuf {
 }
 
 fn which_dir(program: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths).find(|dir| dir.join(program).is_file())
-    })
+    std::env::var_os("PATH")
+        .and_then(|paths| std::env::split_paths(&paths).find(|dir| dir.join(program).is_file()))
 }
 
 /// Postgres refuses to run as root: as root, the server runs as the
