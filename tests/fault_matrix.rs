@@ -69,7 +69,12 @@ async fn sell_out(buyer: &Browser, product: i64, expected: i64) {
             response.text().await.unwrap()
         );
     }
-    expect_page(buyer.buy(product, 1).await, StatusCode::CONFLICT, "").await;
+    expect_page(
+        buyer.buy(product, 1).await,
+        StatusCode::CONFLICT,
+        "Sold out",
+    )
+    .await;
 }
 
 async fn expect_unavailable(buyer: &Browser, product: i64) {
@@ -343,9 +348,13 @@ async fn kill_nine_of_one_instance_mid_burst_the_other_keeps_selling_and_locks_l
         .iter()
         .filter(|(at, status)| *at > killed_at && *status == Some(StatusCode::SEE_OTHER))
         .count();
+    let cut_off = doomed_answers
+        .iter()
+        .filter(|(_, status)| status.is_none())
+        .count();
     eprintln!(
-        "killed instance: {doomed_counts:?}; survivor: {survivor_counts:?}, \
-         {sold_after_kill} sold after the kill"
+        "killed instance: {doomed_counts:?}, {cut_off} requests cut off; \
+         survivor: {survivor_counts:?}, {sold_after_kill} sold after the kill"
     );
     assert!(
         survivor_answers.iter().all(|(_, status)| status.is_some()),
@@ -381,7 +390,12 @@ async fn kill_nine_of_one_instance_mid_burst_the_other_keeps_selling_and_locks_l
             other => panic!("unexpected answer {other} while selling the rest"),
         }
     }
-    expect_page(last_buyer.buy(product, 1).await, StatusCode::CONFLICT, "").await;
+    expect_page(
+        last_buyer.buy(product, 1).await,
+        StatusCode::CONFLICT,
+        "Sold out",
+    )
+    .await;
     assert_ledger_whole(&db, product, STOCK);
 
     // The jobs expire every unpaid order; only paid units stay sold.
