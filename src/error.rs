@@ -108,14 +108,30 @@ impl From<InvalidInput> for AppError {
     }
 }
 
+/// The server closed the connection, or it could not be written to.
+fn connection_lost(error: &DieselError) -> bool {
+    matches!(
+        error,
+        DieselError::DatabaseError(
+            DatabaseErrorKind::ClosedConnection | DatabaseErrorKind::UnableToSendCommand,
+            _
+        )
+    )
+}
+
 impl From<DieselError> for AppError {
     fn from(error: DieselError) -> Self {
         match &error {
             DieselError::NotFound => AppError::NotFound("We could not find that.".into()),
-            DieselError::DatabaseError(
-                DatabaseErrorKind::ClosedConnection | DatabaseErrorKind::UnableToSendCommand,
-                info,
-            ) => AppError::Unavailable(format!("database: {}", info.message())),
+            DieselError::DatabaseError(_, info) if connection_lost(&error) => {
+                AppError::Unavailable(format!("database: {}", info.message()))
+            }
+            // The server went away during COMMIT, so the rollback failed too.
+            DieselError::RollbackErrorOnCommit { commit_error, .. }
+                if connection_lost(commit_error) =>
+            {
+                AppError::Unavailable(format!("database: commit: {commit_error}"))
+            }
             DieselError::DatabaseError(_, info) if info.message().contains("statement timeout") => {
                 AppError::Unavailable(format!("database: {}", info.message()))
             }
@@ -177,5 +193,35 @@ impl ResponseError for AppError {
                 .content_type("text/plain; charset=utf-8")
                 .body(format!("{title}\n\n{message}")),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn database_error(kind: DatabaseErrorKind) -> Box<DieselError> {
+        Box::new(DieselError::DatabaseError(
+            kind,
+            Box::new("server closed the connection unexpectedly".to_string()),
+        ))
+    }
+
+    #[test]
+    fn a_commit_cut_off_by_the_server_going_away_is_unavailable() {
+        let error = AppError::from(DieselError::RollbackErrorOnCommit {
+            rollback_error: database_error(DatabaseErrorKind::ClosedConnection),
+            commit_error: database_error(DatabaseErrorKind::ClosedConnection),
+        });
+        assert_eq!(error.status_code(), StatusCode::SERVICE_UNAVAILABLE);
+    }
+
+    #[test]
+    fn a_commit_refused_by_a_constraint_stays_internal() {
+        let error = AppError::from(DieselError::RollbackErrorOnCommit {
+            rollback_error: database_error(DatabaseErrorKind::ClosedConnection),
+            commit_error: database_error(DatabaseErrorKind::UniqueViolation),
+        });
+        assert_eq!(error.status_code(), StatusCode::INTERNAL_SERVER_ERROR);
     }
 }

@@ -3,28 +3,10 @@
 
 mod common;
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use common::*;
 use reqwest::StatusCode;
-
-/// The release binary when `scripts/test` has built it (as production runs),
-/// else the debug one this test was built with.
-fn server_binary() -> PathBuf {
-    let debug = PathBuf::from(env!("CARGO_BIN_EXE_flashsale"));
-    let release = debug
-        .parent()
-        .and_then(|d| d.parent())
-        .map(|t| t.join("release").join("flashsale"));
-    match release {
-        Some(path) if path.exists() => path,
-        _ => {
-            eprintln!("release binary not built; using {}", debug.display());
-            debug
-        }
-    }
-}
 
 fn status_summary(db: &TestDb) -> String {
     let count = |status: &str| {

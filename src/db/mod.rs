@@ -9,15 +9,63 @@ use std::time::Duration;
 
 use diesel::connection::SimpleConnection;
 use diesel::pg::PgConnection;
-use diesel::r2d2::{ConnectionManager, CustomizeConnection, Pool, PooledConnection};
+use diesel::r2d2::{
+    ConnectionManager, CustomizeConnection, ManageConnection, Pool, PooledConnection,
+    R2D2Connection,
+};
 use diesel::{Connection, RunQueryDsl};
 use diesel_migrations::{embed_migrations, EmbeddedMigrations, MigrationHarness};
 
 use crate::error::AppError;
 
-pub type PgPool = Pool<ConnectionManager<PgConnection>>;
+pub type PgPool = Pool<PgManager>;
 /// What services take: a plain connection (pooled or not).
 pub type PgConn = PgConnection;
+
+/// A pooled connection that remembers the server dropped it. Diesel calls a
+/// connection broken only when a transaction failed half-way, so one that died
+/// idle in the pool (a Postgres restart) would be lent out again and again,
+/// each time answering "no connection to the server".
+pub struct PooledPg {
+    conn: PgConnection,
+    lost: bool,
+}
+
+impl std::ops::Deref for PooledPg {
+    type Target = PgConnection;
+    fn deref(&self) -> &PgConnection {
+        &self.conn
+    }
+}
+
+impl std::ops::DerefMut for PooledPg {
+    fn deref_mut(&mut self) -> &mut PgConnection {
+        &mut self.conn
+    }
+}
+
+/// Diesel's connection manager, discarding connections found lost.
+pub struct PgManager(ConnectionManager<PgConnection>);
+
+impl ManageConnection for PgManager {
+    type Connection = PooledPg;
+    type Error = diesel::r2d2::Error;
+
+    fn connect(&self) -> Result<PooledPg, Self::Error> {
+        Ok(PooledPg {
+            conn: self.0.connect()?,
+            lost: false,
+        })
+    }
+
+    fn is_valid(&self, pooled: &mut PooledPg) -> Result<(), Self::Error> {
+        self.0.is_valid(&mut pooled.conn)
+    }
+
+    fn has_broken(&self, pooled: &mut PooledPg) -> bool {
+        pooled.lost || self.0.has_broken(&mut pooled.conn)
+    }
+}
 
 pub const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations");
 
@@ -29,8 +77,8 @@ struct SessionDefaults {
     wait_for_flush: bool,
 }
 
-impl CustomizeConnection<PgConnection, diesel::r2d2::Error> for SessionDefaults {
-    fn on_acquire(&self, conn: &mut PgConnection) -> Result<(), diesel::r2d2::Error> {
+impl CustomizeConnection<PooledPg, diesel::r2d2::Error> for SessionDefaults {
+    fn on_acquire(&self, conn: &mut PooledPg) -> Result<(), diesel::r2d2::Error> {
         let ms = self.statement_timeout.as_millis();
         let commit = if self.wait_for_flush { "on" } else { "off" };
         conn.batch_execute(&format!(
@@ -90,7 +138,7 @@ fn pool_of(
         }))
         // build_unchecked: the shop starts even while Postgres is still coming
         // up, and answers 503 until it is reachable.
-        .build_unchecked(ConnectionManager::new(database_url))
+        .build_unchecked(PgManager(ConnectionManager::new(database_url)))
 }
 
 /// Runs blocking Diesel work on the blocking thread pool with a pooled connection.
@@ -101,13 +149,40 @@ where
 {
     let pool = pool.clone();
     actix_web::web::block(move || {
-        let mut conn: PooledConnection<ConnectionManager<PgConnection>> = pool
+        let pooled = pool
             .get()
             .map_err(|e| AppError::Unavailable(format!("database connection: {e}")))?;
-        work(&mut conn)
+        with_pooled(pooled, work)
     })
     .await
     .map_err(|e| AppError::Internal(anyhow::anyhow!("blocking task failed: {e}")))?
+}
+
+/// `SELECT 1` on a pooled connection, waiting at most `wait` for one (blocking).
+pub fn answers_within(pool: &PgPool, wait: Duration) -> bool {
+    pool.get_timeout(wait).is_ok_and(|pooled| {
+        with_pooled(pooled, |conn| {
+            Ok(diesel::sql_query("SELECT 1").execute(conn)?)
+        })
+        .is_ok()
+    })
+}
+
+/// Runs `work` and, when it failed in a way a dropped connection could
+/// explain, checks the connection so a lost one leaves the pool.
+fn with_pooled<T>(
+    mut pooled: PooledConnection<PgManager>,
+    work: impl FnOnce(&mut PgConn) -> Result<T, AppError>,
+) -> Result<T, AppError> {
+    let result = work(&mut pooled.conn);
+    if matches!(
+        result,
+        Err(AppError::Unavailable(_) | AppError::Internal(_))
+    ) && pooled.conn.ping().is_err()
+    {
+        pooled.lost = true;
+    }
+    result
 }
 
 pub fn run_migrations(database_url: &str) -> anyhow::Result<()> {

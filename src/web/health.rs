@@ -5,7 +5,6 @@ use std::time::Duration;
 
 use actix_web::http::header;
 use actix_web::{get, web, HttpResponse};
-use diesel::RunQueryDsl;
 
 use crate::db::PgPool;
 use crate::error::AppError;
@@ -122,9 +121,6 @@ async fn within_probe_timeout(check: impl std::future::Future<Output = bool>) ->
 /// (the pool's own connect timeout is longer, sized for purchases).
 async fn database_answers(pool: &PgPool) -> bool {
     let pool = pool.clone();
-    let select_one = web::block(move || {
-        let mut conn = pool.get_timeout(PROBE_TIMEOUT).ok()?;
-        diesel::sql_query("SELECT 1").execute(&mut conn).ok()
-    });
-    within_probe_timeout(async { matches!(select_one.await, Ok(Some(_))) }).await
+    let select_one = web::block(move || crate::db::answers_within(&pool, PROBE_TIMEOUT));
+    within_probe_timeout(async { select_one.await.unwrap_or(false) }).await
 }

@@ -3,6 +3,8 @@
 //! browser-like clients that carry cookies and CSRF tokens.
 #![allow(dead_code)]
 
+pub mod postgres;
+
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 use std::net::TcpListener;
@@ -456,11 +458,7 @@ impl TestApp {
 
     /// Signs up `n` customers concurrently.
     pub async fn customers(&self, n: usize, tag: &str) -> Vec<Browser> {
-        use futures::StreamExt;
-        // A few at a time: sign-up hashes a password, which is slow on purpose.
-        let signups =
-            (0..n).map(|i| Browser::sign_up(&self.address, &format!("{tag}{i}@example.com")));
-        futures::stream::iter(signups).buffered(8).collect().await
+        sign_up_customers(&self.address, n, tag).await
     }
 
     pub async fn admin(&self) -> Browser {
@@ -479,6 +477,14 @@ impl TestApp {
     pub async fn product(&self, stock: i32, limit: Option<i32>) -> i64 {
         create_product(&self.shop.pool, stock, limit).await
     }
+}
+
+/// Signs up `n` customers of the shop at `base`, `{tag}{i}@example.com`.
+pub async fn sign_up_customers(base: &str, n: usize, tag: &str) -> Vec<Browser> {
+    use futures::StreamExt;
+    // A few at a time: sign-up hashes a password, which is slow on purpose.
+    let signups = (0..n).map(|i| Browser::sign_up(base, &format!("{tag}{i}@example.com")));
+    futures::stream::iter(signups).buffered(8).collect().await
 }
 
 pub async fn create_product(pool: &flashsale::db::PgPool, stock: i32, limit: Option<i32>) -> i64 {
@@ -535,7 +541,12 @@ pub fn die_with_parent(command: &mut Command) -> &mut Command {
 /// A Redis server of this test's own, on a free port, keeping nothing on disk.
 pub fn start_redis() -> (ChildGuard, u16) {
     let port = free_port();
-    (spawn_redis_server(port, &[]), port)
+    (start_redis_on(port), port)
+}
+
+/// A Redis server on `port`: a fresh one, or one started again after it was killed.
+pub fn start_redis_on(port: u16) -> ChildGuard {
+    spawn_redis_server(port, &[])
 }
 
 /// Starts `redis-server` on `port` with `extra` arguments and waits until it listens.
@@ -650,6 +661,23 @@ fn wait_for_port(port: u16) {
         std::thread::sleep(Duration::from_millis(20));
     }
     panic!("nothing listens on port {port}");
+}
+
+/// The release binary when `scripts/test` has built it (as production runs),
+/// else the debug one this test was built with.
+pub fn server_binary() -> std::path::PathBuf {
+    let debug = std::path::PathBuf::from(env!("CARGO_BIN_EXE_flashsale"));
+    let release = debug
+        .parent()
+        .and_then(|d| d.parent())
+        .map(|t| t.join("release").join("flashsale"));
+    match release {
+        Some(path) if path.exists() => path,
+        _ => {
+            eprintln!("release binary not built; using {}", debug.display());
+            debug
+        }
+    }
 }
 
 /// The real `flashsale serve` binary as a separate process on a free port.
