@@ -44,12 +44,24 @@ const REDIS_CALL_TIMEOUT: Duration = Duration::from_secs(1);
 /// Commit only with at least this much lease left: the commit itself takes time.
 const COMMIT_MARGIN: Duration = Duration::from_millis(200);
 
-/// Next fencing token. A missing counter (first use, or Redis lost its data)
-/// restarts at the caller's clock in microseconds, which is above every token
-/// handed out before, unless acquisitions outran a million per second.
+/// A lock taken from Redis is passed from one local waiter to the next
+/// without going back to Redis at most this many times in a row...
+const MAX_LOCAL_PASSES: i64 = 256;
+/// ... and for at most this long, so other instances get their turn.
+const MAX_LOCAL_RUN: Duration = Duration::from_millis(50);
+/// A lock parked for a local waiter that then gave up is released after this.
+const PARKED_LIMIT: Duration = Duration::from_millis(100);
+/// Tokens of one Redis acquisition are `base + pass`: the next acquisition's
+/// base is this much higher, above every pass of the one before.
+const TOKEN_STEP: i64 = 1_000;
+
+/// Next fencing token base. A missing counter (first use, or Redis lost its
+/// data) restarts at the caller's clock in microseconds times the step, which
+/// is above every token handed out before, unless acquisitions outran a
+/// million per second.
 const NEXT_TOKEN: &str = r"
 if redis.call('EXISTS', KEYS[1]) == 0 then redis.call('SET', KEYS[1], ARGV[1]) end
-return redis.call('INCR', KEYS[1])
+return redis.call('INCRBY', KEYS[1], ARGV[2])
 ";
 
 /// Raises a fencing counter to at least ARGV[1]; never lowers it.
@@ -104,9 +116,25 @@ struct Inner {
 #[derive(Default)]
 struct ProductQueue {
     turn: Arc<tokio::sync::Mutex<()>>,
+    /// Local buyers waiting for `turn`: a releasing holder passes its Redis
+    /// lock straight to the next of them (no Redis round trip) when there is one.
+    waiting: std::sync::atomic::AtomicUsize,
+    /// The Redis lock, between a holder that passed it on and the next local
+    /// holder taking it.
+    parked: Mutex<Option<Passed>>,
     released_elsewhere: Notify,
     /// When this process last released the product's lock (hand-over figures).
     last_release: Mutex<Option<Instant>>,
+}
+
+/// A Redis lock on its way from one local holder to the next.
+struct Passed {
+    lock: Lock,
+    token: i64,
+    passes: i64,
+    taken_at: Instant,
+    lease: Arc<LeaseState>,
+    watchdog: JoinHandle<()>,
 }
 
 #[derive(Default)]
@@ -137,6 +165,10 @@ struct HeldLock {
     product: ProductId,
     lock: Option<Lock>,
     token: i64,
+    /// How many local holders had this Redis acquisition before this one,
+    /// and when it was taken from Redis.
+    passes: i64,
+    taken_at: Instant,
     lease: Arc<LeaseState>,
     watchdog: JoinHandle<()>,
     locks: ProductLocks,
@@ -379,9 +411,34 @@ impl ProductLocks {
     ) -> Result<HeldLock, AppError> {
         let queue = self.inner.queues.get(product);
         let queued_at = Instant::now();
-        let local_turn = timeout_at(deadline, queue.turn.clone().lock_owned())
-            .await
-            .map_err(|_| AppError::Busy)?;
+        queue.waiting.fetch_add(1, Ordering::SeqCst);
+        let turn = timeout_at(deadline, queue.turn.clone().lock_owned()).await;
+        queue.waiting.fetch_sub(1, Ordering::SeqCst);
+        let local_turn = turn.map_err(|_| AppError::Busy)?;
+        let parked = queue
+            .parked
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(passed) = parked {
+            if !passed.lease.lost.load(Ordering::Acquire)
+                && Instant::now() + COMMIT_MARGIN < passed.lease.valid_until()
+            {
+                return Ok(HeldLock {
+                    product,
+                    lock: Some(passed.lock),
+                    token: passed.token + 1,
+                    passes: passed.passes + 1,
+                    taken_at: passed.taken_at,
+                    lease: passed.lease,
+                    watchdog: passed.watchdog,
+                    locks: self.clone(),
+                    _local_turn: local_turn,
+                });
+            }
+            passed.watchdog.abort();
+            self.release_and_announce(&passed.lock, product).await;
+        }
         let released = *queue.last_release.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(released) = released.filter(|&r| r > queued_at) {
             // We waited behind a local holder: how long the lock sat between us.
@@ -392,6 +449,8 @@ impl ProductLocks {
                 product,
                 lock: None,
                 token: self.inner.local_tokens.fetch_add(1, Ordering::Relaxed) + 1,
+                passes: 0,
+                taken_at: Instant::now(),
                 lease: Arc::new(LeaseState {
                     valid_until: Mutex::new(Instant::now() + self.inner.lease),
                     lost: AtomicBool::new(false),
@@ -440,6 +499,8 @@ impl ProductLocks {
                         product,
                         lock: Some(lock),
                         token,
+                        passes: 0,
+                        taken_at: Instant::now(),
                         lease,
                         watchdog,
                         locks: self.clone(),
@@ -497,7 +558,7 @@ impl ProductLocks {
     /// next holder's quorum (which overlaps ours) reads at least our token.
     async fn next_token(&self, product: ProductId) -> Result<i64, AppError> {
         let key = self.fence_key(product);
-        let epoch = chrono::Utc::now().timestamp_micros();
+        let epoch = chrono::Utc::now().timestamp_micros() * TOKEN_STEP;
         let script = &self.inner.next_token;
         let token = self
             .on_quorum(|mut connection| {
@@ -506,6 +567,7 @@ impl ProductLocks {
                     script
                         .key(key)
                         .arg(epoch)
+                        .arg(TOKEN_STEP)
                         .invoke_async::<i64>(&mut connection)
                         .await
                 }
@@ -730,13 +792,62 @@ impl HeldLocks {
             metrics::lock_hold(self.acquired_at.elapsed());
         }
         for held in self.locks.iter_mut().rev() {
-            held.watchdog.abort();
-            if let Some(lock) = held.lock.take() {
-                held.locks.release_and_announce(&lock, held.product).await;
-            }
             let queue = held.locks.inner.queues.get(held.product);
+            if let Some(lock) = held.lock.take() {
+                match held.pass_on(lock, &queue) {
+                    Ok(()) => {}
+                    Err(lock) => {
+                        held.watchdog.abort();
+                        held.locks.release_and_announce(&lock, held.product).await;
+                    }
+                }
+            }
             *queue.last_release.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
         }
+    }
+}
+
+impl HeldLock {
+    /// Parks the Redis lock for the next local waiter, if one is waiting and
+    /// this acquisition has not been passed around too often or too long;
+    /// otherwise hands it back to be released in Redis.
+    fn pass_on(&mut self, lock: Lock, queue: &Arc<ProductQueue>) -> Result<(), Lock> {
+        let worth_passing = queue.waiting.load(Ordering::SeqCst) > 0
+            && self.passes + 1 < MAX_LOCAL_PASSES
+            && self.taken_at.elapsed() < MAX_LOCAL_RUN
+            && !self.lease.lost.load(Ordering::Acquire)
+            && Instant::now() + COMMIT_MARGIN < self.lease.valid_until();
+        if !worth_passing {
+            return Err(lock);
+        }
+        let token = self.token;
+        let watchdog = std::mem::replace(&mut self.watchdog, tokio::spawn(async {}));
+        *queue.parked.lock().unwrap_or_else(|p| p.into_inner()) = Some(Passed {
+            lock,
+            token,
+            passes: self.passes,
+            taken_at: self.taken_at,
+            lease: self.lease.clone(),
+            watchdog,
+        });
+        // The waiter may give up before its turn comes: then nobody takes the
+        // parked lock, and it is released here instead of renewed forever.
+        let (locks, queue, product) = (self.locks.clone(), queue.clone(), self.product);
+        tokio::spawn(async move {
+            tokio::time::sleep(PARKED_LIMIT).await;
+            let stranded = {
+                let mut parked = queue.parked.lock().unwrap_or_else(|p| p.into_inner());
+                match parked.as_ref() {
+                    Some(passed) if passed.token == token => parked.take(),
+                    _ => None,
+                }
+            };
+            if let Some(passed) = stranded {
+                passed.watchdog.abort();
+                locks.release_and_announce(&passed.lock, product).await;
+            }
+        });
+        Ok(())
     }
 }
 

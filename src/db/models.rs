@@ -114,29 +114,10 @@ impl Order {
     }
 }
 
-#[derive(Debug, Insertable)]
-#[diesel(table_name = orders)]
-pub struct NewOrder<'a> {
-    pub customer_id: i64,
-    pub status: &'a str,
-    pub total_cents: i64,
-    pub payment_deadline: DateTime<Utc>,
-    pub gate_key: Option<&'a str>,
-}
-
 #[derive(Debug, Clone, Queryable, Selectable, Identifiable)]
 #[diesel(table_name = order_items)]
 pub struct OrderItem {
     pub id: i64,
-    pub order_id: i64,
-    pub product_id: i64,
-    pub quantity: i32,
-    pub unit_price_cents: i64,
-}
-
-#[derive(Debug, Insertable)]
-#[diesel(table_name = order_items)]
-pub struct NewOrderItem {
     pub order_id: i64,
     pub product_id: i64,
     pub quantity: i32,

@@ -52,6 +52,16 @@ pub struct BenchReport {
     /// Whether the shop ran with the Redis stock gate (`STOCK_GATE`).
     pub stock_gate: bool,
     pub handover: Vec<Handover>,
+    pub lock_overhead: Vec<LockOverhead>,
+}
+
+/// Purchases/s at 64 buyers with and without the Redis lock, measured in
+/// alternating slices.
+#[derive(Debug, Clone, Serialize)]
+pub struct LockOverhead {
+    pub combining: bool,
+    pub with_lock: f64,
+    pub without_lock: f64,
 }
 
 /// How long a product's lock sits free between one holder's release and the
@@ -81,8 +91,6 @@ impl BenchReport {
 
 pub const HOT: &str = "app: hot product, combining on";
 pub const HOT_ONE_BY_ONE: &str = "app: hot product, combining off";
-pub const HOT_NO_LOCK: &str = "app: hot product, combining on, no Redis lock";
-pub const HOT_ONE_BY_ONE_NO_LOCK: &str = "app: hot product, combining off, no Redis lock";
 pub const SPREAD: &str = "app: 100 products";
 pub const PGBENCH: &str = "pgbench: same SQL, hot row";
 pub const SOLD_OUT: &str = "app: sold-out rejections";
@@ -334,44 +342,63 @@ fn pg_settings(db_url: &str) -> Vec<(String, String)> {
     .collect()
 }
 
-/// One way of running the shop that the benchmark compares.
-struct Variant {
-    hot: &'static str,
-    combining: bool,
-    redis_lock: bool,
-    /// The full sweep (and the spread and page scenarios), or only 64 buyers.
-    full: bool,
-}
-
-const VARIANTS: [Variant; 4] = [
-    Variant {
-        hot: HOT_ONE_BY_ONE,
-        combining: false,
-        redis_lock: true,
-        full: true,
-    },
-    Variant {
-        hot: HOT,
-        combining: true,
-        redis_lock: true,
-        full: true,
-    },
-    Variant {
-        hot: HOT_ONE_BY_ONE_NO_LOCK,
-        combining: false,
-        redis_lock: false,
-        full: false,
-    },
-    Variant {
-        hot: HOT_NO_LOCK,
-        combining: true,
-        redis_lock: false,
-        full: false,
-    },
-];
-
 /// The concurrency at which the headline ratios and the lock overhead are taken.
 pub const HEADLINE_BUYERS: usize = 64;
+/// Alternating with/without-lock slices of half a point's duration each.
+const LOCK_ROUNDS: usize = 4;
+
+/// A shop served in this process for the benchmark, with its buyers and hot product.
+struct BenchShop {
+    base: String,
+    server: actix_web::dev::ServerHandle,
+    buyers: Vec<Buyer>,
+    hot: i64,
+}
+
+impl BenchShop {
+    fn hot_load(&self) -> Arc<Load> {
+        Arc::new(Load::Buy {
+            products: vec![self.hot],
+        })
+    }
+}
+
+async fn start_shop(
+    settings: Settings,
+    pool: &crate::db::PgPool,
+    name: String,
+    customers: usize,
+) -> anyhow::Result<BenchShop> {
+    let app = Application::build(settings).await?;
+    let base = format!("http://127.0.0.1:{}", app.port());
+    let server = app.handle();
+    tokio::spawn(app.run_until_stopped());
+    let hot = create_product(
+        pool,
+        SaleSpec {
+            name: name.clone(),
+            description: "benchmark".into(),
+            price: Money::from_cents(100).expect("valid price"),
+            stock: 10_000_000,
+            per_customer_limit: None,
+            starts_at: chrono::Utc::now() - chrono::Duration::minutes(1),
+            ends_at: None,
+        },
+    )
+    .await?
+    .id;
+    let tag: String = name.chars().filter(char::is_ascii_alphanumeric).collect();
+    let mut buyers = Vec::with_capacity(customers);
+    for b in 0..customers.max(1) {
+        buyers.push(sign_up(&base, &format!("{tag}-{b}@flashsale.test")).await?);
+    }
+    Ok(BenchShop {
+        base,
+        server,
+        buyers,
+        hot,
+    })
+}
 
 pub async fn run_bench(config: &BenchConfig) -> anyhow::Result<BenchReport> {
     let db = LabDb::create(&config.database_url)?;
@@ -404,6 +431,7 @@ pub async fn run_bench(config: &BenchConfig) -> anyhow::Result<BenchReport> {
         machine: machine(),
         stock_gate: Settings::for_tests(&db.url, &prefix).stock_gate,
         handover: Vec::new(),
+        lock_overhead: Vec::new(),
     };
     report.machine.extend(pg_settings(&db.url));
     let seconds = config.seconds;
@@ -459,47 +487,34 @@ pub async fn run_bench(config: &BenchConfig) -> anyhow::Result<BenchReport> {
     }
     let _ = std::fs::remove_file(&script);
 
-    for (n, variant) in VARIANTS.iter().enumerate() {
-        let mut settings = Settings::for_tests(&db.url, &prefix);
-        settings.combining = variant.combining;
-        settings.redis_lock = variant.redis_lock;
-        let app = Application::build(settings).await?;
-        let base = format!("http://127.0.0.1:{}", app.port());
-        let server = app.handle();
-        tokio::spawn(app.run_until_stopped());
-        let hot = create_product(&pool, sale(variant.hot.into(), 10_000_000))
-            .await?
-            .id;
-        let mut buyers = Vec::with_capacity(config.customers);
-        for b in 0..config.customers.max(1) {
-            buyers.push(sign_up(&base, &format!("bench{n}-{b}@flashsale.test")).await?);
-        }
-        let sweep: Vec<usize> = if variant.full {
-            config.concurrency.clone()
-        } else {
-            vec![HEADLINE_BUYERS]
+    for combining in [false, true] {
+        let hot_name = if combining { HOT } else { HOT_ONE_BY_ONE };
+        let start = |redis_lock: bool, tag: String| {
+            let mut settings = Settings::for_tests(&db.url, &prefix);
+            settings.combining = combining;
+            settings.redis_lock = redis_lock;
+            start_shop(settings, &pool, tag, config.customers)
         };
-        let hot_load = Arc::new(Load::Buy {
-            products: vec![hot],
-        });
-        for c in sweep {
+        let locked = start(true, hot_name.to_string()).await?;
+        let unlocked = start(false, format!("{hot_name}, no Redis lock")).await?;
+        for &c in &config.concurrency {
             let result = closed_loop(
-                &base,
-                &buyers,
-                hot_load.clone(),
+                &locked.base,
+                &locked.buyers,
+                locked.hot_load(),
                 c,
                 seconds,
                 StatusCode::SEE_OTHER,
             )
             .await;
-            push(variant.hot, c, result, String::new());
-            if variant.full && variant.combining {
+            push(hot_name, c, result, String::new());
+            if combining {
                 let spread_load = Arc::new(Load::Buy {
                     products: spread.clone(),
                 });
                 let result = closed_loop(
-                    &base,
-                    &buyers,
+                    &locked.base,
+                    &locked.buyers,
                     spread_load,
                     c,
                     seconds,
@@ -509,13 +524,46 @@ pub async fn run_bench(config: &BenchConfig) -> anyhow::Result<BenchReport> {
                 push(SPREAD, c, result, String::new());
             }
         }
-        if variant.full && variant.combining {
+        // What the lock costs: the same load with and without it, in
+        // alternating slices so that drift in the machine's load hits both.
+        let (mut with, mut without) = ((0, 0.0), (0, 0.0));
+        for _ in 0..LOCK_ROUNDS {
+            for (shop, total) in [(&locked, &mut with), (&unlocked, &mut without)] {
+                let began = Instant::now();
+                let (ok, ..) = closed_loop(
+                    &shop.base,
+                    &shop.buyers,
+                    shop.hot_load(),
+                    HEADLINE_BUYERS,
+                    seconds / 2.0,
+                    StatusCode::SEE_OTHER,
+                )
+                .await;
+                total.0 += ok;
+                total.1 += began.elapsed().as_secs_f64();
+            }
+        }
+        let overhead = LockOverhead {
+            combining,
+            with_lock: with.0 as f64 / with.1,
+            without_lock: without.0 as f64 / without.1,
+        };
+        eprintln!(
+            "lock overhead, combining {combining}: {:.1}/s with, {:.1}/s without",
+            overhead.with_lock, overhead.without_lock
+        );
+        report.lock_overhead.push(overhead);
+        if combining {
             let page_concurrency = 64.min(*config.concurrency.iter().max().unwrap_or(&64));
             let gets: [(&str, String, StatusCode); 4] = [
                 (SOLD_OUT, String::new(), StatusCode::CONFLICT),
                 (HEALTHZ, "/healthz".into(), StatusCode::OK),
                 (SALE_LIST, "/".into(), StatusCode::OK),
-                (PRODUCT_PAGE, format!("/products/{hot}"), StatusCode::OK),
+                (
+                    PRODUCT_PAGE,
+                    format!("/products/{}", locked.hot),
+                    StatusCode::OK,
+                ),
             ];
             for (scenario, path, expect) in gets {
                 let load = if path.is_empty() {
@@ -525,12 +573,20 @@ pub async fn run_bench(config: &BenchConfig) -> anyhow::Result<BenchReport> {
                 } else {
                     Arc::new(Load::Get { path })
                 };
-                let result =
-                    closed_loop(&base, &buyers, load, page_concurrency, seconds, expect).await;
+                let result = closed_loop(
+                    &locked.base,
+                    &locked.buyers,
+                    load,
+                    page_concurrency,
+                    seconds,
+                    expect,
+                )
+                .await;
                 push(scenario, page_concurrency, result, String::new());
             }
         }
-        server.stop(true).await;
+        locked.server.stop(true).await;
+        unlocked.server.stop(true).await;
     }
 
     let redis_urls = Settings::for_tests(&db.url, &prefix).redis_urls;
@@ -690,26 +746,21 @@ pub fn render(report: &BenchReport, config: &BenchConfig, command: &str) -> Stri
     );
     out.push_str("### What the Redis lock costs\n\n");
     out.push_str(
-        "The same load at 64 buyers with the Redis lock switched off (a benchmark-only setting: the \
-         in-process queue and the Postgres row lock still order the writes).\n\n\
+        "The same load at 64 buyers on two shops side by side, one with the Redis lock and one \
+         without it (a benchmark-only setting: the in-process queue and the Postgres row lock \
+         still order the writes), measured in alternating slices so drift in the machine's load \
+         hits both alike.\n\n\
          | combining | with the Redis lock /s | without /s | lock overhead |\n|---|---:|---:|---:|\n",
     );
-    for (label, with, without) in [
-        ("off", HOT_ONE_BY_ONE, HOT_ONE_BY_ONE_NO_LOCK),
-        ("on", HOT, HOT_NO_LOCK),
-    ] {
-        if let (Some(with), Some(without)) = (
-            report.find(with, HEADLINE_BUYERS),
-            report.find(without, HEADLINE_BUYERS),
-        ) {
-            let _ = writeln!(
-                out,
-                "| {label} | {:.0} | {:.0} | {:.1} % |",
-                with.per_second,
-                without.per_second,
-                100.0 * (1.0 - with.per_second / without.per_second.max(1e-9))
-            );
-        }
+    for figure in &report.lock_overhead {
+        let _ = writeln!(
+            out,
+            "| {} | {:.0} | {:.0} | {:.1} % |",
+            if figure.combining { "on" } else { "off" },
+            figure.with_lock,
+            figure.without_lock,
+            100.0 * (1.0 - figure.with_lock / figure.without_lock.max(1e-9))
+        );
     }
     out.push_str(
         "\nA negative overhead means the run with the lock was the faster one: the difference is \

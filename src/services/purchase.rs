@@ -9,8 +9,8 @@ use diesel::prelude::*;
 use super::combining::{buy_in_batch, BatchBuyer};
 use super::Shop;
 use crate::db::fence::change_stock;
-use crate::db::models::{NewOrder, NewOrderItem, NewStockChange, Product, SaleState};
-use crate::db::schema::{order_items, orders, products, stock_history};
+use crate::db::models::{Product, SaleState};
+use crate::db::schema::{order_items, orders, products};
 use crate::db::{self, PgConn};
 use crate::domain::{CustomerId, Money, OrderId, OrderStatus, ProductId, Quantity, StockReason};
 use crate::error::AppError;
@@ -316,6 +316,34 @@ fn purchase_in_transaction(
     Ok(PurchaseOutcome::Purchased(order))
 }
 
+/// The order, its items and their purchase ledger rows, in one statement:
+/// this runs once per buyer inside a batch's lock hold, where every round
+/// trip to the database is time the next buyers wait.
+const WRITE_ORDER: &str = "
+WITH new_order AS (
+    INSERT INTO orders (customer_id, status, total_cents, payment_deadline, gate_key)
+    VALUES ($1, $2, $3, $4, $5)
+    RETURNING id
+), lines AS (
+    SELECT * FROM unnest($6::bigint[], $7::int[], $8::bigint[], $9::int[])
+        AS line(product_id, quantity, unit_price_cents, stock_after)
+), items AS (
+    INSERT INTO order_items (order_id, product_id, quantity, unit_price_cents)
+    SELECT new_order.id, line.product_id, line.quantity, line.unit_price_cents
+    FROM new_order, lines AS line
+), ledger AS (
+    INSERT INTO stock_history (product_id, order_id, delta, stock_after, reason, note)
+    SELECT line.product_id, new_order.id, -line.quantity, line.stock_after, $10, ''
+    FROM new_order, lines AS line
+)
+SELECT id FROM new_order";
+
+#[derive(QueryableByName)]
+struct Written {
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    id: i64,
+}
+
 /// A checked order's rows: the order, one item and one purchase ledger row
 /// per product (`stock_after` is the product's stock once this order is
 /// taken). The stock itself is changed by the caller, once per lock hold.
@@ -326,47 +354,29 @@ pub(super) fn write_order(
     payment_deadline: DateTime<Utc>,
     gate_key: Option<&str>,
 ) -> Result<OrderId, AppError> {
+    use diesel::sql_types::{Array, BigInt, Int4, Nullable, Text, Timestamptz};
     let total = lines
         .iter()
         .map(|(p, q, _)| p.price().times(q.get()).cents())
         .sum::<i64>();
-    let order_id: i64 = diesel::insert_into(orders::table)
-        .values(NewOrder {
-            customer_id: customer.get(),
-            status: OrderStatus::AwaitingPayment.as_str(),
-            total_cents: Money::from_cents(total)?.cents(),
-            payment_deadline,
-            gate_key,
-        })
-        .returning(orders::id)
+    let written: Written = diesel::sql_query(WRITE_ORDER)
+        .bind::<BigInt, _>(customer.get())
+        .bind::<Text, _>(OrderStatus::AwaitingPayment.as_str())
+        .bind::<BigInt, _>(Money::from_cents(total)?.cents())
+        .bind::<Timestamptz, _>(payment_deadline)
+        .bind::<Nullable<Text>, _>(gate_key)
+        .bind::<Array<BigInt>, _>(lines.iter().map(|(p, _, _)| p.id).collect::<Vec<_>>())
+        .bind::<Array<Int4>, _>(lines.iter().map(|(_, q, _)| q.get()).collect::<Vec<_>>())
+        .bind::<Array<BigInt>, _>(
+            lines
+                .iter()
+                .map(|(p, _, _)| p.price_cents)
+                .collect::<Vec<_>>(),
+        )
+        .bind::<Array<Int4>, _>(lines.iter().map(|(_, _, after)| *after).collect::<Vec<_>>())
+        .bind::<Text, _>(StockReason::Purchase.as_str())
         .get_result(conn)?;
-    let items: Vec<NewOrderItem> = lines
-        .iter()
-        .map(|(p, q, _)| NewOrderItem {
-            order_id,
-            product_id: p.id,
-            quantity: q.get(),
-            unit_price_cents: p.price_cents,
-        })
-        .collect();
-    diesel::insert_into(order_items::table)
-        .values(&items)
-        .execute(conn)?;
-    let ledger: Vec<NewStockChange> = lines
-        .iter()
-        .map(|(p, q, stock_after)| NewStockChange {
-            product_id: p.id,
-            order_id: Some(order_id),
-            delta: -q.get(),
-            stock_after: *stock_after,
-            reason: StockReason::Purchase.as_str(),
-            note: "",
-        })
-        .collect();
-    diesel::insert_into(stock_history::table)
-        .values(&ledger)
-        .execute(conn)?;
-    Ok(OrderId(order_id))
+    Ok(OrderId(written.id))
 }
 
 /// Units of `product` in each customer's live orders (awaiting payment or paid).
