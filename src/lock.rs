@@ -782,6 +782,22 @@ impl HeldLocks {
         }
     }
 
+    /// Lets the same holder go on to another round of work without releasing:
+    /// only while no one else in this process waits for these products and
+    /// the run stays within the local-passing bounds. Each kept lock's token
+    /// grows by one, as on a local hand-over. Returns false (nothing changed)
+    /// when the locks should be released instead.
+    pub fn hold_for_more(&mut self) -> bool {
+        if !self.locks.iter().all(HeldLock::may_keep) {
+            return false;
+        }
+        for held in &mut self.locks {
+            held.token += 1;
+            held.passes += 1;
+        }
+        true
+    }
+
     /// When the locks were all taken (for hold-time figures).
     pub fn acquired_at(&self) -> Instant {
         self.acquired_at
@@ -808,15 +824,26 @@ impl HeldLocks {
 }
 
 impl HeldLock {
+    /// Whether this Redis acquisition may serve one more local holder.
+    fn within_local_bounds(&self) -> bool {
+        self.passes + 1 < MAX_LOCAL_PASSES
+            && self.taken_at.elapsed() < MAX_LOCAL_RUN
+            && !self.lease.lost.load(Ordering::Acquire)
+            && Instant::now() + COMMIT_MARGIN < self.lease.valid_until()
+    }
+
+    fn may_keep(&self) -> bool {
+        let queue = self.locks.inner.queues.get(self.product);
+        self.lock.is_some()
+            && queue.waiting.load(Ordering::SeqCst) == 0
+            && self.within_local_bounds()
+    }
+
     /// Parks the Redis lock for the next local waiter, if one is waiting and
     /// this acquisition has not been passed around too often or too long;
     /// otherwise hands it back to be released in Redis.
     fn pass_on(&mut self, lock: Lock, queue: &Arc<ProductQueue>) -> Result<(), Lock> {
-        let worth_passing = queue.waiting.load(Ordering::SeqCst) > 0
-            && self.passes + 1 < MAX_LOCAL_PASSES
-            && self.taken_at.elapsed() < MAX_LOCAL_RUN
-            && !self.lease.lost.load(Ordering::Acquire)
-            && Instant::now() + COMMIT_MARGIN < self.lease.valid_until();
+        let worth_passing = queue.waiting.load(Ordering::SeqCst) > 0 && self.within_local_bounds();
         if !worth_passing {
             return Err(lock);
         }

@@ -28,7 +28,7 @@ use crate::db::schema::products;
 use crate::db::{self, PgConn};
 use crate::domain::{CustomerId, ProductId, Quantity};
 use crate::error::AppError;
-use crate::lock::Lease;
+use crate::lock::{HeldLocks, Lease};
 use crate::metrics;
 
 /// One buyer waiting for a batch: what they asked for and where the answer goes.
@@ -142,8 +142,13 @@ async fn lead(shop: Shop, product: ProductId, queue: Arc<Mutex<Queue>>, max_batc
         queue,
         leading: true,
     };
+    let mut kept: Option<HeldLocks> = None;
     loop {
-        let held = match shop.locks.acquire(vec![product]).await {
+        let taken = match kept.take() {
+            Some(held) => Ok(held),
+            None => shop.locks.acquire(vec![product]).await,
+        };
+        let mut held = match taken {
             Ok(held) => held,
             Err(error) => {
                 // Everyone queued has waited through this attempt: they all hear
@@ -180,7 +185,7 @@ async fn lead(shop: Shop, product: ProductId, queue: Arc<Mutex<Queue>>, max_batc
                 .after_refused_write(&lease, *product, *fence)
                 .await;
         }
-        held.release().await;
+        let served = outcomes.is_ok();
         match outcomes {
             Ok(outcomes) => {
                 for (answer, outcome) in answers.into_iter().zip(outcomes) {
@@ -194,7 +199,15 @@ async fn lead(shop: Shop, product: ProductId, queue: Arc<Mutex<Queue>>, max_batc
             }
         }
         if !leadership.still_needed() {
+            held.release().await;
             return;
+        }
+        // More buyers queued: keep the lock for the next batch when nobody
+        // else here waits for it and the run is short; else let others in.
+        if served && held.hold_for_more() {
+            kept = Some(held);
+        } else {
+            held.release().await;
         }
     }
 }
