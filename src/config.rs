@@ -143,11 +143,11 @@ impl Settings {
     }
 }
 
-fn var(name: &str) -> Option<String> {
+pub(crate) fn var(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.trim().is_empty())
 }
 
-fn parse_var<T: std::str::FromStr>(name: &str, default: T) -> anyhow::Result<T>
+pub(crate) fn parse_var<T: std::str::FromStr>(name: &str, default: T) -> anyhow::Result<T>
 where
     T::Err: std::fmt::Display,
 {

@@ -7,6 +7,8 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use ipnet::IpNet;
 
+use crate::config::{parse_var, var};
+
 #[derive(Debug, Clone)]
 pub struct SecuritySettings {
     pub login_limits: LoginLimits,
@@ -122,23 +124,6 @@ impl TrustedProxies {
             }
         }
         client
-    }
-}
-
-fn var(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
-}
-
-fn parse_var<T: std::str::FromStr>(name: &str, default: T) -> anyhow::Result<T>
-where
-    T::Err: std::fmt::Display,
-{
-    match var(name) {
-        Some(raw) => raw
-            .trim()
-            .parse()
-            .map_err(|e| anyhow::anyhow!("{name}={raw:?}: {e}")),
-        None => Ok(default),
     }
 }
 
