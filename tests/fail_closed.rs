@@ -47,7 +47,7 @@ async fn redis_stopped_mid_sale_answers_503_and_writes_nothing() {
         1
     );
     assert_eq!(
-        buyer.get("/healthz").await.status(),
+        buyer.get("/readyz").await.status(),
         StatusCode::SERVICE_UNAVAILABLE
     );
     app.db.assert_audit_clean();
@@ -128,7 +128,7 @@ async fn database_unreachable_answers_503() {
         .unwrap()
         .contains("briefly unavailable"));
     assert_eq!(
-        buyer.get("/healthz").await.status(),
+        buyer.get("/readyz").await.status(),
         StatusCode::SERVICE_UNAVAILABLE
     );
 }

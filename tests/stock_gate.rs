@@ -50,8 +50,8 @@ async fn on_a_redis_cluster_the_gate_and_locks_behave_the_same() {
     a_repeat_buyer_of_a_limit_one_product(spawn_app_with(on_cluster.clone()).await).await;
     let app = spawn_app_with(on_cluster).await;
     assert!(app.shop.locks.quorum_reachable().await);
-    let (status, health) = app.browser().get_text("/healthz").await;
-    assert_eq!(status, StatusCode::OK, "{health}");
+    let (status, ready) = app.browser().get_text("/readyz").await;
+    assert_eq!(status, StatusCode::OK, "{ready}");
 }
 
 async fn scripts_follow_their_rules(gate: StockGate) {

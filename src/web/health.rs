@@ -15,10 +15,11 @@ use crate::services::Shop;
 /// an orchestrator's own probe timeout is not what decides.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// The process is up and serving HTTP; asks nothing of Postgres or Redis, so
-/// a dependency outage never gets a healthy process restarted.
-#[get("/livez")]
-pub async fn livez() -> HttpResponse {
+/// Liveness: the process is up and serving HTTP. It asks nothing of
+/// Postgres or Redis, so a dependency outage never gets a healthy process
+/// restarted; `/readyz` is the probe that names what is down.
+#[get("/healthz")]
+pub async fn healthz() -> HttpResponse {
     HttpResponse::Ok()
         .content_type("text/plain; charset=utf-8")
         .body("alive")
@@ -37,25 +38,6 @@ pub async fn readyz(shop: web::Data<Shop>) -> HttpResponse {
         HttpResponse::ServiceUnavailable()
             .content_type("text/plain; charset=utf-8")
             .body(format!("not ready: {} unreachable", down.join(", ")))
-    }
-}
-
-/// The same checks as `/readyz`, as JSON (kept for existing monitors).
-#[get("/healthz")]
-pub async fn healthz(shop: web::Data<Shop>) -> HttpResponse {
-    let readiness = Readiness::check(&shop).await;
-    let state = |ok: bool| if ok { "ok" } else { "unreachable" };
-    let mut body = serde_json::json!({
-        "postgres": state(readiness.postgres),
-        "redis": state(readiness.redis_locks),
-    });
-    if let Some(gate) = readiness.stock_gate {
-        body["stock_gate"] = state(gate).into();
-    }
-    if readiness.down().is_empty() {
-        HttpResponse::Ok().json(body)
-    } else {
-        HttpResponse::ServiceUnavailable().json(body)
     }
 }
 

@@ -37,7 +37,6 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         AppError::NotFound("There is no page at this address.".into()).into()
     }))
     .service(health::healthz)
-    .service(health::livez)
     .service(health::readyz)
     .service(health::metrics_text)
     .service(operations::operations)
