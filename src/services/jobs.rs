@@ -55,7 +55,7 @@ pub async fn run_once(shop: &Shop) -> Result<JobReport, AppError> {
     })
     .await?;
     for order in due {
-        match restore_order(shop, OrderId(order), OrderStatus::Expired).await {
+        match restore_order(shop, OrderId(order), OrderStatus::Expired, None).await {
             Ok(true) => report.expired += 1,
             // Expired, paid or declined meanwhile by someone else: nothing to do.
             Ok(false) | Err(AppError::Conflict { .. }) => report.skipped += 1,

@@ -152,7 +152,7 @@ pub async fn pay(
         Charge::Declined(reason) => {
             // If this restore cannot run now (Redis down), the order stays
             // awaiting payment and the expiry job releases it at its deadline.
-            restore_order(shop, order, OrderStatus::PaymentFailed).await?;
+            restore_order(shop, order, OrderStatus::PaymentFailed, None).await?;
             Ok(PaymentOutcome::Declined(reason))
         }
     }

@@ -14,6 +14,7 @@ use crate::domain::{CustomerId, OrderId, OrderStatus, ProductId};
 use crate::error::AppError;
 use crate::lock::Lease;
 use crate::metrics;
+use crate::services::admin_audit::{self, AdminAction};
 use crate::services::stock_gate::give_back_all;
 
 /// Moves `order` into `to` (a restoring status) and puts its units back.
@@ -23,7 +24,15 @@ use crate::services::stock_gate::give_back_all;
 /// Expiry is a background sweep: it skips an order whose row another
 /// transaction holds (a payment in flight, another instance's sweep) and
 /// returns `Ok(false)`; it only expires orders whose deadline has passed.
-pub async fn restore_order(shop: &Shop, order: OrderId, to: OrderStatus) -> Result<bool, AppError> {
+///
+/// `by_admin` (a refund) is recorded in the admin audit log in the same
+/// transaction, so the log never misses a refund nor shows one that did not happen.
+pub async fn restore_order(
+    shop: &Shop,
+    order: OrderId,
+    to: OrderStatus,
+    by_admin: Option<AdminAction>,
+) -> Result<bool, AppError> {
     let reason = to
         .restore_reason()
         .ok_or_else(|| AppError::Internal(anyhow::anyhow!("{to:?} does not give stock back")))?;
@@ -66,6 +75,9 @@ pub async fn restore_order(shop: &Shop, order: OrderId, to: OrderStatus) -> Resu
                             .execute(conn)?;
                     }
                     set_status(conn, order, to)?;
+                    if let Some(action) = &by_admin {
+                        admin_audit::record(conn, action)?;
+                    }
                     lease.ensure_valid()?;
                     Ok(Some(current))
                 })

@@ -223,16 +223,13 @@ pub async fn refund(
     };
     once(&shop, admin.id, intent, || async {
         let order = parse_order_id(&path)?;
-        if restore_order(&shop, order, OrderStatus::Refunded).await? {
-            // The refund commits inside restore_order; its record follows it.
-            let action = AdminAction::on_order(
-                admin.id,
-                ActionKind::Refund,
-                order,
-                "refunded; units back in stock".to_string(),
-            );
-            record_done(&shop.pool, action).await?;
-        }
+        let action = AdminAction::on_order(
+            admin.id,
+            ActionKind::Refund,
+            order,
+            "refunded; units back in stock".to_string(),
+        );
+        restore_order(&shop, order, OrderStatus::Refunded, Some(action)).await?;
         Ok(see_other(&format!("/admin/orders/{order}")))
     })
     .await
