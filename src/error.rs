@@ -109,14 +109,29 @@ impl From<InvalidInput> for AppError {
 }
 
 /// The server closed the connection, or it could not be written to.
+/// What Postgres says while it shuts down, crashes or restarts (SQLSTATE
+/// class 57, which Diesel reports as an unknown error and without its code).
+const SERVER_GOING_AWAY: [&str; 4] = [
+    "terminating connection",
+    "the database system is",
+    "server closed the connection",
+    "no connection to the server",
+];
+
 fn connection_lost(error: &DieselError) -> bool {
-    matches!(
-        error,
+    match error {
         DieselError::DatabaseError(
             DatabaseErrorKind::ClosedConnection | DatabaseErrorKind::UnableToSendCommand,
-            _
-        )
-    )
+            _,
+        ) => true,
+        DieselError::DatabaseError(DatabaseErrorKind::Unknown, info) => {
+            let message = info.message().to_ascii_lowercase();
+            SERVER_GOING_AWAY.iter().any(|sign| message.contains(sign))
+        }
+        // Left behind on a connection whose server went away mid-transaction.
+        DieselError::BrokenTransactionManager => true,
+        _ => false,
+    }
 }
 
 impl From<DieselError> for AppError {
@@ -125,6 +140,9 @@ impl From<DieselError> for AppError {
             DieselError::NotFound => AppError::NotFound("We could not find that.".into()),
             DieselError::DatabaseError(_, info) if connection_lost(&error) => {
                 AppError::Unavailable(format!("database: {}", info.message()))
+            }
+            DieselError::BrokenTransactionManager => {
+                AppError::Unavailable("database: the connection broke mid-transaction".into())
             }
             // The server went away during COMMIT, so the rollback failed too.
             DieselError::RollbackErrorOnCommit { commit_error, .. }
@@ -214,6 +232,30 @@ mod tests {
             commit_error: database_error(DatabaseErrorKind::ClosedConnection),
         });
         assert_eq!(error.status_code(), StatusCode::SERVICE_UNAVAILABLE);
+    }
+
+    #[test]
+    fn a_server_shutting_down_is_unavailable_not_a_bug() {
+        for message in [
+            "terminating connection due to administrator command",
+            "terminating connection because of crash of another server process",
+            "FATAL:  the database system is in recovery mode",
+        ] {
+            let error = AppError::from(DieselError::DatabaseError(
+                DatabaseErrorKind::Unknown,
+                Box::new(message.to_string()),
+            ));
+            assert_eq!(
+                error.status_code(),
+                StatusCode::SERVICE_UNAVAILABLE,
+                "{message}"
+            );
+        }
+        let bug = AppError::from(DieselError::DatabaseError(
+            DatabaseErrorKind::Unknown,
+            Box::new("column \"nope\" does not exist".to_string()),
+        ));
+        assert_eq!(bug.status_code(), StatusCode::INTERNAL_SERVER_ERROR);
     }
 
     #[test]
