@@ -798,11 +798,6 @@ impl HeldLocks {
         true
     }
 
-    /// When the locks were all taken (for hold-time figures).
-    pub fn acquired_at(&self) -> Instant {
-        self.acquired_at
-    }
-
     pub async fn release(mut self) {
         if !self.locks.is_empty() {
             metrics::lock_hold(self.acquired_at.elapsed());
