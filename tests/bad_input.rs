@@ -102,21 +102,7 @@ async fn sale_window_and_per_customer_limit_are_enforced() {
     )
     .await;
 
-    let upcoming = flashsale::services::catalog::create_product(
-        &app.shop.pool,
-        flashsale::services::catalog::SaleSpec {
-            name: "Tomorrow".into(),
-            description: String::new(),
-            price: flashsale::domain::Money::from_cents(500).unwrap(),
-            stock: 3,
-            per_customer_limit: None,
-            starts_at: chrono::Utc::now() + chrono::Duration::hours(1),
-            ends_at: None,
-        },
-    )
-    .await
-    .unwrap()
-    .id;
+    let upcoming = app.upcoming_product(3).await;
     expect(
         buyer.buy(upcoming, 1).await,
         StatusCode::CONFLICT,

@@ -67,21 +67,7 @@ impl Scene {
     async fn new() -> Scene {
         let app = spawn_app().await;
         let open = app.product(5, None).await;
-        let upcoming = flashsale::services::catalog::create_product(
-            &app.shop.pool,
-            flashsale::services::catalog::SaleSpec {
-                name: "Tomorrow".into(),
-                description: String::new(),
-                price: flashsale::domain::Money::from_cents(500).unwrap(),
-                stock: 5,
-                per_customer_limit: None,
-                starts_at: chrono::Utc::now() + chrono::Duration::hours(1),
-                ends_at: None,
-            },
-        )
-        .await
-        .unwrap()
-        .id;
+        let upcoming = app.upcoming_product(5).await;
         let buyer = app.customer(TAKEN_EMAIL).await;
         let order = order_id_from(&buyer.buy(open, 1).await);
         let admin = app.admin().await;

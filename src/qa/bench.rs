@@ -363,6 +363,19 @@ impl BenchShop {
     }
 }
 
+/// A sale that opened a minute ago, at one dollar a unit.
+fn sale(name: String, stock: i32) -> SaleSpec {
+    SaleSpec {
+        name,
+        description: "benchmark".into(),
+        price: Money::from_cents(100).expect("valid price"),
+        stock,
+        per_customer_limit: None,
+        starts_at: chrono::Utc::now() - chrono::Duration::minutes(1),
+        ends_at: None,
+    }
+}
+
 async fn start_shop(
     settings: Settings,
     pool: &crate::db::PgPool,
@@ -373,20 +386,9 @@ async fn start_shop(
     let base = format!("http://127.0.0.1:{}", app.port());
     let server = app.handle();
     tokio::spawn(app.run_until_stopped());
-    let hot = create_product(
-        pool,
-        SaleSpec {
-            name: name.clone(),
-            description: "benchmark".into(),
-            price: Money::from_cents(100).expect("valid price"),
-            stock: 10_000_000,
-            per_customer_limit: None,
-            starts_at: chrono::Utc::now() - chrono::Duration::minutes(1),
-            ends_at: None,
-        },
-    )
-    .await?
-    .id;
+    let hot = create_product(pool, sale(name.clone(), 10_000_000))
+        .await?
+        .id;
     let tag: String = name.chars().filter(char::is_ascii_alphanumeric).collect();
     let mut buyers = Vec::with_capacity(customers);
     for b in 0..customers.max(1) {
@@ -404,15 +406,6 @@ pub async fn run_bench(config: &BenchConfig) -> anyhow::Result<BenchReport> {
     let db = LabDb::create(&config.database_url)?;
     let prefix = format!("bench:{}:", uuid::Uuid::new_v4().simple());
     let pool = crate::db::build_pool(&db.url, 4, Duration::from_secs(5), Duration::from_secs(3));
-    let sale = |name: String, stock: i32| SaleSpec {
-        name,
-        description: "benchmark".into(),
-        price: Money::from_cents(100).expect("valid price"),
-        stock,
-        per_customer_limit: None,
-        starts_at: chrono::Utc::now() - chrono::Duration::minutes(1),
-        ends_at: None,
-    };
     let ceiling = create_product(&pool, sale("pgbench".into(), 10_000_000))
         .await?
         .id;

@@ -477,6 +477,25 @@ impl TestApp {
     pub async fn product(&self, stock: i32, limit: Option<i32>) -> i64 {
         create_product(&self.shop.pool, stock, limit).await
     }
+
+    /// A sale that opens in an hour.
+    pub async fn upcoming_product(&self, stock: i32) -> i64 {
+        flashsale::services::catalog::create_product(
+            &self.shop.pool,
+            flashsale::services::catalog::SaleSpec {
+                name: "Tomorrow".into(),
+                description: String::new(),
+                price: flashsale::domain::Money::from_cents(500).unwrap(),
+                stock,
+                per_customer_limit: None,
+                starts_at: chrono::Utc::now() + chrono::Duration::hours(1),
+                ends_at: None,
+            },
+        )
+        .await
+        .unwrap()
+        .id
+    }
 }
 
 /// Signs up `n` customers of the shop at `base`, `{tag}{i}@example.com`.
