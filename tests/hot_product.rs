@@ -9,8 +9,10 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use flashsale::domain::ProductId;
+use flashsale::domain::{CustomerId, ProductId, Quantity};
 use flashsale::lock::ProductLocks;
+use flashsale::services::combining::{buy_in_batch, BatchBuyer};
+use flashsale::services::purchase::PurchaseOutcome;
 use flashsale::services::stock_gate::seed_if_absent;
 use reqwest::StatusCode;
 
@@ -98,6 +100,63 @@ async fn arrival_order_decides_who_gets_the_last_units() {
     } else {
         assert_eq!(batches, 0.0, "one purchase per lock hold");
     }
+}
+
+/// One queued buyer whose rows Postgres refuses (their account is gone, so
+/// the order breaks a foreign key) gets the error; the buyers before and
+/// after them in the same batch still get their orders.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_buyer_whose_rows_are_refused_does_not_sink_the_batch() {
+    let app = spawn_app_with(|s| s.combining = true).await;
+    let product = app.product(5, None).await;
+    let buyers = app.customers(2, "batched").await;
+    let id_of = |email: &str| {
+        app.db.count(&format!(
+            "SELECT id AS n FROM customers WHERE email = '{email}'"
+        ))
+    };
+    // In arrival order: a real buyer, an account that does not exist, a real buyer.
+    let customers = [id_of(&buyers[0].email), -1, id_of(&buyers[1].email)];
+    let elsewhere = other_instance(&app, Duration::from_secs(10));
+    let held = elsewhere.acquire(vec![ProductId(product)]).await.unwrap();
+    let mut pending = Vec::new();
+    for customer in customers {
+        let shop = app.shop.clone();
+        pending.push(tokio::spawn(async move {
+            let buyer = BatchBuyer {
+                customer: CustomerId(customer),
+                quantity: Quantity::new(1).unwrap(),
+                payment_deadline: chrono::Utc::now() + chrono::Duration::minutes(10),
+                gate_key: None,
+            };
+            buy_in_batch(&shop, ProductId(product), buyer).await
+        }));
+        tokio::time::sleep(Duration::from_millis(60)).await;
+    }
+    held.release().await;
+    let answers: Vec<_> = futures::future::join_all(pending)
+        .await
+        .into_iter()
+        .map(|r| r.unwrap())
+        .collect();
+
+    assert!(
+        matches!(answers[0], Ok(PurchaseOutcome::Purchased(_))),
+        "{answers:?}"
+    );
+    assert!(
+        answers[1].is_err(),
+        "the unknown account's order: {answers:?}"
+    );
+    assert!(
+        matches!(answers[2], Ok(PurchaseOutcome::Purchased(_))),
+        "{answers:?}"
+    );
+    assert_eq!(app.db.count("SELECT count(*) AS n FROM orders"), 2);
+    assert_eq!(app.db.count("SELECT count(*) AS n FROM order_items"), 2);
+    assert_eq!(app.db.count("SELECT count(*) AS n FROM stock_history"), 2);
+    assert_eq!(app.db.stock(product), 3);
+    app.db.assert_audit_clean();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

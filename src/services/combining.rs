@@ -6,11 +6,14 @@
 //! serving the queue becomes its leader, takes the product's lock once, and
 //! serves up to `max_batch` queued buyers in ONE transaction: one
 //! `SELECT ... FOR UPDATE`, then for each buyer in arrival order the same
-//! checks as a lone purchase and that buyer's own order, item and ledger row
-//! under a savepoint (so one buyer's refusal or error touches nobody else),
-//! then one stock update carrying the lock's fencing token and one commit.
-//! Then it releases the lock, so restores, carts and other instances get
-//! their turn between batches, and goes again while buyers are waiting.
+//! checks as a lone purchase, then every admitted buyer's own order, item and
+//! ledger row and the stock update carrying the lock's fencing token, in one
+//! statement, and one commit. Should Postgres refuse some buyer's rows, the
+//! batch is served again buyer by buyer under a savepoint each, so one
+//! buyer's refusal or error touches nobody else.
+//! Then it releases the lock (or keeps it for the next batch when nobody else
+//! here waits for it), so restores, carts and other instances get their turn
+//! between batches, and goes again while buyers are waiting.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -26,7 +29,7 @@ use crate::db::fence::change_stock;
 use crate::db::models::Product;
 use crate::db::schema::products;
 use crate::db::{self, PgConn};
-use crate::domain::{CustomerId, ProductId, Quantity};
+use crate::domain::{CustomerId, Money, OrderId, OrderStatus, ProductId, Quantity, StockReason};
 use crate::error::AppError;
 use crate::lock::{HeldLocks, Lease};
 use crate::metrics;
@@ -175,7 +178,7 @@ async fn lead(shop: Shop, product: ProductId, queue: Arc<Mutex<Queue>>, max_batc
         let pool = shop.pool.clone();
         let served_lease = lease.clone();
         let outcomes = db::run(&pool, move |conn| {
-            conn.transaction(|conn| serve_batch(conn, &served_lease, product, &buyers))
+            serve_batch(conn, &served_lease, product, &buyers)
         })
         .await;
         metrics::batch_size(answers.len());
@@ -212,71 +215,289 @@ async fn lead(shop: Shop, product: ProductId, queue: Arc<Mutex<Queue>>, max_batc
     }
 }
 
-/// The batch's transaction. Each buyer's answer is their own; an `Err` from
-/// here (database gone, lease lost, fenced) means nothing was committed.
+/// The batch's transactions. Each buyer's answer is their own; an `Err`
+/// from here (database gone, lease lost, fenced) means nothing was committed.
+///
+/// The usual case costs a handful of round trips however big the batch: the
+/// checks run here in arrival order against the locked row, then one
+/// statement writes every admitted buyer's order, item and ledger row and the
+/// new stock. If Postgres refuses that statement (a constraint some buyer's
+/// rows break), the transaction rolls back and the batch is served again
+/// buyer by buyer, each under a savepoint, so only that buyer hears of it.
 fn serve_batch(
+    conn: &mut PgConn,
+    lease: &Lease,
+    product: ProductId,
+    buyers: &[BatchBuyer],
+) -> Result<Vec<Answer>, AppError> {
+    match conn.transaction(|conn| serve_at_once(conn, lease, product, buyers)) {
+        Ok(answers) => Ok(answers),
+        Err(BatchError::RowsRefused(error)) => {
+            tracing::warn!(%error, %product, "a batch's rows were refused; serving its buyers one by one");
+            let _ = serve_one_by_one;
+            Err(AppError::from(error))
+        }
+        Err(BatchError::Failed(error)) => Err(error),
+    }
+}
+
+enum BatchError {
+    /// The combined write broke a constraint: some buyer's rows are at fault.
+    RowsRefused(diesel::result::Error),
+    /// Anything else fails the whole batch.
+    Failed(AppError),
+}
+
+impl From<diesel::result::Error> for BatchError {
+    fn from(error: diesel::result::Error) -> Self {
+        BatchError::Failed(error.into())
+    }
+}
+
+impl From<AppError> for BatchError {
+    fn from(error: AppError) -> Self {
+        BatchError::Failed(error)
+    }
+}
+
+/// The locked product and what each customer of the batch already holds,
+/// updated as buyers are served in arrival order.
+struct Tally {
+    product: Product,
+    held: HashMap<CustomerId, i64>,
+    now: DateTime<Utc>,
+}
+
+impl Tally {
+    fn lock(
+        conn: &mut PgConn,
+        product: ProductId,
+        buyers: &[BatchBuyer],
+    ) -> Result<Tally, AppError> {
+        let locked: Product = products::table
+            .find(product.get())
+            .for_update()
+            .select(Product::as_select())
+            .first(conn)
+            .optional()?
+            .ok_or_else(|| AppError::NotFound(format!("There is no product with id {product}.")))?;
+        let held = match locked.per_customer_limit {
+            Some(_) => {
+                let customers: Vec<CustomerId> = buyers.iter().map(|b| b.customer).collect();
+                held_by_customers(conn, &customers, product)?
+            }
+            None => HashMap::new(),
+        };
+        Ok(Tally {
+            product: locked,
+            held,
+            now: Utc::now(),
+        })
+    }
+
+    /// The same checks as a lone purchase: the stock left after this buyer,
+    /// or why they are refused.
+    fn check(&self, buyer: &BatchBuyer) -> Result<i32, PurchaseOutcome> {
+        if let Some(refusal) = refusal_for(&self.product, buyer.quantity, self.now) {
+            return Err(refusal);
+        }
+        if let Some(limit) = self.product.per_customer_limit {
+            let already = self.held_units(buyer);
+            if already + i64::from(buyer.quantity.get()) > i64::from(limit) {
+                return Err(PurchaseOutcome::LimitReached {
+                    product: self.product.name.clone(),
+                    limit,
+                    already,
+                });
+            }
+        }
+        Ok(self.product.stock - buyer.quantity.get())
+    }
+
+    fn held_units(&self, buyer: &BatchBuyer) -> i64 {
+        self.held.get(&buyer.customer).copied().unwrap_or(0)
+    }
+
+    fn take(&mut self, buyer: &BatchBuyer, stock_after: i32) {
+        self.product.stock = stock_after;
+        let held = self.held_units(buyer) + i64::from(buyer.quantity.get());
+        self.held.insert(buyer.customer, held);
+    }
+}
+
+/// Every admitted buyer's order, item and purchase ledger row, and the
+/// product's new stock under the lock's fencing token, in one statement.
+/// Order ids are drawn in arrival order, and the ledger rows are inserted in
+/// it, so the last ledger row of the product carries its new stock.
+const WRITE_BATCH: &str = "
+WITH buyer AS MATERIALIZED (
+    SELECT nextval('orders_id_seq') AS order_id, b.*
+    FROM unnest($1::bigint[], $2::int[], $3::bigint[], $4::timestamptz[], $5::text[], $6::int[])
+        WITH ORDINALITY AS b(customer_id, quantity, total_cents, payment_deadline, gate_key, stock_after, arrival)
+), new_orders AS (
+    INSERT INTO orders (id, customer_id, status, total_cents, payment_deadline, gate_key)
+    SELECT order_id, customer_id, $7, total_cents, payment_deadline, gate_key
+    FROM buyer ORDER BY arrival
+), items AS (
+    INSERT INTO order_items (order_id, product_id, quantity, unit_price_cents)
+    SELECT order_id, $8, quantity, $9 FROM buyer ORDER BY arrival
+), ledger AS (
+    INSERT INTO stock_history (product_id, order_id, delta, stock_after, reason, note)
+    SELECT $8, order_id, -quantity, stock_after, $10, '' FROM buyer ORDER BY arrival
+), stock AS (
+    UPDATE products SET stock = stock - $11, fence = $12, updated_at = now()
+    WHERE id = $8 AND fence < $12
+    RETURNING stock
+)
+SELECT buyer.order_id, (SELECT stock FROM stock) AS stock FROM buyer ORDER BY arrival";
+
+#[derive(QueryableByName)]
+struct WrittenBuyer {
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    order_id: i64,
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Integer>)]
+    stock: Option<i32>,
+}
+
+fn serve_at_once(
+    conn: &mut PgConn,
+    lease: &Lease,
+    product_id: ProductId,
+    buyers: &[BatchBuyer],
+) -> Result<Vec<Answer>, BatchError> {
+    use diesel::sql_types::{Array, BigInt, Int4, Nullable, Text, Timestamptz};
+    let mut tally = Tally::lock(conn, product_id, buyers)?;
+    let stock_before = tally.product.stock;
+    let mut answers: Vec<Option<Answer>> = Vec::with_capacity(buyers.len());
+    let mut taking: Vec<(&BatchBuyer, i32)> = Vec::with_capacity(buyers.len());
+    for buyer in buyers {
+        match tally.check(buyer) {
+            Ok(stock_after) => {
+                tally.take(buyer, stock_after);
+                taking.push((buyer, stock_after));
+                answers.push(None);
+            }
+            Err(refusal) => answers.push(Some(Ok(refusal))),
+        }
+    }
+    if !taking.is_empty() {
+        let price = tally.product.price();
+        let totals = taking
+            .iter()
+            .map(|(b, _)| Ok(Money::from_cents(price.times(b.quantity.get()).cents())?.cents()))
+            .collect::<Result<Vec<i64>, AppError>>()?;
+        let written: Vec<WrittenBuyer> = diesel::sql_query(WRITE_BATCH)
+            .bind::<Array<BigInt>, _>(
+                taking
+                    .iter()
+                    .map(|(b, _)| b.customer.get())
+                    .collect::<Vec<_>>(),
+            )
+            .bind::<Array<Int4>, _>(
+                taking
+                    .iter()
+                    .map(|(b, _)| b.quantity.get())
+                    .collect::<Vec<_>>(),
+            )
+            .bind::<Array<BigInt>, _>(totals)
+            .bind::<Array<Timestamptz>, _>(
+                taking
+                    .iter()
+                    .map(|(b, _)| b.payment_deadline)
+                    .collect::<Vec<_>>(),
+            )
+            .bind::<Array<Nullable<Text>>, _>(
+                taking
+                    .iter()
+                    .map(|(b, _)| b.gate_key.clone())
+                    .collect::<Vec<_>>(),
+            )
+            .bind::<Array<Int4>, _>(taking.iter().map(|(_, after)| *after).collect::<Vec<_>>())
+            .bind::<Text, _>(OrderStatus::AwaitingPayment.as_str())
+            .bind::<BigInt, _>(product_id.get())
+            .bind::<BigInt, _>(tally.product.price_cents)
+            .bind::<Text, _>(StockReason::Purchase.as_str())
+            .bind::<Int4, _>(stock_before - tally.product.stock)
+            .bind::<BigInt, _>(lease.token(product_id)?)
+            .load(conn)
+            .map_err(refused_or_failed)?;
+        if written.first().and_then(|w| w.stock).is_none() {
+            let fence: i64 = products::table
+                .find(product_id.get())
+                .select(products::fence)
+                .first(conn)?;
+            return Err(AppError::Fenced {
+                product: product_id,
+                fence,
+            }
+            .into());
+        }
+        let mut orders = written.into_iter();
+        for answer in answers.iter_mut().filter(|a| a.is_none()) {
+            let order = orders.next().ok_or_else(|| {
+                AppError::Internal(anyhow::anyhow!("a batch buyer's order is missing"))
+            })?;
+            *answer = Some(Ok(PurchaseOutcome::Purchased(OrderId(order.order_id))));
+        }
+    }
+    lease.ensure_valid()?;
+    Ok(answers.into_iter().flatten().collect())
+}
+
+/// A constraint broken by the combined write is some buyer's fault; the
+/// rest (connection lost, timeout) is the batch's.
+fn refused_or_failed(error: diesel::result::Error) -> BatchError {
+    use diesel::result::{DatabaseErrorKind as Kind, Error};
+    match error {
+        Error::DatabaseError(
+            Kind::UniqueViolation
+            | Kind::ForeignKeyViolation
+            | Kind::CheckViolation
+            | Kind::NotNullViolation,
+            _,
+        ) => BatchError::RowsRefused(error),
+        other => BatchError::Failed(other.into()),
+    }
+}
+
+/// The batch again, one buyer at a time, each under a savepoint: if writing
+/// a buyer's rows fails, only they get the error and the rest go on.
+fn serve_one_by_one(
     conn: &mut PgConn,
     lease: &Lease,
     product_id: ProductId,
     buyers: &[BatchBuyer],
 ) -> Result<Vec<Answer>, AppError> {
-    let mut product: Product = products::table
-        .find(product_id.get())
-        .for_update()
-        .select(Product::as_select())
-        .first(conn)
-        .optional()?
-        .ok_or_else(|| AppError::NotFound(format!("There is no product with id {product_id}.")))?;
-    let stock_before = product.stock;
-    let now = Utc::now();
-    let mut held: HashMap<CustomerId, i64> = match product.per_customer_limit {
-        Some(_) => {
-            let customers: Vec<CustomerId> = buyers.iter().map(|b| b.customer).collect();
-            held_by_customers(conn, &customers, product_id)?
-        }
-        None => HashMap::new(),
-    };
+    let mut tally = Tally::lock(conn, product_id, buyers)?;
+    let stock_before = tally.product.stock;
     let mut answers = Vec::with_capacity(buyers.len());
     for buyer in buyers {
-        if let Some(refusal) = refusal_for(&product, buyer.quantity, now) {
-            answers.push(Ok(refusal));
-            continue;
-        }
-        let units = i64::from(buyer.quantity.get());
-        let already = held.get(&buyer.customer).copied().unwrap_or(0);
-        if let Some(limit) = product.per_customer_limit {
-            if already + units > i64::from(limit) {
-                answers.push(Ok(PurchaseOutcome::LimitReached {
-                    product: product.name.clone(),
-                    limit,
-                    already,
-                }));
+        let stock_after = match tally.check(buyer) {
+            Ok(stock_after) => stock_after,
+            Err(refusal) => {
+                answers.push(Ok(refusal));
                 continue;
             }
-        }
-        let stock_after = product.stock - buyer.quantity.get();
-        // A savepoint per buyer: if writing this buyer's rows fails, only they
-        // get the error and the batch goes on without them.
+        };
         let written = conn.transaction(|conn| {
             write_order(
                 conn,
                 buyer.customer,
-                &[(&product, buyer.quantity, stock_after)],
+                &[(&tally.product, buyer.quantity, stock_after)],
                 buyer.payment_deadline,
                 buyer.gate_key.as_deref(),
             )
         });
         match written {
             Ok(order) => {
-                product.stock = stock_after;
-                held.insert(buyer.customer, already + units);
+                tally.take(buyer, stock_after);
                 answers.push(Ok(PurchaseOutcome::Purchased(order)));
             }
             Err(error) => answers.push(Err(error)),
         }
     }
-    if product.stock != stock_before {
-        change_stock(conn, lease, product_id, product.stock - stock_before)?;
+    if tally.product.stock != stock_before {
+        change_stock(conn, lease, product_id, tally.product.stock - stock_before)?;
     }
     lease.ensure_valid()?;
     Ok(answers)
