@@ -128,6 +128,7 @@ async fn a_buyer_whose_rows_are_refused_does_not_sink_the_batch() {
                 quantity: Quantity::new(1).unwrap(),
                 payment_deadline: chrono::Utc::now() + chrono::Duration::minutes(10),
                 gate_key: None,
+                answer_key: None,
             };
             buy_in_batch(&shop, ProductId(product), buyer).await
         }));

@@ -131,6 +131,35 @@ async fn double_click_on_buy_pay_and_refund_runs_each_once() {
     let order = order_id_from(&responses[0]);
     assert_eq!(order_id_from(&responses[1]), order);
     assert_eq!(app.db.count("SELECT count(*) AS n FROM orders"), 1);
+    // The purchase named its order on the key in the order's own transaction;
+    // a later replay is sent to that order, and nothing is bought again.
+    assert_eq!(
+        app.db.count(&format!(
+            "SELECT count(*) AS n FROM idempotency_keys WHERE key = 'same-click' AND order_id = {order}"
+        )),
+        1
+    );
+    let replay = buyer
+        .post(
+            &format!("/products/{product}/buy"),
+            &[
+                ("quantity", "1"),
+                ("csrf_token", &token),
+                ("idempotency_key", "same-click"),
+            ],
+        )
+        .await;
+    assert_eq!(replay.status(), StatusCode::SEE_OTHER);
+    assert_eq!(order_id_from(&replay), order);
+    assert_eq!(
+        replay
+            .headers()
+            .get("Idempotent-Replayed")
+            .map(|v| v.to_str().unwrap()),
+        Some("true")
+    );
+    assert_eq!(app.db.count("SELECT count(*) AS n FROM orders"), 1);
+    assert_eq!(app.db.stock(product), 9);
 
     let pay = |key: &'static str| {
         let (buyer, token) = (buyer.clone(), token.clone());

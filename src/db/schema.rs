@@ -39,6 +39,7 @@ diesel::table! {
         response_location -> Nullable<Text>,
         response_body -> Nullable<Text>,
         created_at -> Timestamptz,
+        order_id -> Nullable<Int8>,
     }
 }
 
@@ -130,6 +131,7 @@ diesel::joinable!(admin_actions -> customers (admin_id));
 diesel::joinable!(admin_actions -> orders (order_id));
 diesel::joinable!(admin_actions -> products (product_id));
 diesel::joinable!(idempotency_keys -> customers (customer_id));
+diesel::joinable!(idempotency_keys -> orders (order_id));
 diesel::joinable!(order_items -> orders (order_id));
 diesel::joinable!(order_items -> products (product_id));
 diesel::joinable!(orders -> customers (customer_id));

@@ -680,7 +680,7 @@ async fn pg_attempt(
             product: ProductId(product),
             quantity: Quantity::new(1)?,
         };
-        return Ok(match purchase(shop, customer, vec![line]).await? {
+        return Ok(match purchase(shop, customer, vec![line], None).await? {
             PurchaseOutcome::Purchased(_) => Attempt::Sold,
             PurchaseOutcome::SoldOut { .. } => Attempt::Rejected,
             PurchaseOutcome::Busy | PurchaseOutcome::Unavailable(_) => Attempt::GaveUp,

@@ -41,6 +41,8 @@ pub struct BatchBuyer {
     pub payment_deadline: DateTime<Utc>,
     /// The stock gate's admission key, kept on the order for give-backs.
     pub gate_key: Option<String>,
+    /// The idempotency key this request claimed: the order is named on it.
+    pub answer_key: Option<String>,
 }
 
 type Answer = Result<PurchaseOutcome, AppError>;
@@ -234,8 +236,7 @@ fn serve_batch(
         Ok(answers) => Ok(answers),
         Err(BatchError::RowsRefused(error)) => {
             tracing::warn!(%error, %product, "a batch's rows were refused; serving its buyers one by one");
-            let _ = serve_one_by_one;
-            Err(AppError::from(error))
+            conn.transaction(|conn| serve_one_by_one(conn, lease, product, buyers))
         }
         Err(BatchError::Failed(error)) => Err(error),
     }
@@ -325,15 +326,16 @@ impl Tally {
     }
 }
 
-/// Every admitted buyer's order, item and purchase ledger row, and the
-/// product's new stock under the lock's fencing token, in one statement.
+/// Every admitted buyer's order, item and purchase ledger row, the order
+/// named on their idempotency key, and the product's new stock under the
+/// lock's fencing token, in one statement.
 /// Order ids are drawn in arrival order, and the ledger rows are inserted in
 /// it, so the last ledger row of the product carries its new stock.
 const WRITE_BATCH: &str = "
 WITH buyer AS MATERIALIZED (
     SELECT nextval('orders_id_seq') AS order_id, b.*
-    FROM unnest($1::bigint[], $2::int[], $3::bigint[], $4::timestamptz[], $5::text[], $6::int[])
-        WITH ORDINALITY AS b(customer_id, quantity, total_cents, payment_deadline, gate_key, stock_after, arrival)
+    FROM unnest($1::bigint[], $2::int[], $3::bigint[], $4::timestamptz[], $5::text[], $6::int[], $13::text[])
+        WITH ORDINALITY AS b(customer_id, quantity, total_cents, payment_deadline, gate_key, stock_after, answer_key, arrival)
 ), new_orders AS (
     INSERT INTO orders (id, customer_id, status, total_cents, payment_deadline, gate_key)
     SELECT order_id, customer_id, $7, total_cents, payment_deadline, gate_key
@@ -348,6 +350,9 @@ WITH buyer AS MATERIALIZED (
     UPDATE products SET stock = stock - $11, fence = $12, updated_at = now()
     WHERE id = $8 AND fence < $12
     RETURNING stock
+), answered AS (
+    UPDATE idempotency_keys k SET order_id = buyer.order_id
+    FROM buyer WHERE k.customer_id = buyer.customer_id AND k.key = buyer.answer_key
 )
 SELECT buyer.order_id, (SELECT stock FROM stock) AS stock FROM buyer ORDER BY arrival";
 
@@ -419,6 +424,12 @@ fn serve_at_once(
             .bind::<Text, _>(StockReason::Purchase.as_str())
             .bind::<Int4, _>(stock_before - tally.product.stock)
             .bind::<BigInt, _>(lease.token(product_id)?)
+            .bind::<Array<Nullable<Text>>, _>(
+                taking
+                    .iter()
+                    .map(|(b, _)| b.answer_key.clone())
+                    .collect::<Vec<_>>(),
+            )
             .load(conn)
             .map_err(refused_or_failed)?;
         if written.first().and_then(|w| w.stock).is_none() {
@@ -486,6 +497,7 @@ fn serve_one_by_one(
                 &[(&tally.product, buyer.quantity, stock_after)],
                 buyer.payment_deadline,
                 buyer.gate_key.as_deref(),
+                buyer.answer_key.as_deref(),
             )
         });
         match written {

@@ -7,7 +7,7 @@ use sha2::{Digest, Sha256};
 
 use crate::db::schema::idempotency_keys;
 use crate::db::{self, PgPool};
-use crate::domain::{CustomerId, IdempotencyKey};
+use crate::domain::{CustomerId, IdempotencyKey, OrderId};
 use crate::error::AppError;
 
 /// The answer a request got, as it is replayed.
@@ -24,6 +24,8 @@ pub enum Claim {
     Run,
     /// The same request ran before: here is its answer.
     Replay(SavedResponse),
+    /// The same request bought this order (a purchase keeps its answer so).
+    Ordered(OrderId),
     /// The key was used for a different request.
     Mismatch,
     /// The first request with this key has not finished.
@@ -34,7 +36,13 @@ pub fn fingerprint(request: &str) -> String {
     hex::encode(Sha256::digest(request.as_bytes()))
 }
 
-type StoredRow = (String, Option<i16>, Option<String>, Option<String>);
+type StoredRow = (
+    String,
+    Option<i16>,
+    Option<String>,
+    Option<String>,
+    Option<i64>,
+);
 
 pub async fn claim(
     pool: &PgPool,
@@ -55,17 +63,21 @@ pub async fn claim(
         if inserted == 1 {
             return Ok(Claim::Run);
         }
-        let (stored_fingerprint, status, location, body): StoredRow = idempotency_keys::table
-            .find((customer.get(), &key))
-            .select((
-                idempotency_keys::fingerprint,
-                idempotency_keys::response_status,
-                idempotency_keys::response_location,
-                idempotency_keys::response_body,
-            ))
-            .first(conn)?;
+        let (stored_fingerprint, status, location, body, order): StoredRow =
+            idempotency_keys::table
+                .find((customer.get(), &key))
+                .select((
+                    idempotency_keys::fingerprint,
+                    idempotency_keys::response_status,
+                    idempotency_keys::response_location,
+                    idempotency_keys::response_body,
+                    idempotency_keys::order_id,
+                ))
+                .first(conn)?;
         Ok(if stored_fingerprint != fingerprint {
             Claim::Mismatch
+        } else if let Some(order) = order {
+            Claim::Ordered(OrderId(order))
         } else if let Some(status) = status {
             Claim::Replay(SavedResponse {
                 status: status as u16,

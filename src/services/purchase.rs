@@ -12,7 +12,9 @@ use crate::db::fence::change_stock;
 use crate::db::models::{Product, SaleState};
 use crate::db::schema::{order_items, orders, products};
 use crate::db::{self, PgConn};
-use crate::domain::{CustomerId, Money, OrderId, OrderStatus, ProductId, Quantity, StockReason};
+use crate::domain::{
+    CustomerId, IdempotencyKey, Money, OrderId, OrderStatus, ProductId, Quantity, StockReason,
+};
 use crate::error::AppError;
 use crate::gate::{Admission, StockGate};
 use crate::lock::Lease;
@@ -77,11 +79,14 @@ impl PurchaseOutcome {
     }
 }
 
-/// Buys `lines` (one order, all lines or none) for `customer`.
+/// Buys `lines` (one order, all lines or none) for `customer`. The order is
+/// named on `answer_key` (an idempotency key this request has claimed) in
+/// the order's own transaction, so a replay finds it.
 pub async fn purchase(
     shop: &Shop,
     customer: CustomerId,
     mut lines: Vec<Line>,
+    answer_key: Option<IdempotencyKey>,
 ) -> Result<PurchaseOutcome, AppError> {
     // Lock order and row-lock order are both ascending product id.
     lines.sort_by_key(|l| l.product);
@@ -106,6 +111,7 @@ pub async fn purchase(
     let gate_key = admission.clone();
     let admitted_products = products.clone();
     let payment_deadline = Utc::now() + shop.settings.payment_timeout;
+    let answer_key = answer_key.map(|key| key.as_str().to_string());
     let result = if shop.settings.inject_fault_after_admission {
         Err(AppError::Internal(anyhow::anyhow!(
             "injected fault between admission and the database"
@@ -116,6 +122,7 @@ pub async fn purchase(
             quantity: line.quantity,
             payment_deadline,
             gate_key,
+            answer_key,
         };
         buy_in_batch(shop, line.product, buyer).await
     } else {
@@ -132,6 +139,7 @@ pub async fn purchase(
                             &lines,
                             payment_deadline,
                             gate_key.as_deref(),
+                            answer_key.as_deref(),
                         )?;
                         lease.ensure_valid()?;
                         Ok(outcome)
@@ -276,6 +284,7 @@ fn purchase_in_transaction(
     lines: &[Line],
     payment_deadline: DateTime<Utc>,
     gate_key: Option<&str>,
+    answer_key: Option<&str>,
 ) -> Result<PurchaseOutcome, AppError> {
     let now = Utc::now();
     let mut checked: Vec<(Product, Quantity)> = Vec::with_capacity(lines.len());
@@ -312,11 +321,19 @@ fn purchase_in_transaction(
         let stock_after = change_stock(conn, lease, product.product_id(), -quantity.get())?;
         written.push((product, *quantity, stock_after));
     }
-    let order = write_order(conn, customer, &written, payment_deadline, gate_key)?;
+    let order = write_order(
+        conn,
+        customer,
+        &written,
+        payment_deadline,
+        gate_key,
+        answer_key,
+    )?;
     Ok(PurchaseOutcome::Purchased(order))
 }
 
-/// The order, its items and their purchase ledger rows, in one statement:
+/// The order, its items and their purchase ledger rows, and the order named
+/// on the request's idempotency key, in one statement:
 /// this runs once per buyer inside a batch's lock hold, where every round
 /// trip to the database is time the next buyers wait.
 const WRITE_ORDER: &str = "
@@ -335,6 +352,9 @@ WITH new_order AS (
     INSERT INTO stock_history (product_id, order_id, delta, stock_after, reason, note)
     SELECT line.product_id, new_order.id, -line.quantity, line.stock_after, $10, ''
     FROM new_order, lines AS line
+), answered AS (
+    UPDATE idempotency_keys SET order_id = new_order.id
+    FROM new_order WHERE customer_id = $1 AND key = $11
 )
 SELECT id FROM new_order";
 
@@ -353,6 +373,7 @@ pub(super) fn write_order(
     lines: &[(&Product, Quantity, i32)],
     payment_deadline: DateTime<Utc>,
     gate_key: Option<&str>,
+    answer_key: Option<&str>,
 ) -> Result<OrderId, AppError> {
     use diesel::sql_types::{Array, BigInt, Int4, Nullable, Text, Timestamptz};
     let total = lines
@@ -375,6 +396,7 @@ pub(super) fn write_order(
         )
         .bind::<Array<Int4>, _>(lines.iter().map(|(_, _, after)| *after).collect::<Vec<_>>())
         .bind::<Text, _>(StockReason::Purchase.as_str())
+        .bind::<Nullable<Text>, _>(answer_key)
         .get_result(conn)?;
     Ok(OrderId(written.id))
 }

@@ -221,7 +221,7 @@ pub async fn refund(
         form_key: form.idempotency_key.as_deref(),
         fields: String::new(),
     };
-    once(&shop, admin.id, intent, || async {
+    once(&shop, admin.id, intent, |_| async {
         let order = parse_order_id(&path)?;
         let action = AdminAction::on_order(
             admin.id,

@@ -7,7 +7,7 @@ use actix_web::{get, post, web, HttpRequest, HttpResponse};
 use chrono::Utc;
 
 use super::forms::{CartForm, CsrfOnlyForm};
-use super::idempotency::{once, Intent};
+use super::idempotency::{answer_kept, once, Intent};
 use super::pages::{render, CartLine, CartPage, Nav};
 use super::session::{verify_csrf, SignedIn};
 use super::shop::counted_purchase;
@@ -144,7 +144,7 @@ pub async fn checkout(
         form_key: form.idempotency_key.as_deref(),
         fields: format!("{canonical:?}"),
     };
-    once(&shop, account.id, intent, || async {
+    once(&shop, account.id, intent, |key| async {
         let order = counted_purchase(async {
             if cart.is_empty() {
                 return Err(AppError::Invalid(
@@ -160,11 +160,11 @@ pub async fn checkout(
                     })
                 })
                 .collect::<Result<Vec<_>, AppError>>()?;
-            purchase(&shop, account.id, lines).await
+            purchase(&shop, account.id, lines, key).await
         })
         .await?;
         store(&session, &Vec::new())?;
-        Ok(see_other(&format!("/orders/{order}")))
+        Ok(answer_kept(see_other(&format!("/orders/{order}"))))
     })
     .await
 }

@@ -16,6 +16,17 @@ use crate::services::Shop;
 
 const POLL: Duration = Duration::from_millis(25);
 
+/// Marks a response whose answer the action kept with its own writes (a
+/// purchase names its order on the key, in the order's transaction), so
+/// nothing more needs saving.
+pub struct AnswerKept;
+
+/// `response`, marked as kept with the action's own writes.
+pub fn answer_kept(mut response: HttpResponse) -> HttpResponse {
+    response.extensions_mut().insert(AnswerKept);
+    response
+}
+
 /// What identifies the intended action: the path and the fields that matter
 /// (product ids, quantities, card), never the CSRF token or the key itself.
 pub struct Intent<'a> {
@@ -31,7 +42,7 @@ pub async fn once<F, Fut>(
     action: F,
 ) -> Result<HttpResponse, AppError>
 where
-    F: FnOnce() -> Fut,
+    F: FnOnce(Option<IdempotencyKey>) -> Fut,
     Fut: Future<Output = Result<HttpResponse, AppError>>,
 {
     let header_key = intent
@@ -40,7 +51,7 @@ where
         .get("Idempotency-Key")
         .map(|v| v.to_str().unwrap_or(""));
     let Some(raw_key) = intent.form_key.or(header_key) else {
-        return action().await;
+        return action(None).await;
     };
     let key = IdempotencyKey::parse(raw_key)?;
     let print = fingerprint(&format!(
@@ -57,6 +68,13 @@ where
         match claim(&shop.bookkeeping, customer, &key, &print).await? {
             Claim::Run => break,
             Claim::Replay(saved) => return Ok(replay(saved)),
+            Claim::Ordered(order) => {
+                return Ok(replay(SavedResponse {
+                    status: StatusCode::SEE_OTHER.as_u16(),
+                    location: Some(format!("/orders/{order}")),
+                    body: None,
+                }))
+            }
             Claim::Mismatch => {
                 return Err(AppError::conflict(
                     "Conflicting reuse of key",
@@ -73,8 +91,9 @@ where
         }
     }
 
-    let result = action().await;
+    let result = action(Some(key.clone())).await;
     let (status, location, body) = match &result {
+        Ok(response) if response.extensions().contains::<AnswerKept>() => return result,
         Ok(response) => (
             response.status(),
             response

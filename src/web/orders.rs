@@ -62,7 +62,7 @@ pub async fn pay(
         form_key: form.idempotency_key.as_deref(),
         fields: format!("card_number={}", form.card_number),
     };
-    once(&shop, account.id, intent, || async {
+    once(&shop, account.id, intent, |_| async {
         let order = parse_order_id(&path)?;
         let card = form.card()?;
         pay_order(&shop, account.id, order, card).await?;

@@ -6,7 +6,7 @@ use actix_web::{get, post, web, HttpRequest, HttpResponse};
 use chrono::Utc;
 
 use super::forms::{parse_product_id, BuyForm};
-use super::idempotency::{once, Intent};
+use super::idempotency::{answer_kept, once, Intent};
 use super::pages::{render, Nav, ProductPage, SaleListPage, SaleView};
 use super::session::{verify_csrf, SignedIn};
 use super::{html, see_other};
@@ -61,14 +61,14 @@ pub async fn buy(
         form_key: form.idempotency_key.as_deref(),
         fields: format!("quantity={}", form.quantity),
     };
-    once(&shop, account.id, intent, || async {
+    once(&shop, account.id, intent, |key| async {
         let order = counted_purchase(async {
             let product = parse_product_id(&path)?;
             let quantity = form.quantity()?;
-            purchase(&shop, account.id, vec![Line { product, quantity }]).await
+            purchase(&shop, account.id, vec![Line { product, quantity }], key).await
         })
         .await?;
-        Ok(see_other(&format!("/orders/{order}")))
+        Ok(answer_kept(see_other(&format!("/orders/{order}"))))
     })
     .await
 }
