@@ -18,6 +18,9 @@ pub struct Application {
     port: u16,
     server: Server,
     shop: Shop,
+    /// The background jobs; they stop with the server, so a stopped shop
+    /// lets go of its database connections.
+    jobs: Vec<tokio::task::JoinHandle<()>>,
 }
 
 impl Application {
@@ -27,9 +30,20 @@ impl Application {
         let shop = Shop::new(settings).await?;
         let server = serve(listener, shop.clone())?;
         crate::services::stock_gate::seed_all(&shop).await;
-        crate::services::jobs::spawn(shop.clone(), shop.settings.jobs_interval);
-        crate::services::jobs::spawn_reconcile(shop.clone(), shop.settings.reconcile_interval);
-        Ok(Application { port, server, shop })
+        let mut jobs = vec![crate::services::jobs::spawn(
+            shop.clone(),
+            shop.settings.jobs_interval,
+        )];
+        jobs.extend(crate::services::jobs::spawn_reconcile(
+            shop.clone(),
+            shop.settings.reconcile_interval,
+        ));
+        Ok(Application {
+            port,
+            server,
+            shop,
+            jobs,
+        })
     }
 
     pub fn port(&self) -> u16 {
@@ -46,7 +60,11 @@ impl Application {
     }
 
     pub async fn run_until_stopped(self) -> std::io::Result<()> {
-        self.server.await
+        let served = self.server.await;
+        for job in self.jobs {
+            job.abort();
+        }
+        served
     }
 }
 

@@ -698,8 +698,9 @@ pub fn render(report: &BenchReport, config: &BenchConfig, command: &str) -> Stri
          the purchase transaction's SQL (lock the row, insert order, item and history row, update the \
          stock, commit) one purchase at a time on another hot row of the same database, with the \
          same durability settings. *Combining off* is one purchase per lock hold and per commit; \
-         *combining on* serves up to 32 queued buyers of the product per transaction, with a \
-         savepoint per buyer. Every request goes through HTTP with \
+         *combining on* serves up to 32 queued buyers of the product per transaction, their rows \
+         written by one statement (buyer by buyer under savepoints only if Postgres refuses it). \
+         Every request goes through HTTP with \
          its session, CSRF token, idempotency key and stock-gate admission.\n\n",
     );
     out.push_str("| buyers | pgbench tps | combining off: purchases/s | off / ceiling | off p99 ms | combining on: purchases/s | on / ceiling | on p99 ms | on / off | 100 products (on): purchases/s | pgbench notes |\n");

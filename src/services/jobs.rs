@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 use diesel::prelude::*;
+use tokio::task::JoinHandle;
 
 use super::restore::restore_order;
 use super::Shop;
@@ -78,12 +79,11 @@ pub async fn run_once(shop: &Shop) -> Result<JobReport, AppError> {
     Ok(report)
 }
 
-/// Runs the reconcile job every `interval` until the process ends.
-pub fn spawn_reconcile(shop: Shop, interval: Duration) {
-    if shop.gate.is_none() {
-        return;
-    }
-    tokio::spawn(async move {
+/// Runs the reconcile job every `interval` until the task is aborted
+/// (none without the stock gate).
+pub fn spawn_reconcile(shop: Shop, interval: Duration) -> Option<JoinHandle<()>> {
+    shop.gate.as_ref()?;
+    Some(tokio::spawn(async move {
         let mut ticker = tokio::time::interval(interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         ticker.tick().await; // start-up seeding just ran
@@ -93,11 +93,11 @@ pub fn spawn_reconcile(shop: Shop, interval: Duration) {
                 tracing::warn!(%error, "reconcile failed; retrying next interval");
             }
         }
-    });
+    }))
 }
 
-/// Runs the jobs every `interval` until the process ends.
-pub fn spawn(shop: Shop, interval: Duration) {
+/// Runs the jobs every `interval` until the task is aborted.
+pub fn spawn(shop: Shop, interval: Duration) -> JoinHandle<()> {
     tokio::spawn(async move {
         let mut ticker = tokio::time::interval(interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -109,5 +109,5 @@ pub fn spawn(shop: Shop, interval: Duration) {
                 Err(error) => tracing::warn!(%error, "jobs failed; retrying next interval"),
             }
         }
-    });
+    })
 }
