@@ -39,6 +39,10 @@ pub struct Settings {
     pub redis_lock: bool,
     /// How often the gate is compared with the database and corrected.
     pub reconcile_interval: Duration,
+    /// How long a gate admission may stay pending (admitted, not yet written
+    /// nor given back) before reconcile counts its buyer as gone and hands
+    /// its units back; see `gate_pending_ttl()` for the default.
+    pub gate_pending_ttl: Option<Duration>,
     /// Tests only: fail every purchase right after the gate admits it.
     pub inject_fault_after_admission: bool,
     /// 64 bytes that sign and encrypt session cookies; every instance of one shop must share it.
@@ -75,6 +79,9 @@ impl Settings {
             combine_max: parse_var("COMBINE_MAX", 32)?,
             redis_lock: true,
             reconcile_interval: Duration::from_secs(parse_var("RECONCILE_INTERVAL", 60)?),
+            gate_pending_ttl: var("GATE_PENDING_TTL_MS")
+                .map(|_| parse_var("GATE_PENDING_TTL_MS", 0).map(Duration::from_millis))
+                .transpose()?,
             inject_fault_after_admission: false,
             idempotency_retention: Duration::from_secs(
                 3600 * parse_var("IDEMPOTENCY_RETENTION_HOURS", 24)?,
@@ -116,11 +123,19 @@ impl Settings {
             combine_max: 32,
             redis_lock: true,
             reconcile_interval: Duration::from_secs(60),
+            gate_pending_ttl: None,
             inject_fault_after_admission: false,
             idempotency_retention: Duration::from_secs(24 * 3600),
             session_key: random_session_key(),
             cookie_secure: false,
         }
+    }
+
+    /// Twice the longest a live admission can take to reach Postgres (its
+    /// wait for the lock plus a statement), unless set.
+    pub fn gate_pending_ttl(&self) -> Duration {
+        self.gate_pending_ttl
+            .unwrap_or(2 * (self.lock_wait + self.db_statement_timeout))
     }
 
     pub fn validate(&self) -> anyhow::Result<()> {
@@ -135,6 +150,9 @@ impl Settings {
         }
         if self.jobs_interval.is_zero() {
             bail!("JOBS_INTERVAL must be at least one second");
+        }
+        if self.gate_pending_ttl().is_zero() {
+            bail!("GATE_PENDING_TTL_MS must be at least 1");
         }
         if self.lock_lease <= self.db_statement_timeout {
             bail!("LOCK_LEASE_MS must be longer than DB_STATEMENT_TIMEOUT_MS, or a slow statement could outlive the lock");

@@ -19,12 +19,15 @@ use crate::redis_node::{RedisConnection, RedisNode};
 /// Admit, in this order: a repeat of an admitted key gets its earlier answer
 /// (before any stock check, so a repeat never takes stock); the customer's
 /// limit; an unknown stock key means no; too little stock means no; else take
-/// the units and remember the admission with its fingerprint.
+/// the units, remember the admission with its fingerprint, and list it as
+/// pending (admitted, not yet written to Postgres nor given back) with the
+/// time it was admitted.
 const ADMIT: &str = r#"
 local qty = tonumber(ARGV[1])
 local customer = ARGV[2]
 local ttl = tonumber(ARGV[3])
-if qty == nil or qty < 1 or qty ~= math.floor(qty) or ttl == nil or ttl < 1 or customer == nil or customer == '' then
+local admission = ARGV[4]
+if qty == nil or qty < 1 or qty ~= math.floor(qty) or ttl == nil or ttl < 1 or customer == nil or customer == '' or admission == nil or admission == '' then
   return {-1, 0}
 end
 local fingerprint = customer .. ':' .. qty
@@ -44,6 +47,9 @@ stock = tonumber(stock)
 if stock < qty then return {2, stock, 0} end
 redis.call('DECRBY', KEYS[1], qty)
 redis.call('SET', KEYS[3], fingerprint, 'PX', ttl)
+local now = redis.call('TIME')
+redis.call('ZADD', KEYS[5], tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000), admission .. '|' .. qty)
+redis.call('PEXPIRE', KEYS[5], ttl)
 if limit > 0 then
   redis.call('INCRBY', KEYS[4], qty)
   redis.call('PEXPIRE', KEYS[4], ttl)
@@ -52,21 +58,58 @@ return {0, stock - qty, 0}
 "#;
 
 /// Give back an admission's units, once: only if the admission marker exists
-/// and no return marker does.
+/// and no return marker does. It is no longer pending.
 const GIVE_BACK: &str = r#"
 local ttl = tonumber(ARGV[1])
-if ttl == nil or ttl < 1 then return -1 end
+local admission = ARGV[2]
+if ttl == nil or ttl < 1 or admission == nil then return -1 end
 local admitted = redis.call('GET', KEYS[2])
 if not admitted then return 0 end
 if redis.call('EXISTS', KEYS[3]) == 1 then return 0 end
 local qty = tonumber(string.match(admitted, ':(%d+)$'))
 if qty == nil then return -1 end
 redis.call('SET', KEYS[3], '1', 'PX', ttl)
+redis.call('ZREM', KEYS[5], admission .. '|' .. qty)
 if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('INCRBY', KEYS[1], qty) end
 local held = tonumber(redis.call('GET', KEYS[4]) or '0')
 if held > 0 then redis.call('DECRBY', KEYS[4], math.min(held, qty)) end
 return qty
 "#;
+
+/// Sets the gate from the database: the stock Postgres holds less the units
+/// of admissions still pending, after dropping pending admissions older than
+/// the longest a live one can take (their buyer is gone: a crash, a lost
+/// give-back), so their units come back. Returns the stock before (-1 if
+/// there was none), the stock now, and the pending units counted.
+const RESYNC: &str = r#"
+local stock = tonumber(ARGV[1])
+local limit = tonumber(ARGV[2])
+local stale = tonumber(ARGV[3])
+if stock == nil or limit == nil or stale == nil then return {-2, 0, 0} end
+local now = redis.call('TIME')
+local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. (now_ms - stale))
+local pending = 0
+for _, member in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
+  pending = pending + (tonumber(string.match(member, '|(%d+)$')) or 0)
+end
+local before = tonumber(redis.call('GET', KEYS[1]) or '-1')
+local now_stock = math.max(0, stock - pending)
+redis.call('SET', KEYS[1], now_stock)
+redis.call('SET', KEYS[2], limit)
+return {before, now_stock, pending}
+"#;
+
+/// What a resync found and did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Resynced {
+    /// The gate's stock before; None when it had no stock key.
+    pub before: Option<i64>,
+    /// The gate's stock now: the database's less the pending units.
+    pub after: i64,
+    /// Units of admissions still on their way to Postgres.
+    pub pending: i64,
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Admission {
@@ -109,8 +152,11 @@ struct Inner {
     node: RedisNode,
     prefix: String,
     marker_ttl: Duration,
+    /// Longer than any live admission can take to be written or given back.
+    pending_ttl: Duration,
     admit: Script,
     give_back: Script,
+    resync: Script,
     /// One lazy seeding at a time in this process, so a burst of buyers of an
     /// unseeded product queues here instead of on the product lock.
     seeding: tokio::sync::Mutex<()>,
@@ -142,15 +188,24 @@ macro_rules! with_retry {
 
 impl StockGate {
     /// `marker_ttl` must outlive any order that may still give units back:
-    /// the payment window plus how long replays are honoured.
-    pub fn new(node: RedisNode, prefix: &str, marker_ttl: Duration) -> StockGate {
+    /// the payment window plus how long replays are honoured. `pending_ttl`
+    /// must outlast the longest a live admission takes to reach Postgres
+    /// (lock wait plus transaction), so only abandoned ones count as lost.
+    pub fn new(
+        node: RedisNode,
+        prefix: &str,
+        marker_ttl: Duration,
+        pending_ttl: Duration,
+    ) -> StockGate {
         StockGate {
             inner: Arc::new(Inner {
                 node,
                 prefix: prefix.to_string(),
                 marker_ttl,
+                pending_ttl,
                 admit: Script::new(ADMIT),
                 give_back: Script::new(GIVE_BACK),
+                resync: Script::new(RESYNC),
                 seeding: tokio::sync::Mutex::new(()),
             }),
         }
@@ -217,9 +272,11 @@ impl StockGate {
             .key(self.key(product, "limit"))
             .key(self.key(product, &format!("adm:{admission}")))
             .key(self.key(product, &format!("cust:{customer}")))
+            .key(self.key(product, "pending"))
             .arg(quantity.get())
             .arg(customer.get())
-            .arg(self.inner.marker_ttl.as_millis() as u64);
+            .arg(self.inner.marker_ttl.as_millis() as u64)
+            .arg(admission);
         let answer: Result<(i64, i64, i64), AppError> =
             with_retry!(self, connection => invocation.invoke_async(&mut connection));
         let admission = answer.and_then(|(code, value, limit)| match code {
@@ -253,8 +310,30 @@ impl StockGate {
             .key(self.key(product, &format!("adm:{admission}")))
             .key(self.key(product, &format!("ret:{admission}")))
             .key(self.key(product, &format!("cust:{customer}")))
-            .arg(self.inner.marker_ttl.as_millis() as u64);
+            .key(self.key(product, "pending"))
+            .arg(self.inner.marker_ttl.as_millis() as u64)
+            .arg(admission);
         with_retry!(self, connection => invocation.invoke_async(&mut connection))
+    }
+
+    /// Admissions whose orders are now in Postgres are no longer pending.
+    /// Call it under the product lock, before releasing it, so a resync
+    /// (which takes the lock) never counts a written order as pending too.
+    pub async fn settle(
+        &self,
+        product: ProductId,
+        admissions: &[(&str, Quantity)],
+    ) -> Result<(), AppError> {
+        if admissions.is_empty() {
+            return Ok(());
+        }
+        let key = self.key(product, "pending");
+        let mut command = redis::cmd("ZREM");
+        command.arg(&key);
+        for (admission, quantity) in admissions {
+            command.arg(format!("{admission}|{}", quantity.get()));
+        }
+        with_retry!(self, connection => command.query_async::<i64>(&mut connection)).map(|_| ())
     }
 
     /// Seeds a product's gate from the database's current stock unless it is
@@ -282,22 +361,36 @@ impl StockGate {
         Ok(created.is_some())
     }
 
-    /// Overwrites the gate from the database (admin resync, reconcile). Call it
-    /// under the product lock, so no purchase of the product is mid-transaction.
+    /// Sets the gate from the database's stock and limit (admin resync,
+    /// reconcile, admin adjustments), less the units of admissions still on
+    /// their way to Postgres. Call it under the product lock, so no purchase
+    /// of the product is mid-transaction.
     pub async fn overwrite(
         &self,
         product: ProductId,
         stock: i32,
         limit: Option<i32>,
-    ) -> Result<(), AppError> {
-        let (stock_key, limit_key) = (self.key(product, "stock"), self.key(product, "limit"));
-        let mut pipe = redis::pipe();
-        pipe.atomic().cmd("SET").arg(&stock_key).arg(stock).ignore();
-        pipe.cmd("SET")
-            .arg(&limit_key)
+    ) -> Result<Resynced, AppError> {
+        let mut invocation = self.inner.resync.prepare_invoke();
+        invocation
+            .key(self.key(product, "stock"))
+            .key(self.key(product, "limit"))
+            .key(self.key(product, "pending"))
+            .arg(stock)
             .arg(limit.unwrap_or(0))
-            .ignore();
-        with_retry!(self, connection => pipe.query_async::<()>(&mut connection))
+            .arg(self.inner.pending_ttl.as_millis() as u64);
+        let (before, after, pending): (i64, i64, i64) =
+            with_retry!(self, connection => invocation.invoke_async(&mut connection))?;
+        if before < -1 {
+            return Err(AppError::Internal(anyhow::anyhow!(
+                "the gate refused its resync arguments"
+            )));
+        }
+        Ok(Resynced {
+            before: (before >= 0).then_some(before),
+            after,
+            pending,
+        })
     }
 
     pub async fn stock(&self, product: ProductId) -> Result<Option<i64>, AppError> {

@@ -26,6 +26,7 @@ async fn admit_and_give_back_scripts_follow_their_rules() {
         node,
         &unique_prefix(),
         Duration::from_secs(60),
+        Duration::from_secs(60),
     ))
     .await;
 }
@@ -37,6 +38,7 @@ async fn on_a_redis_cluster_the_gate_and_locks_behave_the_same() {
     scripts_follow_their_rules(StockGate::new(
         node,
         &unique_prefix(),
+        Duration::from_secs(60),
         Duration::from_secs(60),
     ))
     .await;
@@ -114,6 +116,25 @@ async fn scripts_follow_their_rules(gate: StockGate) {
         Admission::Admitted
     );
     assert_eq!(gate.stock(product).await.unwrap(), Some(0));
+
+    // A resync while admissions are on their way to Postgres (k1 and k5, 3
+    // units; Postgres still holds all 3) leaves their units taken.
+    let resynced = gate.overwrite(product, 3, Some(2)).await.unwrap();
+    assert_eq!(
+        (resynced.before, resynced.after, resynced.pending),
+        (Some(0), 0, 3)
+    );
+    // k1's order is written (Postgres now holds 2) and settled: still 0 free.
+    gate.settle(product, &[("k1", one)]).await.unwrap();
+    let resynced = gate.overwrite(product, 2, Some(2)).await.unwrap();
+    assert_eq!((resynced.after, resynced.pending), (0, 2));
+    // k5 is given back: its 2 units are free, and nothing is pending.
+    assert_eq!(gate.give_back(product, bob, "k5").await.unwrap(), 2);
+    let resynced = gate.overwrite(product, 2, Some(2)).await.unwrap();
+    assert_eq!(
+        (resynced.before, resynced.after, resynced.pending),
+        (Some(2), 2, 0)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -238,11 +259,73 @@ async fn restores_hand_units_back_to_the_gate_once() {
     app.db.assert_audit_clean();
 }
 
+/// Reconcile runs while buyers the gate admitted are still on their way to
+/// Postgres: it counts them as pending instead of handing their units out
+/// again, so the gate does not open wider than the stock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn reconcile_mid_burst_leaves_admitted_buyers_units_taken() {
+    let app = spawn_app_with(gate_on).await;
+    let product = app.product(5, None).await;
+    let gate = app.shop.gate.clone().unwrap();
+    let buyers = app.customers(3, "in-flight").await;
+    let mut tokens = Vec::new();
+    for buyer in &buyers {
+        tokens.push(buyer.csrf().await);
+    }
+    flashsale::services::stock_gate::seed_if_absent(&app.shop, vec![ProductId(product)])
+        .await
+        .unwrap();
+    // Another instance holds the product: reconcile queues for it first,
+    // then three buyers are admitted by the gate and queue behind it.
+    let elsewhere = flashsale::lock::ProductLocks::new(
+        &app.settings.redis_urls,
+        false,
+        &app.shop.redis_prefix,
+        Duration::from_secs(3),
+        Duration::from_secs(10),
+        true,
+    )
+    .unwrap();
+    let held = elsewhere.acquire(vec![ProductId(product)]).await.unwrap();
+    let shop = app.shop.clone();
+    let reconcile = tokio::spawn(async move { reconcile_once(&shop).await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut buying = Vec::new();
+    for (buyer, token) in buyers.into_iter().zip(tokens) {
+        buying.push(tokio::spawn(async move {
+            checked_status(buyer.buy_with_token(product, "1", &token).await)
+        }));
+    }
+    let admitted_deadline = std::time::Instant::now() + Duration::from_secs(3);
+    while gate.stock(ProductId(product)).await.unwrap() != Some(2) {
+        assert!(
+            std::time::Instant::now() < admitted_deadline,
+            "the gate never admitted all three"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    held.release().await;
+
+    let report = reconcile.await.unwrap().unwrap();
+    assert!(
+        report.drifts.is_empty(),
+        "no drift while buyers are pending: {report:?}"
+    );
+    for purchase in buying {
+        assert_eq!(purchase.await.unwrap(), StatusCode::SEE_OTHER);
+    }
+    assert_eq!(app.db.stock(product), 2);
+    assert_eq!(gate.stock(ProductId(product)).await.unwrap(), Some(2));
+    assert!(reconcile_once(&app.shop).await.unwrap().drifts.is_empty());
+    app.db.assert_audit_clean();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_failure_after_admission_gives_the_units_back() {
     let app = spawn_app_with(|s| {
         s.stock_gate = true;
         s.inject_fault_after_admission = true;
+        s.gate_pending_ttl = Some(Duration::from_millis(500));
     })
     .await;
     let product = app.product(5, None).await;
@@ -270,11 +353,22 @@ async fn a_failure_after_admission_gives_the_units_back() {
         .unwrap();
     assert_eq!(lost, Admission::Admitted);
     assert_eq!(gate.stock(ProductId(product)).await.unwrap(), Some(3));
+    // While it could still be a buyer on their way to Postgres, reconcile
+    // leaves it pending: no drift, the units stay taken.
+    let report = reconcile_once(&app.shop).await.unwrap();
+    assert!(report.drifts.is_empty(), "{report:?}");
+    assert_eq!(gate.stock(ProductId(product)).await.unwrap(), Some(3));
+    // Older than any live admission can be: its buyer is gone, the units come back.
+    tokio::time::sleep(Duration::from_millis(600)).await;
     let report = reconcile_once(&app.shop).await.unwrap();
     assert_eq!(report.drifts.len(), 1, "{report:?}");
     assert_eq!(
-        (report.drifts[0].gate, report.drifts[0].database),
-        (Some(3), 5)
+        (
+            report.drifts[0].gate,
+            report.drifts[0].database,
+            report.drifts[0].pending
+        ),
+        (Some(3), 5, 0)
     );
     assert_eq!(gate.stock(ProductId(product)).await.unwrap(), Some(5));
     assert!(reconcile_once(&app.shop).await.unwrap().drifts.is_empty());

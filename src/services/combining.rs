@@ -24,6 +24,7 @@ use diesel::prelude::*;
 use tokio::sync::oneshot;
 
 use super::purchase::{held_by_customers, refusal_for, write_order, PurchaseOutcome};
+use super::stock_gate::settle;
 use super::Shop;
 use crate::db::fence::change_stock;
 use crate::db::models::Product;
@@ -176,6 +177,10 @@ async fn lead(shop: Shop, product: ProductId, queue: Arc<Mutex<Queue>>, max_batc
         let lease = held.lease();
         let (buyers, answers): (Vec<BatchBuyer>, Vec<_>) =
             batch.into_iter().map(|w| (w.buyer, w.answer)).unzip();
+        let admissions: Vec<Option<(String, Quantity)>> = buyers
+            .iter()
+            .map(|b| b.gate_key.clone().map(|key| (key, b.quantity)))
+            .collect();
         let started = Instant::now();
         let pool = shop.pool.clone();
         let served_lease = lease.clone();
@@ -193,6 +198,18 @@ async fn lead(shop: Shop, product: ProductId, queue: Arc<Mutex<Queue>>, max_batc
         let served = outcomes.is_ok();
         match outcomes {
             Ok(outcomes) => {
+                let written: Vec<(&str, Quantity)> = admissions
+                    .iter()
+                    .zip(&outcomes)
+                    .filter(|(_, outcome)| matches!(outcome, Ok(PurchaseOutcome::Purchased(_))))
+                    .filter_map(|(admission, _)| {
+                        admission
+                            .as_ref()
+                            .map(|(key, units)| (key.as_str(), *units))
+                    })
+                    .collect();
+                // Still under the lock, so a resync never counts these twice.
+                settle(&shop, product, &written).await;
                 for (answer, outcome) in answers.into_iter().zip(outcomes) {
                     let _ = answer.send(outcome);
                 }

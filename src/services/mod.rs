@@ -93,7 +93,12 @@ impl Shop {
             } else {
                 RedisNode::single(&settings.redis_urls[0])?
             };
-            Some(StockGate::new(node, &redis_prefix, marker_ttl))
+            Some(StockGate::new(
+                node,
+                &redis_prefix,
+                marker_ttl,
+                settings.gate_pending_ttl(),
+            ))
         } else {
             None
         };

@@ -19,7 +19,7 @@ use crate::error::AppError;
 use crate::gate::{Admission, StockGate};
 use crate::lock::Lease;
 use crate::metrics;
-use crate::services::stock_gate::{give_back_all, seed_if_absent};
+use crate::services::stock_gate::{give_back_all, seed_if_absent, settle};
 
 /// One product and how many units of it, as the buyer asked.
 #[derive(Debug, Clone, Copy)]
@@ -127,9 +127,13 @@ pub async fn purchase(
         buy_in_batch(shop, line.product, buyer).await
     } else {
         let pool = shop.pool.clone();
+        let locked_shop = shop.clone();
         shop.locks
             .with_locks(products, move |lease| async move {
                 let started = std::time::Instant::now();
+                let admitted: Vec<(ProductId, Quantity)> =
+                    lines.iter().map(|l| (l.product, l.quantity)).collect();
+                let admission = gate_key.clone();
                 let outcome = db::run(&pool, move |conn| {
                     conn.transaction(|conn| {
                         let outcome = purchase_in_transaction(
@@ -147,6 +151,12 @@ pub async fn purchase(
                 })
                 .await;
                 metrics::transaction_time("purchase", started.elapsed());
+                if let (Ok(PurchaseOutcome::Purchased(_)), Some(key)) = (&outcome, &admission) {
+                    // Before the locks go, so a resync never counts these twice.
+                    for (product, units) in admitted {
+                        settle(&locked_shop, product, &[(key.as_str(), units)]).await;
+                    }
+                }
                 outcome
             })
             .await

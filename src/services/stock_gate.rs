@@ -8,7 +8,7 @@ use diesel::prelude::*;
 use super::Shop;
 use crate::db::schema::products;
 use crate::db::{self, PgPool};
-use crate::domain::{CustomerId, ProductId};
+use crate::domain::{CustomerId, ProductId, Quantity};
 use crate::error::AppError;
 use crate::gate::StockGate;
 use crate::metrics;
@@ -24,6 +24,18 @@ pub async fn give_back_all(
     for product in products {
         if let Err(error) = gate.give_back(*product, customer, admission).await {
             tracing::warn!(%product, %error, "could not hand units back to the stock gate; reconcile will correct it");
+        }
+    }
+}
+
+/// Best effort, under the product lock: the gate stops counting these
+/// admissions as pending now that their orders are in Postgres. If Redis
+/// cannot be told, the entries age out and reconcile counts them as given
+/// back, which only admits a few buyers too many (Postgres refuses them).
+pub async fn settle(shop: &Shop, product: ProductId, written: &[(&str, Quantity)]) {
+    if let Some(gate) = &shop.gate {
+        if let Err(error) = gate.settle(product, written).await {
+            tracing::warn!(%product, %error, "could not settle gate admissions; they will age out");
         }
     }
 }
@@ -86,16 +98,34 @@ pub async fn seed_all(shop: &Shop) {
     }
 }
 
-/// How far the gate had drifted from the database for one product.
+/// How far the gate had drifted from the database for one product. The
+/// gate should hold the database's stock less the units of admissions still
+/// on their way to Postgres.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Drift {
     pub product: ProductId,
     /// None when the gate had no stock key.
     pub gate: Option<i64>,
     pub database: i32,
+    /// Units admitted by the gate and not yet written nor given back.
+    pub pending: i64,
+    /// What the gate holds now.
+    pub corrected: i64,
 }
 
-/// Overwrites the product's gate with the database's stock while holding the
+impl Drift {
+    pub fn describe(&self) -> String {
+        format!(
+            "gate {} → {} (database {}, {} pending)",
+            self.gate.map_or("missing".into(), |g| g.to_string()),
+            self.corrected,
+            self.database,
+            self.pending
+        )
+    }
+}
+
+/// Sets the product's gate from the database's stock while holding the
 /// lock, which must already be held by the caller's `with_locks`.
 async fn overwrite_from_database(
     gate: &StockGate,
@@ -105,12 +135,13 @@ async fn overwrite_from_database(
     let Some((stock, limit)) = stock_and_limit(pool, product).await? else {
         return Ok(None);
     };
-    let before = gate.stock(product).await?;
-    gate.overwrite(product, stock, limit).await?;
-    Ok((before != Some(i64::from(stock))).then_some(Drift {
+    let resynced = gate.overwrite(product, stock, limit).await?;
+    Ok((resynced.before != Some(resynced.after)).then_some(Drift {
         product,
-        gate: before,
+        gate: resynced.before,
         database: stock,
+        pending: resynced.pending,
+        corrected: resynced.after,
     }))
 }
 
@@ -183,7 +214,7 @@ pub async fn reconcile_once(shop: &Shop) -> Result<ReconcileReport, AppError> {
     let units_drift = report
         .drifts
         .iter()
-        .map(|drift| drift.gate.unwrap_or(0) - i64::from(drift.database))
+        .map(|drift| drift.gate.unwrap_or(0) - drift.corrected)
         .sum();
     metrics::reconcile(report.drifts.len(), units_drift);
     *shop

@@ -58,14 +58,7 @@ pub async fn dashboard(
                 let drifts = report
                     .drifts
                     .iter()
-                    .map(|d| {
-                        format!(
-                            "product {}: gate {} → database {}",
-                            d.product,
-                            d.gate.map_or("missing".into(), |g| g.to_string()),
-                            d.database
-                        )
-                    })
+                    .map(|d| format!("product {}: {}", d.product, d.describe()))
                     .collect();
                 (super::pages::timestamp(at), report.checked, drifts)
             });
@@ -99,11 +92,7 @@ pub async fn resync_gate(
     let drift = crate::services::stock_gate::resync(&shop, product).await?;
     let detail = match (&shop.gate, drift) {
         (None, _) => "stock gate is off: nothing to resync".to_string(),
-        (Some(_), Some(drift)) => format!(
-            "gate {} → database {}",
-            drift.gate.map_or("missing".into(), |g| g.to_string()),
-            drift.database
-        ),
+        (Some(_), Some(drift)) => drift.describe(),
         (Some(_), None) => "gate already matched the database".to_string(),
     };
     let action = AdminAction::on_product(admin.id, ActionKind::GateResync, product, detail);
