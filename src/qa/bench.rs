@@ -800,11 +800,13 @@ pub fn render(report: &BenchReport, config: &BenchConfig, command: &str) -> Stri
             rejected.per_second / health.per_second.max(1e-9),
             if report.stock_gate {
                 "With the stock gate on, a rejection takes no lock and no stock query: it checks \
-                 the session (one indexed read of the sessions table) and the CSRF token, makes one \
-                 Redis script call and renders the sold-out page."
+                 the session (one indexed read of the sessions table) and the CSRF token, claims \
+                 the form's idempotency key (one insert), makes one Redis script call, renders the \
+                 sold-out page and keeps it as the key's answer (one update)."
             } else {
                 "With the stock gate off, a rejection is one plain database read before the lock \
-                 queue (it can only say no) plus the session, CSRF check and page render."
+                 queue (it can only say no) plus the session, CSRF check, idempotency key claim \
+                 and answer, and page render."
             }
         );
     }
