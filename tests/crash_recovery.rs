@@ -53,12 +53,7 @@ async fn kill_nine_mid_burst_then_restart_leaves_an_exact_ledger() {
     let admin = Browser::sign_in(&first.address, "admin@example.com", PASSWORD).await;
 
     // Orders that the burst will pay, decline and refund.
-    let customers: Vec<Browser> = {
-        use futures::StreamExt;
-        let signups =
-            (0..24).map(|i| Browser::sign_up(&first.address, &format!("crash{i}@example.com")));
-        futures::stream::iter(signups).buffered(8).collect().await
-    };
+    let customers = sign_up_customers(&first.address, 24, "crash").await;
     let mut open_orders = Vec::new();
     for buyer in &customers[..12] {
         open_orders.push((buyer.clone(), order_id_from(&buyer.buy(product, 1).await)));

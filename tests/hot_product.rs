@@ -10,25 +10,10 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use flashsale::domain::{CustomerId, ProductId, Quantity};
-use flashsale::lock::ProductLocks;
 use flashsale::services::combining::{buy_in_batch, BatchBuyer};
 use flashsale::services::purchase::PurchaseOutcome;
 use flashsale::services::stock_gate::seed_if_absent;
 use reqwest::StatusCode;
-
-/// A second, independent lock client on the same Redis and prefix: what
-/// another instance of the shop would be.
-fn other_instance(app: &TestApp, lease: Duration) -> ProductLocks {
-    ProductLocks::new(
-        &app.settings.redis_urls,
-        false,
-        &app.shop.redis_prefix,
-        Duration::from_secs(3),
-        lease,
-        true,
-    )
-    .unwrap()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn arrival_order_decides_who_gets_the_last_units() {
@@ -44,7 +29,7 @@ async fn arrival_order_decides_who_gets_the_last_units() {
         .await
         .unwrap();
     // Another instance holds the product while the buyers line up one by one.
-    let elsewhere = other_instance(&app, Duration::from_secs(10));
+    let elsewhere = app.other_instance(Duration::from_secs(3), Duration::from_secs(10));
     let held = elsewhere.acquire(vec![ProductId(product)]).await.unwrap();
     let mut pending = Vec::new();
     for (buyer, token) in buyers.iter().cloned().zip(tokens) {
@@ -84,12 +69,7 @@ async fn arrival_order_decides_who_gets_the_last_units() {
     // served by one lock hold and one transaction (with the gate on, only the
     // three admitted buyers queue; the rest were refused by Redis).
     let metrics = flashsale::metrics::render();
-    let figure = |name: &str| -> f64 {
-        metrics
-            .lines()
-            .find_map(|line| line.strip_prefix(name)?.trim().parse().ok())
-            .unwrap_or(0.0)
-    };
+    let figure = |name: &str| metric_sample(&metrics, name).unwrap_or(0.0);
     let (batches, batched) = (
         figure("flashsale_purchase_batch_size_count"),
         figure("flashsale_purchase_batch_size_sum"),
@@ -117,7 +97,7 @@ async fn a_buyer_whose_rows_are_refused_does_not_sink_the_batch() {
     };
     // In arrival order: a real buyer, an account that does not exist, a real buyer.
     let customers = [id_of(&buyers[0].email), -1, id_of(&buyers[1].email)];
-    let elsewhere = other_instance(&app, Duration::from_secs(10));
+    let elsewhere = app.other_instance(Duration::from_secs(3), Duration::from_secs(10));
     let held = elsewhere.acquire(vec![ProductId(product)]).await.unwrap();
     let mut pending = Vec::new();
     for customer in customers {
@@ -168,7 +148,7 @@ async fn a_release_elsewhere_wakes_the_waiting_instance_at_once() {
     let product = app.product(5, None).await;
     let buyer = app.customer("woken@example.com").await;
     let token = buyer.csrf().await;
-    let elsewhere = other_instance(&app, Duration::from_secs(30));
+    let elsewhere = app.other_instance(Duration::from_secs(3), Duration::from_secs(30));
     let held = elsewhere.acquire(vec![ProductId(product)]).await.unwrap();
 
     let started = Instant::now();
@@ -215,15 +195,7 @@ async fn the_watchdog_keeps_the_lock_through_a_slow_transaction() {
     let buying = tokio::spawn(async move { buyer.buy_with_token(product, "1", &token).await });
     // Past the lease, the lock must still be held: no other instance gets it.
     tokio::time::sleep(Duration::from_millis(1_600)).await;
-    let elsewhere = ProductLocks::new(
-        &app.settings.redis_urls,
-        false,
-        &app.shop.redis_prefix,
-        Duration::from_millis(200),
-        Duration::from_secs(1),
-        true,
-    )
-    .unwrap();
+    let elsewhere = app.other_instance(Duration::from_millis(200), Duration::from_secs(1));
     assert!(
         elsewhere.acquire(vec![ProductId(product)]).await.is_err(),
         "the renewed lease still holds the lock after 1.6 s"

@@ -12,15 +12,6 @@ use std::sync::{Arc, Mutex};
 use common::*;
 use reqwest::StatusCode;
 
-/// The value of one sample line of the Prometheus text format, e.g.
-/// `flashsale_purchases_total{outcome="purchased"}`.
-fn sample(metrics: &str, series: &str) -> Option<f64> {
-    metrics.lines().find_map(|line| {
-        let value = line.strip_prefix(series)?.strip_prefix(' ')?;
-        value.trim().parse().ok()
-    })
-}
-
 async fn scrape(app: &TestApp) -> String {
     let response = app.browser().get("/metrics").await;
     assert_eq!(response.status(), StatusCode::OK);
@@ -51,7 +42,7 @@ async fn metrics_count_each_purchase_outcome() {
 
     let metrics = scrape(&app).await;
     let outcome = |label: &str| {
-        sample(
+        metric_sample(
             &metrics,
             &format!("flashsale_purchases_total{{outcome=\"{label}\"}}"),
         )
@@ -62,7 +53,7 @@ async fn metrics_count_each_purchase_outcome() {
     assert_eq!(outcome("busy"), None, "never counted, so not exported");
     if app.settings.stock_gate {
         let decision = |label: &str| {
-            sample(
+            metric_sample(
                 &metrics,
                 &format!("flashsale_gate_decisions_total{{decision=\"{label}\"}}"),
             )
@@ -98,10 +89,16 @@ async fn reconcile_drift_is_exported() {
         .unwrap();
 
     let metrics = scrape(&app).await;
-    assert_eq!(sample(&metrics, "flashsale_gate_drift_products"), Some(1.0));
-    assert_eq!(sample(&metrics, "flashsale_gate_drift_units"), Some(2.0));
     assert_eq!(
-        sample(&metrics, "flashsale_reconcile_runs_total"),
+        metric_sample(&metrics, "flashsale_gate_drift_products"),
+        Some(1.0)
+    );
+    assert_eq!(
+        metric_sample(&metrics, "flashsale_gate_drift_units"),
+        Some(2.0)
+    );
+    assert_eq!(
+        metric_sample(&metrics, "flashsale_reconcile_runs_total"),
         Some(1.0)
     );
 }

@@ -277,15 +277,7 @@ async fn reconcile_mid_burst_leaves_admitted_buyers_units_taken() {
         .unwrap();
     // Another instance holds the product: reconcile queues for it first,
     // then three buyers are admitted by the gate and queue behind it.
-    let elsewhere = flashsale::lock::ProductLocks::new(
-        &app.settings.redis_urls,
-        false,
-        &app.shop.redis_prefix,
-        Duration::from_secs(3),
-        Duration::from_secs(10),
-        true,
-    )
-    .unwrap();
+    let elsewhere = app.other_instance(Duration::from_secs(3), Duration::from_secs(10));
     let held = elsewhere.acquire(vec![ProductId(product)]).await.unwrap();
     let shop = app.shop.clone();
     let reconcile = tokio::spawn(async move { reconcile_once(&shop).await });

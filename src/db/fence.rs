@@ -36,12 +36,16 @@ pub fn change_stock(
     .optional()?;
     match written {
         Some(stock_after) => Ok(stock_after),
-        None => {
-            let fence: i64 = products::table
-                .find(product.get())
-                .select(products::fence)
-                .first(conn)?;
-            Err(AppError::Fenced { product, fence })
-        }
+        None => Err(refused(conn, product)?),
     }
+}
+
+/// The error for a stock write its fencing token did not allow, naming the
+/// token that holds the row now.
+pub fn refused(conn: &mut PgConn, product: ProductId) -> Result<AppError, AppError> {
+    let fence: i64 = products::table
+        .find(product.get())
+        .select(products::fence)
+        .first(conn)?;
+    Ok(AppError::Fenced { product, fence })
 }

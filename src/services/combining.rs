@@ -26,11 +26,11 @@ use tokio::sync::oneshot;
 use super::purchase::{held_by_customers, refusal_for, write_order, PurchaseOutcome};
 use super::stock_gate::settle;
 use super::Shop;
-use crate::db::fence::change_stock;
+use crate::db::fence::{self, change_stock};
 use crate::db::models::Product;
 use crate::db::schema::products;
 use crate::db::{self, PgConn};
-use crate::domain::{CustomerId, Money, OrderId, OrderStatus, ProductId, Quantity, StockReason};
+use crate::domain::{CustomerId, OrderId, OrderStatus, ProductId, Quantity, StockReason};
 use crate::error::AppError;
 use crate::lock::{HeldLocks, Lease};
 use crate::metrics;
@@ -404,10 +404,10 @@ fn serve_at_once(
     }
     if !taking.is_empty() {
         let price = tally.product.price();
-        let totals = taking
+        let totals: Vec<i64> = taking
             .iter()
-            .map(|(b, _)| Ok(Money::from_cents(price.times(b.quantity.get()).cents())?.cents()))
-            .collect::<Result<Vec<i64>, AppError>>()?;
+            .map(|(b, _)| price.times(b.quantity.get()).cents())
+            .collect();
         let written: Vec<WrittenBuyer> = diesel::sql_query(WRITE_BATCH)
             .bind::<Array<BigInt>, _>(
                 taking
@@ -450,15 +450,7 @@ fn serve_at_once(
             .load(conn)
             .map_err(refused_or_failed)?;
         if written.first().and_then(|w| w.stock).is_none() {
-            let fence: i64 = products::table
-                .find(product_id.get())
-                .select(products::fence)
-                .first(conn)?;
-            return Err(AppError::Fenced {
-                product: product_id,
-                fence,
-            }
-            .into());
+            return Err(fence::refused(conn, product_id)?.into());
         }
         let mut orders = written.into_iter();
         for answer in answers.iter_mut().filter(|a| a.is_none()) {

@@ -24,8 +24,6 @@ pub enum Claim {
     Run,
     /// The same request ran before: here is its answer.
     Replay(SavedResponse),
-    /// The same request bought this order (a purchase keeps its answer so).
-    Ordered(OrderId),
     /// The key was used for a different request.
     Mismatch,
     /// The first request with this key has not finished.
@@ -77,7 +75,12 @@ pub async fn claim(
         Ok(if stored_fingerprint != fingerprint {
             Claim::Mismatch
         } else if let Some(order) = order {
-            Claim::Ordered(OrderId(order))
+            // A purchase keeps its answer as the order it made: see that order.
+            Claim::Replay(SavedResponse {
+                status: 303,
+                location: Some(format!("/orders/{}", OrderId(order))),
+                body: None,
+            })
         } else if let Some(status) = status {
             Claim::Replay(SavedResponse {
                 status: status as u16,

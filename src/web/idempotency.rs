@@ -68,13 +68,6 @@ where
         match claim(&shop.bookkeeping, customer, &key, &print).await? {
             Claim::Run => break,
             Claim::Replay(saved) => return Ok(replay(saved)),
-            Claim::Ordered(order) => {
-                return Ok(replay(SavedResponse {
-                    status: StatusCode::SEE_OTHER.as_u16(),
-                    location: Some(format!("/orders/{order}")),
-                    body: None,
-                }))
-            }
             Claim::Mismatch => {
                 return Err(AppError::conflict(
                     "Conflicting reuse of key",

@@ -448,6 +448,21 @@ pub fn order_id_from(response: &reqwest::Response) -> i64 {
 }
 
 impl TestApp {
+    /// A second, independent lock client on the same Redis and prefix: what
+    /// another instance of the shop would be, waiting at most `wait` for a
+    /// lock and holding it for `lease`.
+    pub fn other_instance(&self, wait: Duration, lease: Duration) -> flashsale::lock::ProductLocks {
+        flashsale::lock::ProductLocks::new(
+            &self.settings.redis_urls,
+            false,
+            &self.shop.redis_prefix,
+            wait,
+            lease,
+            true,
+        )
+        .unwrap()
+    }
+
     pub fn browser(&self) -> Browser {
         Browser::new(&self.address)
     }
@@ -499,6 +514,15 @@ impl TestApp {
 }
 
 /// Signs up `n` customers of the shop at `base`, `{tag}{i}@example.com`.
+/// The value of one sample line of the Prometheus text format, e.g.
+/// `flashsale_purchases_total{outcome="purchased"}`.
+pub fn metric_sample(metrics: &str, series: &str) -> Option<f64> {
+    metrics.lines().find_map(|line| {
+        let value = line.strip_prefix(series)?.strip_prefix(' ')?;
+        value.trim().parse().ok()
+    })
+}
+
 pub async fn sign_up_customers(base: &str, n: usize, tag: &str) -> Vec<Browser> {
     use futures::StreamExt;
     // A few at a time: sign-up hashes a password, which is slow on purpose.
