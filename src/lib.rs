@@ -11,7 +11,6 @@ pub mod logging;
 pub mod metrics;
 pub mod qa;
 pub mod redis_node;
-pub mod security;
 pub mod services;
 pub mod startup;
 pub mod web;

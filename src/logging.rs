@@ -5,28 +5,15 @@
 use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::EnvFilter;
 
-/// Used when `RUST_LOG` is unset.
-pub const DEFAULT_FILTER: &str = "info,actix_server=warn";
-
+/// How log lines are written (`config::log_format` reads `LOG_FORMAT`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LogFormat {
     Text,
     Json,
 }
 
-impl LogFormat {
-    /// `LOG_FORMAT`: `text` (default) or `json`.
-    pub fn from_env() -> anyhow::Result<LogFormat> {
-        match std::env::var("LOG_FORMAT") {
-            Err(_) => Ok(LogFormat::Text),
-            Ok(value) => match value.trim().to_ascii_lowercase().as_str() {
-                "" | "text" => Ok(LogFormat::Text),
-                "json" => Ok(LogFormat::Json),
-                other => anyhow::bail!("LOG_FORMAT must be text or json, not {other:?}"),
-            },
-        }
-    }
-}
+/// Used when `RUST_LOG` is unset.
+pub const DEFAULT_FILTER: &str = "info,actix_server=warn";
 
 pub type BoxedSubscriber = Box<dyn tracing::Subscriber + Send + Sync>;
 
@@ -55,7 +42,7 @@ where
 /// Installs the process-wide subscriber on stderr from `LOG_FORMAT` and `RUST_LOG`.
 pub fn init() -> anyhow::Result<()> {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| DEFAULT_FILTER.into());
-    let subscriber = subscriber(LogFormat::from_env()?, filter, std::io::stderr);
+    let subscriber = subscriber(crate::config::log_format()?, filter, std::io::stderr);
     tracing::subscriber::set_global_default(subscriber)?;
     Ok(())
 }

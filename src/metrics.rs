@@ -202,12 +202,6 @@ pub fn render() -> String {
 
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4";
 
-/// Whether `GET /metrics` answers: the `METRICS` environment variable, `on`
-/// unless it says `off`.
-pub fn endpoint_enabled() -> bool {
-    !std::env::var("METRICS").is_ok_and(|value| value.trim().eq_ignore_ascii_case("off"))
-}
-
 /// A counter's value for one label value.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Tally {

@@ -1,6 +1,7 @@
 //! The database: connection pool, the one helper that runs blocking Diesel
 //! code off the async executor, migrations, and the row types.
 
+pub mod error;
 pub mod fence;
 pub mod models;
 pub mod schema;

@@ -80,7 +80,7 @@ pub async fn sign_in(
     password: Result<Password, InvalidInput>,
     ip: IpAddr,
 ) -> Result<Account, AppError> {
-    let limits = shop.security.login_limits;
+    let limits = shop.settings.security.login_limits;
     if let Err(error) = throttle::begin_attempt(&shop.pool, limits, &email, ip).await {
         if let AppError::TooManyAttempts { retry_after } = &error {
             tracing::warn!(%ip, retry_after_secs = retry_after.as_secs(), "sign-in throttled");

@@ -70,7 +70,7 @@ pub async fn run_once(shop: &Shop) -> Result<JobReport, AppError> {
     let retention = shop.settings.idempotency_retention;
     report.purged_keys = db::run(&shop.pool, move |conn| purge_expired(conn, retention)).await?;
     metrics::job_run("purge_idempotency_keys");
-    let window = shop.security.login_limits.window;
+    let window = shop.settings.security.login_limits.window;
     report.purged_login_attempts = db::run(&shop.pool, move |conn| {
         Ok(throttle::purge_expired(conn, window)?)
     })

@@ -27,7 +27,6 @@ use crate::db::PgPool;
 use crate::gate::StockGate;
 use crate::lock::ProductLocks;
 use crate::redis_node::RedisNode;
-use crate::security::SecuritySettings;
 use payment::PaymentGateway;
 use stock_gate::ReconcileReport;
 
@@ -44,8 +43,6 @@ pub struct Shop {
     pub redis_prefix: String,
     pub locks: ProductLocks,
     pub settings: Arc<Settings>,
-    /// Sign-in throttling, trusted proxies, session lifetime.
-    pub security: Arc<SecuritySettings>,
     pub gateway: Arc<dyn PaymentGateway>,
     /// The Redis stock gate, unless `STOCK_GATE=off`.
     pub gate: Option<StockGate>,
@@ -114,7 +111,6 @@ impl Shop {
             combiner,
             last_reconcile: Arc::new(Mutex::new(None)),
             settings: Arc::new(settings),
-            security: Arc::new(SecuritySettings::from_env()?),
             gateway: Arc::new(payment::SandboxGateway),
         })
     }

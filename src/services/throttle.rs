@@ -12,11 +12,11 @@ use diesel::pg::Pg;
 use diesel::prelude::*;
 use diesel::sql_types::Text;
 
+use crate::config::LoginLimits;
 use crate::db::schema::login_attempts;
 use crate::db::{self, PgConn, PgPool};
 use crate::domain::Email;
 use crate::error::AppError;
-use crate::security::LoginLimits;
 
 /// Records an attempt for `email` from `ip`, or refuses it with how long to
 /// wait when either already had its allowance of attempts in the window.

@@ -8,9 +8,9 @@ use super::forms::{Credentials, CredentialsForm, CsrfOnlyForm};
 use super::pages::{render, AuthPage, Nav};
 use super::session::{self, verify_csrf};
 use super::{html, see_other};
+use crate::config::TrustedProxies;
 use crate::domain::{Email, Password, Role};
 use crate::error::AppError;
-use crate::security::TrustedProxies;
 use crate::services::accounts::{sign_in, sign_up};
 use crate::services::Shop;
 
@@ -103,7 +103,7 @@ pub async fn login(
     verify_csrf(&session, &form.csrf_token)?;
     let attempt = async {
         let email = Email::parse(&form.email)?;
-        let ip = client_ip(&request, &shop.security.trusted_proxies);
+        let ip = client_ip(&request, &shop.settings.security.trusted_proxies);
         // An impossible password still counts as an attempt: the throttle sees every guess.
         sign_in(&shop, email, Password::parse(&form.password), ip).await
     };

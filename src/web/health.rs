@@ -42,8 +42,8 @@ pub async fn readyz(shop: web::Data<Shop>) -> HttpResponse {
 }
 
 #[get("/metrics")]
-pub async fn metrics_text() -> Result<HttpResponse, AppError> {
-    if !metrics::endpoint_enabled() {
+pub async fn metrics_text(shop: web::Data<Shop>) -> Result<HttpResponse, AppError> {
+    if !shop.settings.metrics {
         return Err(AppError::NotFound(
             "There is no page at this address.".into(),
         ));

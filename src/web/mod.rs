@@ -5,6 +5,7 @@ pub mod admin;
 pub mod audit_log;
 pub mod auth;
 pub mod cart;
+pub mod error;
 pub mod forms;
 pub mod health;
 pub mod idempotency;

@@ -74,7 +74,7 @@ pub async fn sign_in(shop: &Shop, session: &Session, account: &Account) -> Resul
     if let Some(previous) = session_token(session) {
         sessions::revoke(&shop.pool, &previous).await?;
     }
-    let token = sessions::start(&shop.pool, account.id, shop.security.session_ttl).await?;
+    let token = sessions::start(&shop.pool, account.id, shop.settings.security.session_ttl).await?;
     session.clear();
     store_account(session, account)?;
     session

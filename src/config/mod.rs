@@ -1,9 +1,20 @@
 //! Settings come from the environment so one binary serves a laptop, CI and a
-//! real deployment; tests build `Settings` directly.
+//! real deployment; tests build `Settings` directly (`Settings::for_tests`)
+//! and change any field, so nothing a test needs is read from the process
+//! environment behind the builder's back.
+
+mod env;
+mod security;
+
+pub use security::{LoginLimits, SecuritySettings, TrustedProxies};
 
 use std::time::Duration;
 
 use anyhow::{bail, Context};
+
+use env::{on_off, parse_var, split_urls, var};
+
+use crate::logging::LogFormat;
 
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -48,6 +59,10 @@ pub struct Settings {
     /// 64 bytes that sign and encrypt session cookies; every instance of one shop must share it.
     pub session_key: Vec<u8>,
     pub cookie_secure: bool,
+    /// Sign-in throttling, trusted proxies, session lifetime.
+    pub security: SecuritySettings,
+    /// Whether `GET /metrics` answers (`METRICS=on|off`).
+    pub metrics: bool,
 }
 
 impl Settings {
@@ -94,6 +109,8 @@ impl Settings {
                 }
             },
             cookie_secure: parse_var("COOKIE_SECURE", false)?,
+            security: SecuritySettings::from_env()?,
+            metrics: on_off("METRICS", true)?,
         };
         settings.validate()?;
         Ok(settings)
@@ -128,6 +145,8 @@ impl Settings {
             idempotency_retention: Duration::from_secs(24 * 3600),
             session_key: random_session_key(),
             cookie_secure: false,
+            security: SecuritySettings::default(),
+            metrics: true,
         }
     }
 
@@ -161,44 +180,20 @@ impl Settings {
     }
 }
 
-pub(crate) fn var(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
-}
-
-pub(crate) fn parse_var<T: std::str::FromStr>(name: &str, default: T) -> anyhow::Result<T>
-where
-    T::Err: std::fmt::Display,
-{
-    match var(name) {
-        Some(raw) => raw
-            .trim()
-            .parse()
-            .map_err(|e| anyhow::anyhow!("{name}={raw:?}: {e}")),
-        None => Ok(default),
-    }
-}
-
-/// A switch read as `on`/`off` (also true/false, 1/0).
-fn on_off(name: &str, default: bool) -> anyhow::Result<bool> {
-    match var(name).as_deref().map(str::to_ascii_lowercase).as_deref() {
-        None => Ok(default),
-        Some("on" | "true" | "1") => Ok(true),
-        Some("off" | "false" | "0") => Ok(false),
-        Some(other) => bail!("{name}={other:?}: use on or off"),
-    }
-}
-
-fn split_urls(raw: &str) -> Vec<String> {
-    raw.split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(String::from)
-        .collect()
-}
-
 pub fn random_session_key() -> Vec<u8> {
     use rand::RngCore;
     let mut key = vec![0u8; 64];
     rand::thread_rng().fill_bytes(&mut key);
     key
+}
+
+/// `LOG_FORMAT`: `text` (default) or `json`. Read on its own, before the
+/// other settings, so that a bad setting is itself logged in that format.
+pub fn log_format() -> anyhow::Result<LogFormat> {
+    match var("LOG_FORMAT").map(|value| value.trim().to_ascii_lowercase()) {
+        None => Ok(LogFormat::Text),
+        Some(value) if value == "text" => Ok(LogFormat::Text),
+        Some(value) if value == "json" => Ok(LogFormat::Json),
+        Some(other) => bail!("LOG_FORMAT must be text or json, not {other:?}"),
+    }
 }

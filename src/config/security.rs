@@ -1,5 +1,5 @@
-//! Security settings that live beside `config::Settings`: sign-in throttling,
-//! which proxies may name the client's address, and how long a session lasts.
+//! Security settings: sign-in throttling, which proxies may name the
+//! client's address, and how long a session lasts.
 
 use std::net::IpAddr;
 use std::time::Duration;
@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use ipnet::IpNet;
 
-use crate::config::{parse_var, var};
+use super::env::{parse_var, var};
 
 #[derive(Debug, Clone)]
 pub struct SecuritySettings {

@@ -1,0 +1,114 @@
+//! How an `AppError` reaches a person: its status, its headers and a page
+//! worded for the customer. The only place the error type meets HTTP.
+
+use actix_web::http::{header, StatusCode};
+use actix_web::{HttpResponse, ResponseError};
+use askama::Template;
+
+use super::pages::ErrorPage;
+use crate::error::AppError;
+
+/// The heading and the explanation a customer reads for `error`.
+fn title_and_message(error: &AppError) -> (&'static str, String) {
+    match error {
+        AppError::Invalid(message) => ("Please check what you entered", message.clone()),
+        AppError::NotFound(message) => ("Not found", message.clone()),
+        AppError::Forbidden(message) => ("Not allowed", message.clone()),
+        AppError::SignInRequired => ("Sign in required", "Sign in to continue.".into()),
+        AppError::BadCsrf => (
+            "This form has expired",
+            "The form you sent was not issued to this session (it may be old, or come from another site). Nothing was changed. Go back, reload the page and try again.".into(),
+        ),
+        AppError::Conflict { title, message } => (title, message.clone()),
+        AppError::TooManyAttempts { retry_after } => (
+            "Too many sign-in attempts",
+            format!(
+                "There have been too many unsuccessful sign-in attempts for this account or from your network, so signing in is paused. Try again in {}.",
+                wait_in_words(*retry_after)
+            ),
+        ),
+        AppError::Busy => (
+            "Too many buyers right now",
+            "So many people are buying this item at this moment that we could not serve you in time. Nothing was charged or reserved. Please try again in a moment.".into(),
+        ),
+        AppError::Unavailable(_) => (
+            "The shop is briefly unavailable",
+            "Part of the shop is not answering right now, so we did not take your order: nothing was reserved or charged. Please try again in a minute.".into(),
+        ),
+        AppError::Fenced { .. } => (
+            "The shop is briefly unavailable",
+            "Your checkout was paused so long that its hold on this product ran out and another checkout took over, so yours stopped before writing anything. Nothing was reserved or charged. Please try again.".into(),
+        ),
+        AppError::Internal(_) => (
+            "Something went wrong",
+            "An unexpected error stopped this request. Nothing was charged. Please try again; if it keeps happening, contact support.".into(),
+        ),
+    }
+}
+
+/// "45 seconds", "1 minute", "15 minutes": rounded up, so waiting that long is enough.
+fn wait_in_words(wait: std::time::Duration) -> String {
+    let seconds = wait.as_secs().max(1);
+    let (amount, unit) = if seconds < 60 {
+        (seconds, "second")
+    } else {
+        (seconds.div_ceil(60), "minute")
+    };
+    format!("{amount} {unit}{}", if amount == 1 { "" } else { "s" })
+}
+
+impl ResponseError for AppError {
+    fn status_code(&self) -> StatusCode {
+        match self {
+            AppError::Invalid(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            AppError::NotFound(_) => StatusCode::NOT_FOUND,
+            AppError::Forbidden(_) | AppError::BadCsrf => StatusCode::FORBIDDEN,
+            AppError::SignInRequired => StatusCode::SEE_OTHER,
+            AppError::Conflict { .. } => StatusCode::CONFLICT,
+            AppError::TooManyAttempts { .. } => StatusCode::TOO_MANY_REQUESTS,
+            AppError::Busy | AppError::Unavailable(_) | AppError::Fenced { .. } => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
+            AppError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        match self {
+            AppError::Internal(error) => tracing::error!(error = ?error, "request failed"),
+            AppError::Unavailable(reason) => tracing::warn!(%reason, "dependency unavailable"),
+            AppError::Fenced { product, fence } => {
+                tracing::warn!(%product, fence, "stock write refused by its fencing token")
+            }
+            _ => {}
+        }
+        let status = self.status_code();
+        if let AppError::SignInRequired = self {
+            return HttpResponse::SeeOther()
+                .insert_header((header::LOCATION, "/login"))
+                .finish();
+        }
+        let (title, message) = title_and_message(self);
+        let mut response = HttpResponse::build(status);
+        match self {
+            AppError::TooManyAttempts { retry_after } => {
+                response.insert_header((header::RETRY_AFTER, retry_after.as_secs().max(1)));
+            }
+            _ if status == StatusCode::SERVICE_UNAVAILABLE => {
+                response.insert_header((header::RETRY_AFTER, "2"));
+            }
+            _ => {}
+        }
+        let page = ErrorPage {
+            status: status.as_u16(),
+            title,
+            message: &message,
+        };
+        match page.render() {
+            Ok(html) => response.content_type("text/html; charset=utf-8").body(html),
+            Err(_) => response
+                .content_type("text/plain; charset=utf-8")
+                .body(format!("{title}\n\n{message}")),
+        }
+    }
+}
