@@ -15,8 +15,8 @@ use crate::qa::lab::{
 };
 use crate::qa::race::{run_race, PayMode, RaceConfig};
 use crate::services::accounts::ensure_admin;
-use crate::services::audit::run_audit;
 use crate::services::catalog::{create_product, SaleSpec};
+use crate::services::ledger_audit::run_audit;
 use crate::services::seed::seed_demo;
 use crate::startup::Application;
 

@@ -2,7 +2,7 @@
 //! shop; `web::error` decides how a person is told, `db::error` how Diesel's
 //! errors become one of these.
 
-use crate::domain::{InvalidInput, ProductId};
+use crate::domain::{InvalidInput, ProductId, Refusal};
 
 #[derive(Debug, thiserror::Error)]
 pub enum AppError {
@@ -17,7 +17,10 @@ pub enum AppError {
     SignInRequired,
     #[error("the form was not issued by this shop for this session")]
     BadCsrf,
-    /// A well-formed request that the shop's rules refuse (sold out, already paid, ...).
+    /// A purchase the sale's rules refuse (sold out, limit reached, not open).
+    #[error("purchase refused: {}", .0.kind())]
+    Refused(Refusal),
+    /// A well-formed request that the shop's rules refuse (already paid, ...).
     #[error("{message}")]
     Conflict {
         title: &'static str,

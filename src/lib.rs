@@ -9,6 +9,7 @@ pub mod gate;
 pub mod lock;
 pub mod logging;
 pub mod metrics;
+pub mod payment;
 pub mod qa;
 pub mod redis_node;
 pub mod services;

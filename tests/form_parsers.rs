@@ -7,10 +7,9 @@ mod hostile;
 use actix_web::ResponseError;
 use chrono::{DateTime, TimeZone, Utc};
 use flashsale::db::models::Product;
-use flashsale::domain::{Email, IdempotencyKey, Money, Password, ProductId, Quantity};
+use flashsale::domain::{CardNumber, Email, IdempotencyKey, Money, Password, ProductId, Quantity};
 use flashsale::error::AppError;
 use flashsale::services::catalog::MAX_STOCK;
-use flashsale::services::payment::CardNumber;
 use flashsale::web::forms::{
     parse_order_id, parse_product_id, AdjustForm, BuyForm, CartForm, CredentialsForm, CsrfOnlyForm,
     OrderSearch, PayForm, SaleFields,

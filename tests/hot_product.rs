@@ -10,8 +10,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use flashsale::domain::{CustomerId, ProductId, Quantity};
-use flashsale::services::combining::{buy_in_batch, BatchBuyer};
-use flashsale::services::purchase::PurchaseOutcome;
+use flashsale::services::checkout::{buy_in_batch, Buyer, PurchaseOutcome};
 use flashsale::services::stock_gate::seed_if_absent;
 use reqwest::StatusCode;
 
@@ -103,7 +102,7 @@ async fn a_buyer_whose_rows_are_refused_does_not_sink_the_batch() {
     for customer in customers {
         let shop = app.shop.clone();
         pending.push(tokio::spawn(async move {
-            let buyer = BatchBuyer {
+            let buyer = Buyer {
                 customer: CustomerId(customer),
                 quantity: Quantity::new(1).unwrap(),
                 payment_deadline: chrono::Utc::now() + chrono::Duration::minutes(10),

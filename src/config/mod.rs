@@ -63,6 +63,8 @@ pub struct Settings {
     pub security: SecuritySettings,
     /// Whether `GET /metrics` answers (`METRICS=on|off`).
     pub metrics: bool,
+    /// Who charges cards: one of `payment::PROVIDERS` (`PAYMENT_PROVIDER`).
+    pub payment_provider: String,
 }
 
 impl Settings {
@@ -111,6 +113,7 @@ impl Settings {
             cookie_secure: parse_var("COOKIE_SECURE", false)?,
             security: SecuritySettings::from_env()?,
             metrics: on_off("METRICS", true)?,
+            payment_provider: var("PAYMENT_PROVIDER").unwrap_or_else(|| "sandbox".into()),
         };
         settings.validate()?;
         Ok(settings)
@@ -147,6 +150,7 @@ impl Settings {
             cookie_secure: false,
             security: SecuritySettings::default(),
             metrics: true,
+            payment_provider: "sandbox".into(),
         }
     }
 
@@ -163,6 +167,13 @@ impl Settings {
         }
         if self.session_key.len() < 64 {
             bail!("SESSION_KEY must be at least 64 bytes (128 hex characters)");
+        }
+        if !crate::payment::PROVIDERS.contains(&self.payment_provider.as_str()) {
+            bail!(
+                "PAYMENT_PROVIDER={:?}: use one of {}",
+                self.payment_provider,
+                crate::payment::PROVIDERS.join(", ")
+            );
         }
         if self.combine_max == 0 {
             bail!("COMBINE_MAX must be at least 1");

@@ -4,7 +4,7 @@ use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 
 use super::schema::{customers, order_items, orders, payments, products, stock_history};
-use crate::domain::{Money, OrderId, OrderStatus, ProductId};
+use crate::domain::{Money, OrderId, OrderStatus, ProductId, SaleState};
 
 #[derive(Debug, Clone, Queryable, Selectable, Identifiable)]
 #[diesel(table_name = customers)]
@@ -40,15 +40,6 @@ pub struct Product {
     pub updated_at: DateTime<Utc>,
     /// Fencing token of the last lock holder that wrote the stock.
     pub fence: i64,
-}
-
-/// Where a sale stands at a given instant.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SaleState {
-    Upcoming,
-    Live,
-    SoldOut,
-    Ended,
 }
 
 impl Product {

@@ -1,20 +1,24 @@
 //! Types that are valid by construction: once a handler has parsed its form
 //! into these, the services never re-check shape, only business rules.
 
+mod card_number;
 mod credentials;
 mod idempotency_key;
 mod ids;
 mod money;
 mod order_status;
 mod quantity;
+mod sale;
 mod text;
 
+pub use card_number::CardNumber;
 pub use credentials::{Email, Password};
 pub use idempotency_key::IdempotencyKey;
 pub use ids::{CustomerId, OrderId, ProductId};
 pub use money::Money;
 pub use order_status::{OrderStatus, StockReason, TransitionRefused};
 pub use quantity::Quantity;
+pub use sale::{Refusal, SaleState};
 pub use text::{check_plain_text, Lines};
 
 /// A form field or path segment that does not parse into its domain type.

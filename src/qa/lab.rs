@@ -18,9 +18,9 @@ use tokio::sync::Barrier;
 use super::{new_histogram, record, server_of, summarize, Latency};
 use crate::config::Settings;
 use crate::db::{self, PgPool};
-use crate::domain::{CustomerId, ProductId, Quantity};
+use crate::domain::{CustomerId, ProductId, Quantity, Refusal};
 use crate::error::AppError;
-use crate::services::purchase::{purchase, Line, PurchaseOutcome};
+use crate::services::checkout::{purchase, Line, PurchaseOutcome};
 use crate::services::Shop;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
@@ -682,7 +682,7 @@ async fn pg_attempt(
         };
         return Ok(match purchase(shop, customer, vec![line], None).await? {
             PurchaseOutcome::Purchased(_) => Attempt::Sold,
-            PurchaseOutcome::SoldOut { .. } => Attempt::Rejected,
+            PurchaseOutcome::Refused(Refusal::SoldOut { .. }) => Attempt::Rejected,
             PurchaseOutcome::Busy | PurchaseOutcome::Unavailable(_) => Attempt::GaveUp,
             other => Attempt::Error(format!("{other:?}")),
         });

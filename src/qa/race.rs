@@ -14,7 +14,7 @@ use serde::Serialize;
 use tokio::sync::{Barrier, Semaphore};
 
 use super::{new_histogram, record, summarize, Latency};
-use crate::services::audit::run_audit;
+use crate::services::ledger_audit::run_audit;
 
 pub const GOOD_CARD: &str = "4242424242424242";
 pub const DECLINED_CARD: &str = "4000000000000002";

@@ -8,7 +8,7 @@ use crate::db::schema::products;
 use crate::db::{self, PgPool};
 use crate::domain::{check_plain_text, CustomerId, InvalidInput, Lines, Money, ProductId};
 use crate::error::AppError;
-use crate::services::admin_audit::{self, ActionKind, AdminAction};
+use crate::services::action_log::{self, ActionKind, AdminAction};
 use crate::services::Shop;
 
 /// A flash sale as an admin describes it, already checked.
@@ -135,7 +135,7 @@ async fn insert_sale(
                     product.product_id(),
                     detail,
                 );
-                admin_audit::record(conn, &action)?;
+                action_log::record(conn, &action)?;
             }
             Ok(product)
         })
@@ -178,7 +178,7 @@ pub async fn update_sale(
                 .get_result(conn)?;
             let action =
                 AdminAction::on_product(admin, ActionKind::SaleEdit, id, changes(&before, &terms));
-            admin_audit::record(conn, &action)?;
+            action_log::record(conn, &action)?;
             Ok(after)
         })
     })

@@ -2,15 +2,14 @@
 //! `ProductLocks::with_locks` and re-reads the product rows `FOR UPDATE`.
 
 pub mod accounts;
-pub mod admin_audit;
-pub mod audit;
+pub mod action_log;
 pub mod catalog;
-pub mod combining;
+pub mod checkout;
 pub mod idempotency;
 pub mod jobs;
+pub mod ledger_audit;
 pub mod orders;
 pub mod payment;
-pub mod purchase;
 pub mod restore;
 pub mod seed;
 pub mod sessions;
@@ -26,8 +25,8 @@ use crate::config::Settings;
 use crate::db::PgPool;
 use crate::gate::StockGate;
 use crate::lock::ProductLocks;
+use crate::payment::PaymentProvider;
 use crate::redis_node::RedisNode;
-use payment::PaymentGateway;
 use stock_gate::ReconcileReport;
 
 /// When the gate was last reconciled, and what that pass found.
@@ -43,11 +42,12 @@ pub struct Shop {
     pub redis_prefix: String,
     pub locks: ProductLocks,
     pub settings: Arc<Settings>,
-    pub gateway: Arc<dyn PaymentGateway>,
+    /// Who charges cards (`PAYMENT_PROVIDER`).
+    pub payment_provider: Arc<dyn PaymentProvider>,
     /// The Redis stock gate, unless `STOCK_GATE=off`.
     pub gate: Option<StockGate>,
     /// Per-product batching of single-product purchases, unless `COMBINING=off`.
-    pub combiner: Option<Arc<combining::Combiner>>,
+    pub combiner: Option<Arc<checkout::Combiner>>,
     /// When the gate was last reconciled and what drift was found (admin dashboard).
     pub last_reconcile: Arc<Mutex<Option<LastReconcile>>>,
 }
@@ -101,7 +101,7 @@ impl Shop {
         };
         let combiner = settings
             .combining
-            .then(|| Arc::new(combining::Combiner::new(settings.combine_max)));
+            .then(|| Arc::new(checkout::Combiner::new(settings.combine_max)));
         Ok(Shop {
             pool,
             bookkeeping,
@@ -110,8 +110,9 @@ impl Shop {
             gate,
             combiner,
             last_reconcile: Arc::new(Mutex::new(None)),
+            payment_provider: crate::payment::provider_named(&settings.payment_provider)
+                .ok_or_else(|| anyhow::anyhow!("unknown PAYMENT_PROVIDER"))?,
             settings: Arc::new(settings),
-            gateway: Arc::new(payment::SandboxGateway),
         })
     }
 }

@@ -1,5 +1,5 @@
-//! Paying for an order through a gateway. The sandbox behaves like a payment
-//! provider's test mode: fixed card numbers decide the outcome.
+//! Paying for an order: the provider chosen by `PAYMENT_PROVIDER` charges
+//! the card; an approval marks the order paid, a decline restores its units.
 
 use chrono::Utc;
 use diesel::prelude::*;
@@ -9,86 +9,9 @@ use super::Shop;
 use crate::db::models::{NewPayment, Order};
 use crate::db::schema::{orders, payments};
 use crate::db::{self};
-use crate::domain::{CustomerId, InvalidInput, Money, OrderId, OrderStatus};
+use crate::domain::{CardNumber, CustomerId, OrderId, OrderStatus};
 use crate::error::AppError;
-
-/// A card number that passed the Luhn check; only its last four digits are ever stored.
-#[derive(Clone)]
-pub struct CardNumber(String);
-
-impl CardNumber {
-    pub fn parse(raw: &str) -> Result<CardNumber, InvalidInput> {
-        let digits: String = raw.chars().filter(|c| !matches!(c, ' ' | '-')).collect();
-        let refuse = || {
-            InvalidInput("Enter the card number as printed on the card (12 to 19 digits).".into())
-        };
-        if !(12..=19).contains(&digits.len()) || !digits.bytes().all(|b| b.is_ascii_digit()) {
-            return Err(refuse());
-        }
-        let luhn_sum: u32 = digits
-            .bytes()
-            .rev()
-            .enumerate()
-            .map(|(i, b)| {
-                let d = u32::from(b - b'0');
-                if i % 2 == 1 {
-                    if d * 2 > 9 {
-                        d * 2 - 9
-                    } else {
-                        d * 2
-                    }
-                } else {
-                    d
-                }
-            })
-            .sum();
-        if !luhn_sum.is_multiple_of(10) {
-            return Err(InvalidInput(
-                "That card number has a typo (its check digit does not match).".into(),
-            ));
-        }
-        Ok(CardNumber(digits))
-    }
-
-    pub fn last4(&self) -> &str {
-        &self.0[self.0.len() - 4..]
-    }
-}
-
-impl std::fmt::Debug for CardNumber {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "CardNumber(…{})", self.last4())
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Charge {
-    Approved,
-    Declined(String),
-}
-
-pub trait PaymentGateway: Send + Sync {
-    fn charge(&self, card: &CardNumber, amount: Money) -> Charge;
-}
-
-/// Test mode: 4242 4242 4242 4242 pays, 4000 0000 0000 0002 is declined,
-/// and any other number is declined as unknown to the sandbox.
-pub struct SandboxGateway;
-
-impl SandboxGateway {
-    pub const APPROVED_CARD: &'static str = "4242424242424242";
-    pub const DECLINED_CARD: &'static str = "4000000000000002";
-}
-
-impl PaymentGateway for SandboxGateway {
-    fn charge(&self, card: &CardNumber, _amount: Money) -> Charge {
-        match card.0.as_str() {
-            Self::APPROVED_CARD => Charge::Approved,
-            Self::DECLINED_CARD => Charge::Declined("The card was declined by the issuer.".into()),
-            _ => Charge::Declined("This sandbox only accepts its test cards.".into()),
-        }
-    }
-}
+use crate::payment::Charge;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PaymentOutcome {
@@ -104,7 +27,7 @@ pub async fn pay(
     order: OrderId,
     card: CardNumber,
 ) -> Result<PaymentOutcome, AppError> {
-    let gateway = shop.gateway.clone();
+    let provider = shop.payment_provider.clone();
     // The order row lock serialises payments of one order, so a double click
     // can never charge twice. Paying changes no stock, so no product lock here.
     let charge = db::run(&shop.pool, move |conn| {
@@ -127,7 +50,7 @@ pub async fn pay(
                     format!("The time to pay for order {order} has run out, so its units may already belong to someone else. You were not charged."),
                 ));
             }
-            let charge = gateway.charge(&card, current.total());
+            let charge = provider.charge(&card, current.total());
             let outcome = match charge {
                 Charge::Approved => "approved",
                 Charge::Declined(_) => "declined",
@@ -155,44 +78,5 @@ pub async fn pay(
             restore_order(shop, order, OrderStatus::PaymentFailed, None).await?;
             Ok(PaymentOutcome::Declined(reason))
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn card_numbers_are_luhn_checked() {
-        assert_eq!(
-            CardNumber::parse("4242 4242 4242 4242").unwrap().last4(),
-            "4242"
-        );
-        assert_eq!(
-            CardNumber::parse("4000-0000-0000-0002").unwrap().last4(),
-            "0002"
-        );
-        for bad in [
-            "",
-            "4242",
-            "4242 4242 4242 4241",
-            "abcd abcd abcd abcd",
-            "4242424242424242424242",
-        ] {
-            assert!(CardNumber::parse(bad).is_err(), "{bad:?} should be refused");
-        }
-    }
-
-    #[test]
-    fn sandbox_decides_by_test_card() {
-        let amount = Money::from_cents(100).unwrap();
-        let ok = CardNumber::parse(SandboxGateway::APPROVED_CARD).unwrap();
-        let declined = CardNumber::parse(SandboxGateway::DECLINED_CARD).unwrap();
-        assert_eq!(SandboxGateway.charge(&ok, amount), Charge::Approved);
-        assert!(matches!(
-            SandboxGateway.charge(&declined, amount),
-            Charge::Declined(_)
-        ));
-        assert!(!format!("{ok:?}").contains("42424242"));
     }
 }

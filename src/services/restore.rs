@@ -14,7 +14,7 @@ use crate::domain::{CustomerId, OrderId, OrderStatus, ProductId};
 use crate::error::AppError;
 use crate::lock::Lease;
 use crate::metrics;
-use crate::services::admin_audit::{self, AdminAction};
+use crate::services::action_log::{self, AdminAction};
 use crate::services::stock_gate::give_back_all;
 
 /// Moves `order` into `to` (a restoring status) and puts its units back.
@@ -76,7 +76,7 @@ pub async fn restore_order(
                     }
                     set_status(conn, order, to)?;
                     if let Some(action) = &by_admin {
-                        admin_audit::record(conn, action)?;
+                        action_log::record(conn, action)?;
                     }
                     lease.ensure_valid()?;
                     Ok(Some(current))

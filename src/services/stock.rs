@@ -10,7 +10,7 @@ use crate::db::schema::{products, stock_history};
 use crate::db::{self, PgPool};
 use crate::domain::{check_plain_text, CustomerId, InvalidInput, Lines, ProductId, StockReason};
 use crate::error::AppError;
-use crate::services::admin_audit::{self, ActionKind, AdminAction};
+use crate::services::action_log::{self, ActionKind, AdminAction};
 use crate::services::stock_gate::resync_locked;
 
 /// A checked request to add (positive) or remove (negative) units, with the
@@ -110,7 +110,7 @@ pub async fn adjust_stock(
                     );
                     let action =
                         AdminAction::on_product(admin, ActionKind::StockAdjust, product, detail);
-                    admin_audit::record(conn, &action)?;
+                    action_log::record(conn, &action)?;
                     lease.ensure_valid()?;
                     Ok(stock_after)
                 })

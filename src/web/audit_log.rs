@@ -10,7 +10,7 @@ use super::html;
 use super::pages::{iso, render, timestamp, Nav, Pager};
 use super::session::Admin;
 use crate::error::AppError;
-use crate::services::admin_audit::{recent_actions, ActionKind, RecordedAction};
+use crate::services::action_log::{recent_actions, ActionKind, RecordedAction};
 use crate::services::Shop;
 
 const ACTIONS_PER_PAGE: i64 = 50;

@@ -15,7 +15,7 @@ use super::{html, see_other};
 use crate::domain::{ProductId, Quantity};
 use crate::error::AppError;
 use crate::services::catalog::find_product;
-use crate::services::purchase::{purchase, Line};
+use crate::services::checkout::{purchase, Line};
 use crate::services::Shop;
 
 const CART_KEY: &str = "cart";

@@ -6,6 +6,7 @@ use actix_web::{HttpResponse, ResponseError};
 use askama::Template;
 
 use super::pages::ErrorPage;
+use crate::domain::{Refusal, SaleState};
 use crate::error::AppError;
 
 /// The heading and the explanation a customer reads for `error`.
@@ -19,6 +20,7 @@ fn title_and_message(error: &AppError) -> (&'static str, String) {
             "This form has expired",
             "The form you sent was not issued to this session (it may be old, or come from another site). Nothing was changed. Go back, reload the page and try again.".into(),
         ),
+        AppError::Refused(refusal) => refusal_in_words(refusal),
         AppError::Conflict { title, message } => (title, message.clone()),
         AppError::TooManyAttempts { retry_after } => (
             "Too many sign-in attempts",
@@ -46,6 +48,52 @@ fn title_and_message(error: &AppError) -> (&'static str, String) {
     }
 }
 
+/// What a refused buyer reads. Every refusal says that nothing was taken,
+/// because a buyer in a crowd needs to know whether to try again.
+fn refusal_in_words(refusal: &Refusal) -> (&'static str, String) {
+    // The stock gate refuses before the product's row is read.
+    let named = |product: &Option<String>| product.clone().unwrap_or_else(|| "This product".into());
+    match refusal {
+        Refusal::SoldOut {
+            product,
+            available: 0,
+        } => (
+            "Sold out",
+            format!(
+                "{} is sold out: every unit has been bought. Nothing was reserved or charged.",
+                named(product)
+            ),
+        ),
+        Refusal::SoldOut { product, available } => (
+            "Not enough left",
+            format!(
+                "Only {available} of {} left — choose a smaller quantity. Nothing was reserved or charged.",
+                named(product)
+            ),
+        ),
+        Refusal::LimitReached {
+            product,
+            limit,
+            already,
+        } => (
+            "Purchase limit reached",
+            format!(
+                "{} is limited to {limit} per customer, and your orders already hold {already}. Nothing was reserved or charged.",
+                named(product)
+            ),
+        ),
+        Refusal::SaleNotOpen { product, state } => (
+            "Sale not open",
+            match state {
+                SaleState::Upcoming => format!(
+                    "The sale of {product} has not started yet. Come back when the countdown ends."
+                ),
+                _ => format!("The sale of {product} has ended."),
+            },
+        ),
+    }
+}
+
 /// "45 seconds", "1 minute", "15 minutes": rounded up, so waiting that long is enough.
 fn wait_in_words(wait: std::time::Duration) -> String {
     let seconds = wait.as_secs().max(1);
@@ -64,7 +112,7 @@ impl ResponseError for AppError {
             AppError::NotFound(_) => StatusCode::NOT_FOUND,
             AppError::Forbidden(_) | AppError::BadCsrf => StatusCode::FORBIDDEN,
             AppError::SignInRequired => StatusCode::SEE_OTHER,
-            AppError::Conflict { .. } => StatusCode::CONFLICT,
+            AppError::Conflict { .. } | AppError::Refused(_) => StatusCode::CONFLICT,
             AppError::TooManyAttempts { .. } => StatusCode::TOO_MANY_REQUESTS,
             AppError::Busy | AppError::Unavailable(_) | AppError::Fenced { .. } => {
                 StatusCode::SERVICE_UNAVAILABLE

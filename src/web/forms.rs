@@ -9,6 +9,7 @@
 use chrono::{DateTime, Datelike, NaiveDateTime, Utc};
 use serde::Deserialize;
 
+use crate::domain::CardNumber;
 use crate::domain::{
     check_plain_text, Email, InvalidInput, Lines, Money, OrderId, OrderStatus, Password, ProductId,
     Quantity,
@@ -16,7 +17,6 @@ use crate::domain::{
 use crate::error::AppError;
 use crate::services::catalog::{SaleSpec, SaleTerms};
 use crate::services::orders::OrderFilter;
-use crate::services::payment::CardNumber;
 use crate::services::stock::Adjustment;
 
 pub use super::pages::{OrderSearch, SaleFields};

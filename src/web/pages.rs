@@ -6,11 +6,12 @@ use askama::Template;
 use chrono::{DateTime, Utc};
 
 use super::session::{csrf_token, current_account};
-use crate::db::models::{Order, Product, SaleState, StockChange};
+use crate::db::models::{Order, Product, StockChange};
+use crate::domain::SaleState;
 use crate::domain::{Money, Quantity, Role};
 use crate::error::AppError;
 use crate::services::accounts::Account;
-use crate::services::audit::AuditReport;
+use crate::services::ledger_audit::AuditReport;
 use crate::services::orders::OrderDetail;
 
 /// What the base layout needs on every page: who is signed in and the form token.

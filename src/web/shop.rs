@@ -14,7 +14,7 @@ use crate::domain::OrderId;
 use crate::error::AppError;
 use crate::metrics;
 use crate::services::catalog::{find_product, list_products};
-use crate::services::purchase::{purchase, Line, PurchaseOutcome};
+use crate::services::checkout::{purchase, Line, PurchaseOutcome};
 use crate::services::Shop;
 
 #[get("/")]
@@ -86,12 +86,9 @@ pub(super) async fn counted_purchase(
 
 fn outcome_label(attempt: &Result<PurchaseOutcome, AppError>) -> &'static str {
     match attempt {
-        Ok(PurchaseOutcome::Purchased(_)) => "purchased",
-        Ok(PurchaseOutcome::SoldOut { .. }) => "sold_out",
-        Ok(PurchaseOutcome::LimitReached { .. }) => "limit_reached",
-        Ok(PurchaseOutcome::SaleNotOpen { .. }) => "not_open",
-        Ok(PurchaseOutcome::Busy) | Err(AppError::Busy) => "busy",
-        Ok(PurchaseOutcome::Unavailable(_)) | Err(AppError::Unavailable(_)) => "unavailable",
+        Ok(outcome) => outcome.kind(),
+        Err(AppError::Busy) => "busy",
+        Err(AppError::Unavailable(_)) => "unavailable",
         Err(AppError::Invalid(_) | AppError::NotFound(_)) => "invalid",
         Err(_) => "error",
     }

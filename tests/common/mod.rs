@@ -16,7 +16,7 @@ use diesel::sql_types::BigInt;
 use diesel::PgConnection;
 use flashsale::config::Settings;
 use flashsale::db::split_database_url;
-use flashsale::services::audit::{run_audit, AuditReport};
+use flashsale::services::ledger_audit::{run_audit, AuditReport};
 use flashsale::services::Shop;
 use flashsale::startup::Application;
 use reqwest::redirect::Policy;

@@ -23,33 +23,23 @@ use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 use tokio::sync::oneshot;
 
-use super::purchase::{held_by_customers, refusal_for, write_order, PurchaseOutcome};
-use super::stock_gate::settle;
-use super::Shop;
+use super::order_rows::{write_batch, write_order, Buyer};
+use super::outcome::PurchaseOutcome;
+use super::rules::{check_buyer, held_by_customers, lock_product};
 use crate::db::fence::{self, change_stock};
 use crate::db::models::Product;
-use crate::db::schema::products;
 use crate::db::{self, PgConn};
-use crate::domain::{CustomerId, OrderId, OrderStatus, ProductId, Quantity, StockReason};
+use crate::domain::{CustomerId, OrderId, ProductId, Quantity, Refusal};
 use crate::error::AppError;
 use crate::lock::{HeldLocks, Lease};
 use crate::metrics;
-
-/// One buyer waiting for a batch: what they asked for and where the answer goes.
-pub struct BatchBuyer {
-    pub customer: CustomerId,
-    pub quantity: Quantity,
-    pub payment_deadline: DateTime<Utc>,
-    /// The stock gate's admission key, kept on the order for give-backs.
-    pub gate_key: Option<String>,
-    /// The idempotency key this request claimed: the order is named on it.
-    pub answer_key: Option<String>,
-}
+use crate::services::stock_gate::settle;
+use crate::services::Shop;
 
 type Answer = Result<PurchaseOutcome, AppError>;
 
 struct Waiting {
-    buyer: BatchBuyer,
+    buyer: Buyer,
     answer: oneshot::Sender<Answer>,
 }
 
@@ -80,7 +70,7 @@ impl Combiner {
 }
 
 /// Queues `buyer` for `product` and waits for their own answer.
-pub async fn buy_in_batch(shop: &Shop, product: ProductId, buyer: BatchBuyer) -> Answer {
+pub async fn buy_in_batch(shop: &Shop, product: ProductId, buyer: Buyer) -> Answer {
     let combiner = shop
         .combiner
         .as_ref()
@@ -175,7 +165,7 @@ async fn lead(shop: Shop, product: ProductId, queue: Arc<Mutex<Queue>>, max_batc
             queue.waiting.drain(..take).collect()
         };
         let lease = held.lease();
-        let (buyers, answers): (Vec<BatchBuyer>, Vec<_>) =
+        let (buyers, answers): (Vec<Buyer>, Vec<_>) =
             batch.into_iter().map(|w| (w.buyer, w.answer)).unzip();
         let admissions: Vec<Option<(String, Quantity)>> = buyers
             .iter()
@@ -247,7 +237,7 @@ fn serve_batch(
     conn: &mut PgConn,
     lease: &Lease,
     product: ProductId,
-    buyers: &[BatchBuyer],
+    buyers: &[Buyer],
 ) -> Result<Vec<Answer>, AppError> {
     match conn.transaction(|conn| serve_at_once(conn, lease, product, buyers)) {
         Ok(answers) => Ok(answers),
@@ -287,18 +277,8 @@ struct Tally {
 }
 
 impl Tally {
-    fn lock(
-        conn: &mut PgConn,
-        product: ProductId,
-        buyers: &[BatchBuyer],
-    ) -> Result<Tally, AppError> {
-        let locked: Product = products::table
-            .find(product.get())
-            .for_update()
-            .select(Product::as_select())
-            .first(conn)
-            .optional()?
-            .ok_or_else(|| AppError::NotFound(format!("There is no product with id {product}.")))?;
+    fn lock(conn: &mut PgConn, product: ProductId, buyers: &[Buyer]) -> Result<Tally, AppError> {
+        let locked = lock_product(conn, product)?;
         let held = match locked.per_customer_limit {
             Some(_) => {
                 let customers: Vec<CustomerId> = buyers.iter().map(|b| b.customer).collect();
@@ -315,83 +295,35 @@ impl Tally {
 
     /// The same checks as a lone purchase: the stock left after this buyer,
     /// or why they are refused.
-    fn check(&self, buyer: &BatchBuyer) -> Result<i32, PurchaseOutcome> {
-        if let Some(refusal) = refusal_for(&self.product, buyer.quantity, self.now) {
-            return Err(refusal);
-        }
-        if let Some(limit) = self.product.per_customer_limit {
-            let already = self.held_units(buyer);
-            if already + i64::from(buyer.quantity.get()) > i64::from(limit) {
-                return Err(PurchaseOutcome::LimitReached {
-                    product: self.product.name.clone(),
-                    limit,
-                    already,
-                });
-            }
-        }
-        Ok(self.product.stock - buyer.quantity.get())
+    fn check(&self, buyer: &Buyer) -> Result<i32, Refusal> {
+        check_buyer(
+            &self.product,
+            buyer.quantity,
+            self.held_units(buyer),
+            self.now,
+        )
     }
 
-    fn held_units(&self, buyer: &BatchBuyer) -> i64 {
+    fn held_units(&self, buyer: &Buyer) -> i64 {
         self.held.get(&buyer.customer).copied().unwrap_or(0)
     }
 
-    fn take(&mut self, buyer: &BatchBuyer, stock_after: i32) {
+    fn take(&mut self, buyer: &Buyer, stock_after: i32) {
         self.product.stock = stock_after;
         let held = self.held_units(buyer) + i64::from(buyer.quantity.get());
         self.held.insert(buyer.customer, held);
     }
 }
 
-/// Every admitted buyer's order, item and purchase ledger row, the order
-/// named on their idempotency key, and the product's new stock under the
-/// lock's fencing token, in one statement.
-/// Order ids are drawn in arrival order, and the ledger rows are inserted in
-/// it, so the last ledger row of the product carries its new stock.
-const WRITE_BATCH: &str = "
-WITH buyer AS MATERIALIZED (
-    SELECT nextval('orders_id_seq') AS order_id, b.*
-    FROM unnest($1::bigint[], $2::int[], $3::bigint[], $4::timestamptz[], $5::text[], $6::int[], $13::text[])
-        WITH ORDINALITY AS b(customer_id, quantity, total_cents, payment_deadline, gate_key, stock_after, answer_key, arrival)
-), new_orders AS (
-    INSERT INTO orders (id, customer_id, status, total_cents, payment_deadline, gate_key)
-    SELECT order_id, customer_id, $7, total_cents, payment_deadline, gate_key
-    FROM buyer ORDER BY arrival
-), items AS (
-    INSERT INTO order_items (order_id, product_id, quantity, unit_price_cents)
-    SELECT order_id, $8, quantity, $9 FROM buyer ORDER BY arrival
-), ledger AS (
-    INSERT INTO stock_history (product_id, order_id, delta, stock_after, reason, note)
-    SELECT $8, order_id, -quantity, stock_after, $10, '' FROM buyer ORDER BY arrival
-), stock AS (
-    UPDATE products SET stock = stock - $11, fence = $12, updated_at = now()
-    WHERE id = $8 AND fence < $12
-    RETURNING stock
-), answered AS (
-    UPDATE idempotency_keys k SET order_id = buyer.order_id
-    FROM buyer WHERE k.customer_id = buyer.customer_id AND k.key = buyer.answer_key
-)
-SELECT buyer.order_id, (SELECT stock FROM stock) AS stock FROM buyer ORDER BY arrival";
-
-#[derive(QueryableByName)]
-struct WrittenBuyer {
-    #[diesel(sql_type = diesel::sql_types::BigInt)]
-    order_id: i64,
-    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Integer>)]
-    stock: Option<i32>,
-}
-
 fn serve_at_once(
     conn: &mut PgConn,
     lease: &Lease,
     product_id: ProductId,
-    buyers: &[BatchBuyer],
+    buyers: &[Buyer],
 ) -> Result<Vec<Answer>, BatchError> {
-    use diesel::sql_types::{Array, BigInt, Int4, Nullable, Text, Timestamptz};
     let mut tally = Tally::lock(conn, product_id, buyers)?;
-    let stock_before = tally.product.stock;
     let mut answers: Vec<Option<Answer>> = Vec::with_capacity(buyers.len());
-    let mut taking: Vec<(&BatchBuyer, i32)> = Vec::with_capacity(buyers.len());
+    let mut taking: Vec<(&Buyer, i32)> = Vec::with_capacity(buyers.len());
     for buyer in buyers {
         match tally.check(buyer) {
             Ok(stock_after) => {
@@ -399,56 +331,13 @@ fn serve_at_once(
                 taking.push((buyer, stock_after));
                 answers.push(None);
             }
-            Err(refusal) => answers.push(Some(Ok(refusal))),
+            Err(refusal) => answers.push(Some(Ok(PurchaseOutcome::Refused(refusal)))),
         }
     }
     if !taking.is_empty() {
-        let price = tally.product.price();
-        let totals: Vec<i64> = taking
-            .iter()
-            .map(|(b, _)| price.times(b.quantity.get()).cents())
-            .collect();
-        let written: Vec<WrittenBuyer> = diesel::sql_query(WRITE_BATCH)
-            .bind::<Array<BigInt>, _>(
-                taking
-                    .iter()
-                    .map(|(b, _)| b.customer.get())
-                    .collect::<Vec<_>>(),
-            )
-            .bind::<Array<Int4>, _>(
-                taking
-                    .iter()
-                    .map(|(b, _)| b.quantity.get())
-                    .collect::<Vec<_>>(),
-            )
-            .bind::<Array<BigInt>, _>(totals)
-            .bind::<Array<Timestamptz>, _>(
-                taking
-                    .iter()
-                    .map(|(b, _)| b.payment_deadline)
-                    .collect::<Vec<_>>(),
-            )
-            .bind::<Array<Nullable<Text>>, _>(
-                taking
-                    .iter()
-                    .map(|(b, _)| b.gate_key.clone())
-                    .collect::<Vec<_>>(),
-            )
-            .bind::<Array<Int4>, _>(taking.iter().map(|(_, after)| *after).collect::<Vec<_>>())
-            .bind::<Text, _>(OrderStatus::AwaitingPayment.as_str())
-            .bind::<BigInt, _>(product_id.get())
-            .bind::<BigInt, _>(tally.product.price_cents)
-            .bind::<Text, _>(StockReason::Purchase.as_str())
-            .bind::<Int4, _>(stock_before - tally.product.stock)
-            .bind::<BigInt, _>(lease.token(product_id)?)
-            .bind::<Array<Nullable<Text>>, _>(
-                taking
-                    .iter()
-                    .map(|(b, _)| b.answer_key.clone())
-                    .collect::<Vec<_>>(),
-            )
-            .load(conn)
-            .map_err(refused_or_failed)?;
+        let token = lease.token(product_id)?;
+        let written =
+            write_batch(conn, &tally.product, token, &taking).map_err(refused_or_failed)?;
         if written.first().and_then(|w| w.stock).is_none() {
             return Err(fence::refused(conn, product_id)?.into());
         }
@@ -486,7 +375,7 @@ fn serve_one_by_one(
     conn: &mut PgConn,
     lease: &Lease,
     product_id: ProductId,
-    buyers: &[BatchBuyer],
+    buyers: &[Buyer],
 ) -> Result<Vec<Answer>, AppError> {
     let mut tally = Tally::lock(conn, product_id, buyers)?;
     let stock_before = tally.product.stock;
@@ -495,7 +384,7 @@ fn serve_one_by_one(
         let stock_after = match tally.check(buyer) {
             Ok(stock_after) => stock_after,
             Err(refusal) => {
-                answers.push(Ok(refusal));
+                answers.push(Ok(PurchaseOutcome::Refused(refusal)));
                 continue;
             }
         };

@@ -1,0 +1,87 @@
+//! The gate's Lua scripts. Each runs atomically on one Redis slot (every key
+//! a script touches carries the product's hash tag), so an admission, a
+//! give-back or a resync is never seen half done by another instance.
+
+/// Admit, in this order: a repeat of an admitted key gets its earlier answer
+/// (before any stock check, so a repeat never takes stock); the customer's
+/// limit; an unknown stock key means no; too little stock means no; else take
+/// the units, remember the admission with its fingerprint, and list it as
+/// pending (admitted, not yet written to Postgres nor given back) with the
+/// time it was admitted.
+pub(super) const ADMIT: &str = r#"
+local qty = tonumber(ARGV[1])
+local customer = ARGV[2]
+local ttl = tonumber(ARGV[3])
+local admission = ARGV[4]
+if qty == nil or qty < 1 or qty ~= math.floor(qty) or ttl == nil or ttl < 1 or customer == nil or customer == '' or admission == nil or admission == '' then
+  return {-1, 0}
+end
+local fingerprint = customer .. ':' .. qty
+local earlier = redis.call('GET', KEYS[3])
+if earlier then
+  if earlier == fingerprint then return {1, 0, 0} end
+  return {4, 0, 0}
+end
+local limit = tonumber(redis.call('GET', KEYS[2]) or '0')
+if limit > 0 then
+  local held = tonumber(redis.call('GET', KEYS[4]) or '0')
+  if held + qty > limit then return {3, held, limit} end
+end
+local stock = redis.call('GET', KEYS[1])
+if not stock then return {5, 0, 0} end
+stock = tonumber(stock)
+if stock < qty then return {2, stock, 0} end
+redis.call('DECRBY', KEYS[1], qty)
+redis.call('SET', KEYS[3], fingerprint, 'PX', ttl)
+local now = redis.call('TIME')
+redis.call('ZADD', KEYS[5], tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000), admission .. '|' .. qty)
+redis.call('PEXPIRE', KEYS[5], ttl)
+if limit > 0 then
+  redis.call('INCRBY', KEYS[4], qty)
+  redis.call('PEXPIRE', KEYS[4], ttl)
+end
+return {0, stock - qty, 0}
+"#;
+
+/// Give back an admission's units, once: only if the admission marker exists
+/// and no return marker does. It is no longer pending.
+pub(super) const GIVE_BACK: &str = r#"
+local ttl = tonumber(ARGV[1])
+local admission = ARGV[2]
+if ttl == nil or ttl < 1 or admission == nil then return -1 end
+local admitted = redis.call('GET', KEYS[2])
+if not admitted then return 0 end
+if redis.call('EXISTS', KEYS[3]) == 1 then return 0 end
+local qty = tonumber(string.match(admitted, ':(%d+)$'))
+if qty == nil then return -1 end
+redis.call('SET', KEYS[3], '1', 'PX', ttl)
+redis.call('ZREM', KEYS[5], admission .. '|' .. qty)
+if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('INCRBY', KEYS[1], qty) end
+local held = tonumber(redis.call('GET', KEYS[4]) or '0')
+if held > 0 then redis.call('DECRBY', KEYS[4], math.min(held, qty)) end
+return qty
+"#;
+
+/// Sets the gate from the database: the stock Postgres holds less the units
+/// of admissions still pending, after dropping pending admissions older than
+/// the longest a live one can take (their buyer is gone: a crash, a lost
+/// give-back), so their units come back. Returns the stock before (-1 if
+/// there was none), the stock now, and the pending units counted.
+pub(super) const RESYNC: &str = r#"
+local stock = tonumber(ARGV[1])
+local limit = tonumber(ARGV[2])
+local stale = tonumber(ARGV[3])
+if stock == nil or limit == nil or stale == nil then return {-2, 0, 0} end
+local now = redis.call('TIME')
+local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. (now_ms - stale))
+local pending = 0
+for _, member in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
+  pending = pending + (tonumber(string.match(member, '|(%d+)$')) or 0)
+end
+local before = tonumber(redis.call('GET', KEYS[1]) or '-1')
+local now_stock = math.max(0, stock - pending)
+redis.call('SET', KEYS[1], now_stock)
+redis.call('SET', KEYS[2], limit)
+return {before, now_stock, pending}
+"#;

@@ -1,0 +1,109 @@
+//! Before the lock: the stock gate admits a buyer's units (or refuses them
+//! from Redis alone), or, with the gate off, a plain read of the product
+//! turns away buyers the locked check would refuse anyway.
+
+use chrono::Utc;
+use diesel::prelude::*;
+
+use super::outcome::Line;
+use super::rules::refusal_for;
+use crate::db;
+use crate::db::models::Product;
+use crate::db::schema::products;
+use crate::domain::{CustomerId, Refusal};
+use crate::error::AppError;
+use crate::gate::{Admission, StockGate};
+use crate::services::stock_gate::{give_back_all, seed_if_absent};
+use crate::services::Shop;
+
+/// Admits every line at the gate, or none: a refused line hands back the
+/// lines admitted before it. Returns the admission key, or the refusal.
+pub(super) async fn admit_all(
+    shop: &Shop,
+    gate: &StockGate,
+    customer: CustomerId,
+    lines: &[Line],
+) -> Result<Result<String, Refusal>, AppError> {
+    let key = uuid::Uuid::new_v4().simple().to_string();
+    let mut admitted = Vec::with_capacity(lines.len());
+    for line in lines {
+        let mut answer = gate
+            .admit(line.product, customer, line.quantity, &key)
+            .await;
+        if let Ok(Admission::Unknown) = answer {
+            // Created after this instance seeded, or lost with a Redis restart:
+            // seed from the database (if still absent) and ask once more.
+            seed_if_absent(shop, vec![line.product]).await?;
+            answer = gate
+                .admit(line.product, customer, line.quantity, &key)
+                .await;
+        }
+        let refusal = match answer {
+            Ok(Admission::Admitted | Admission::Repeat) => {
+                admitted.push(line.product);
+                continue;
+            }
+            Ok(Admission::SoldOut { available }) => Refusal::SoldOut {
+                product: None,
+                available: available as i32,
+            },
+            // Unknown even after seeding: the product does not exist.
+            Ok(Admission::Unknown) => {
+                give_back_all(gate, customer, &key, &admitted).await;
+                return Err(AppError::NotFound(format!(
+                    "There is no product with id {}.",
+                    line.product
+                )));
+            }
+            Ok(Admission::LimitReached { held, limit }) => Refusal::LimitReached {
+                product: None,
+                limit: limit as i32,
+                already: held,
+            },
+            Ok(Admission::Conflict) => {
+                give_back_all(gate, customer, &key, &admitted).await;
+                return Err(AppError::Internal(anyhow::anyhow!(
+                    "a fresh admission key was already in the gate"
+                )));
+            }
+            Err(error) => {
+                give_back_all(gate, customer, &key, &admitted).await;
+                return Err(error);
+            }
+        };
+        give_back_all(gate, customer, &key, &admitted).await;
+        return Ok(Err(refusal));
+    }
+    Ok(Ok(key))
+}
+
+/// Turns away, without queueing for the lock, a buyer that the locked check
+/// would refuse anyway: sold out, not open, unknown product. It can only say
+/// no: a yes here is re-decided under the locks, so a stale read never sells.
+/// After a sell-out this keeps the lock queue for buyers who can still win.
+pub(super) async fn refusal_before_locking(
+    shop: &Shop,
+    lines: &[Line],
+) -> Result<Option<Refusal>, AppError> {
+    let ids: Vec<i64> = lines.iter().map(|l| l.product.get()).collect();
+    let found: Vec<Product> = db::run(&shop.pool, move |conn| {
+        Ok(products::table
+            .filter(products::id.eq_any(ids))
+            .select(Product::as_select())
+            .load(conn)?)
+    })
+    .await?;
+    let now = Utc::now();
+    for line in lines {
+        let product = found
+            .iter()
+            .find(|p| p.id == line.product.get())
+            .ok_or_else(|| {
+                AppError::NotFound(format!("There is no product with id {}.", line.product))
+            })?;
+        if let Some(refusal) = refusal_for(product, line.quantity, now) {
+            return Ok(Some(refusal));
+        }
+    }
+    Ok(None)
+}

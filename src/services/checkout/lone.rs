@@ -1,0 +1,109 @@
+//! A purchase served on its own: a cart of several products, or any
+//! purchase with combining off. Takes every product's lock (ascending ids),
+//! re-reads each row `FOR UPDATE`, checks, and writes the order, its items,
+//! the ledger rows and the new stock in one transaction.
+
+use chrono::{DateTime, Utc};
+use diesel::prelude::*;
+
+use super::order_rows::write_order;
+use super::outcome::{Line, PurchaseOutcome};
+use super::rules::{check_buyer, held_by_customers, lock_product};
+use crate::db::fence::change_stock;
+use crate::db::models::Product;
+use crate::db::{self, PgConn};
+use crate::domain::{CustomerId, ProductId, Quantity};
+use crate::error::AppError;
+use crate::lock::Lease;
+use crate::metrics;
+use crate::services::stock_gate::settle;
+use crate::services::Shop;
+
+/// Buys `lines` (sorted by product, each product once) under their locks.
+pub(super) async fn buy_alone(
+    shop: &Shop,
+    customer: CustomerId,
+    lines: Vec<Line>,
+    payment_deadline: DateTime<Utc>,
+    gate_key: Option<String>,
+    answer_key: Option<String>,
+) -> Result<PurchaseOutcome, AppError> {
+    let products: Vec<ProductId> = lines.iter().map(|l| l.product).collect();
+    let pool = shop.pool.clone();
+    let locked_shop = shop.clone();
+    shop.locks
+        .with_locks(products, move |lease| async move {
+            let started = std::time::Instant::now();
+            let admitted: Vec<(ProductId, Quantity)> =
+                lines.iter().map(|l| (l.product, l.quantity)).collect();
+            let admission = gate_key.clone();
+            let outcome = db::run(&pool, move |conn| {
+                conn.transaction(|conn| {
+                    let outcome = purchase_in_transaction(
+                        conn,
+                        &lease,
+                        customer,
+                        &lines,
+                        payment_deadline,
+                        gate_key.as_deref(),
+                        answer_key.as_deref(),
+                    )?;
+                    lease.ensure_valid()?;
+                    Ok(outcome)
+                })
+            })
+            .await;
+            metrics::transaction_time("purchase", started.elapsed());
+            if let (Ok(PurchaseOutcome::Purchased(_)), Some(key)) = (&outcome, &admission) {
+                // Before the locks go, so a resync never counts these twice.
+                for (product, units) in admitted {
+                    settle(&locked_shop, product, &[(key.as_str(), units)]).await;
+                }
+            }
+            outcome
+        })
+        .await
+}
+
+/// Everything between lock and unlock for an order of several products.
+/// Returning a refusal commits nothing (no row was written before the checks passed).
+fn purchase_in_transaction(
+    conn: &mut PgConn,
+    lease: &Lease,
+    customer: CustomerId,
+    lines: &[Line],
+    payment_deadline: DateTime<Utc>,
+    gate_key: Option<&str>,
+    answer_key: Option<&str>,
+) -> Result<PurchaseOutcome, AppError> {
+    let now = Utc::now();
+    let mut checked: Vec<(Product, Quantity)> = Vec::with_capacity(lines.len());
+    for line in lines {
+        let product = lock_product(conn, line.product)?;
+        let already = match product.per_customer_limit {
+            Some(_) => held_by_customers(conn, &[customer], line.product)?
+                .get(&customer)
+                .copied()
+                .unwrap_or(0),
+            None => 0,
+        };
+        if let Err(refusal) = check_buyer(&product, line.quantity, already, now) {
+            return Ok(PurchaseOutcome::Refused(refusal));
+        }
+        checked.push((product, line.quantity));
+    }
+    let mut written = Vec::with_capacity(checked.len());
+    for (product, quantity) in &checked {
+        let stock_after = change_stock(conn, lease, product.product_id(), -quantity.get())?;
+        written.push((product, *quantity, stock_after));
+    }
+    let order = write_order(
+        conn,
+        customer,
+        &written,
+        payment_deadline,
+        gate_key,
+        answer_key,
+    )?;
+    Ok(PurchaseOutcome::Purchased(order))
+}

@@ -1,0 +1,94 @@
+//! The rules every buyer is checked against, the same for a lone purchase
+//! and for each buyer of a batch: the sale's window, the stock, and the
+//! per-customer limit over the customer's live orders.
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+use diesel::prelude::*;
+
+use crate::db::models::Product;
+use crate::db::schema::{order_items, orders};
+use crate::db::PgConn;
+use crate::domain::{CustomerId, OrderStatus, ProductId, Quantity, Refusal, SaleState};
+use crate::error::AppError;
+
+/// The sale-window and stock rules for one line. Without the limit, so it
+/// can also turn buyers away before the lock from a row read without it.
+pub(super) fn refusal_for(
+    product: &Product,
+    quantity: Quantity,
+    now: DateTime<Utc>,
+) -> Option<Refusal> {
+    match product.sale_state(now) {
+        state @ (SaleState::Upcoming | SaleState::Ended) => Some(Refusal::SaleNotOpen {
+            product: product.name.clone(),
+            state,
+        }),
+        _ if product.stock < quantity.get() => Some(Refusal::SoldOut {
+            product: Some(product.name.clone()),
+            available: product.stock,
+        }),
+        _ => None,
+    }
+}
+
+/// Every rule for one buyer of a locked product whose live orders already
+/// hold `already` units of it: the stock left after them, or why they are
+/// refused.
+pub(super) fn check_buyer(
+    product: &Product,
+    quantity: Quantity,
+    already: i64,
+    now: DateTime<Utc>,
+) -> Result<i32, Refusal> {
+    if let Some(refusal) = refusal_for(product, quantity, now) {
+        return Err(refusal);
+    }
+    if let Some(limit) = product.per_customer_limit {
+        if already + i64::from(quantity.get()) > i64::from(limit) {
+            return Err(Refusal::LimitReached {
+                product: Some(product.name.clone()),
+                limit,
+                already,
+            });
+        }
+    }
+    Ok(product.stock - quantity.get())
+}
+
+/// Units of `product` in each customer's live orders (awaiting payment or paid).
+pub(super) fn held_by_customers(
+    conn: &mut PgConn,
+    customers: &[CustomerId],
+    product: ProductId,
+) -> Result<HashMap<CustomerId, i64>, AppError> {
+    let live = [
+        OrderStatus::AwaitingPayment.as_str(),
+        OrderStatus::Paid.as_str(),
+    ];
+    let ids: Vec<i64> = customers.iter().map(|c| c.get()).collect();
+    let held: Vec<(i64, Option<i64>)> = order_items::table
+        .inner_join(orders::table)
+        .filter(orders::customer_id.eq_any(ids))
+        .filter(orders::status.eq_any(live))
+        .filter(order_items::product_id.eq(product.get()))
+        .group_by(orders::customer_id)
+        .select((orders::customer_id, diesel::dsl::sum(order_items::quantity)))
+        .load(conn)?;
+    Ok(held
+        .into_iter()
+        .map(|(customer, units)| (CustomerId(customer), units.unwrap_or(0)))
+        .collect())
+}
+
+/// Locks the product's row for the rest of the transaction.
+pub(super) fn lock_product(conn: &mut PgConn, product: ProductId) -> Result<Product, AppError> {
+    crate::db::schema::products::table
+        .find(product.get())
+        .for_update()
+        .select(Product::as_select())
+        .first(conn)
+        .optional()?
+        .ok_or_else(|| AppError::NotFound(format!("There is no product with id {product}.")))
+}
