@@ -1,4 +1,33 @@
 //! flashsale: a server-rendered flash-sale shop that never sells more than it has.
+//!
+//! # Layout
+//!
+//! Calls go one way, from the top of this list to the bottom; nothing below
+//! `web` knows HTML or HTTP, and nothing below `services` knows the shop's
+//! use cases.
+//!
+//! - `startup`, `cli`: build the application (`Application::build`) and the
+//!   command line; `main.rs` only calls `cli::main`.
+//! - `web`: thin handlers per area (parse the form into domain types, call a
+//!   service, render a template or redirect), the session and CSRF
+//!   extractors, and `web::error`, where an `AppError` becomes a page.
+//! - `services`: the use cases, each taking the `Shop` (the shop's parts).
+//!   `services::checkout` serves purchases: gate admission, one batch per
+//!   lock hold for a hot product, a lone transaction for a cart, the rules
+//!   every buyer is checked against and the SQL that writes orders. Beside
+//!   it: payment, restore (decline, expiry, refund), stock adjustments,
+//!   keeping the stock gate in step (`stock_gate`), jobs, accounts, sessions.
+//! - `lock`: per-product Redlock locks with a local queue, lease watchdog and
+//!   fencing tokens. `gate`: the Redis stock gate's counters and scripts.
+//!   `payment`: payment providers (the sandbox). `db`: the pool, the one
+//!   helper that runs blocking Diesel, migrations, schema, row types, and how
+//!   Diesel errors become `AppError`. `redis_node`: one kept Redis connection.
+//! - `domain`: types valid by construction (ids, money, quantities, emails,
+//!   card numbers, order states, sale states and refusals).
+//! - `config` (settings from the environment, one loader), `error` (the one
+//!   error type), `metrics`, `logging`: used from every layer.
+//! - `qa`: the QA toolkit behind `flashsale race`, `lab` and `bench`, and
+//!   the harness it shares with the integration tests.
 
 pub mod cli;
 pub mod config;
