@@ -11,7 +11,6 @@ use tokio::time::{timeout, Instant};
 
 use super::{HeldLocks, LockError, ProductLocks};
 use crate::domain::ProductId;
-use crate::error::AppError;
 
 /// Commit only with at least this much lease left: the commit itself takes time.
 pub(super) const COMMIT_MARGIN: Duration = Duration::from_millis(200);
@@ -51,29 +50,21 @@ pub struct Lease {
     pub(super) held: Arc<Vec<(ProductId, i64, Arc<LeaseState>)>>,
 }
 
-// `token` and `ensure_valid` answer `AppError` rather than `LockError` only
-// because `services::checkout::batch` returns its own `BatchError`, which
-// converts from `AppError` but not from `LockError`; once it does, they can
-// return `held_token` and `check` directly.
 impl Lease {
     /// The fencing token of `product`'s lock; the stock write must carry it.
-    pub fn token(&self, product: ProductId) -> Result<i64, AppError> {
-        self.held_token(product).map_err(AppError::from)
-    }
-
-    /// Refuses to commit work whose lease may already have lapsed or been lost:
-    /// another holder could be inside the same critical section. Called as a
-    /// transaction's last step.
-    pub fn ensure_valid(&self) -> Result<(), AppError> {
-        self.check().map_err(AppError::from)
-    }
-
-    fn held_token(&self, product: ProductId) -> Result<i64, LockError> {
+    pub fn token(&self, product: ProductId) -> Result<i64, LockError> {
         self.held
             .iter()
             .find(|(p, _, _)| *p == product)
             .map(|(_, token, _)| *token)
             .ok_or(LockError::NotHeld(product))
+    }
+
+    /// Refuses to commit work whose lease may already have lapsed or been lost:
+    /// another holder could be inside the same critical section. Called as a
+    /// transaction's last step.
+    pub fn ensure_valid(&self) -> Result<(), LockError> {
+        self.check()
     }
 
     pub(super) fn check(&self) -> Result<(), LockError> {

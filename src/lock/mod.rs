@@ -159,11 +159,8 @@ impl ProductLocks {
 
     /// Takes every product's lock in ascending id order (so two carts never
     /// wait on each other in a cycle), within one shared wait deadline.
-    // `AppError` rather than `LockError` only because the batch leader in
-    // `services::checkout::batch` matches on the error without `?`; once it
-    // converts with `AppError::from`, this can return `take`'s error directly.
-    pub async fn acquire(&self, products: Vec<ProductId>) -> Result<HeldLocks, AppError> {
-        self.take(products).await.map_err(AppError::from)
+    pub async fn acquire(&self, products: Vec<ProductId>) -> Result<HeldLocks, LockError> {
+        self.take(products).await
     }
 
     async fn take(&self, mut products: Vec<ProductId>) -> Result<HeldLocks, LockError> {

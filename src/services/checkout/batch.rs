@@ -31,7 +31,7 @@ use crate::db::models::Product;
 use crate::db::{self, PgConn};
 use crate::domain::{CustomerId, OrderId, ProductId, Quantity, Refusal};
 use crate::error::AppError;
-use crate::lock::{HeldLocks, Lease};
+use crate::lock::{HeldLocks, Lease, LockError};
 use crate::metrics;
 use crate::services::stock_gate::settle;
 use crate::services::Shop;
@@ -142,7 +142,11 @@ async fn lead(shop: Shop, product: ProductId, queue: Arc<Mutex<Queue>>, max_batc
     loop {
         let taken = match kept.take() {
             Some(held) => Ok(held),
-            None => shop.locks.acquire(vec![product]).await,
+            None => shop
+                .locks
+                .acquire(vec![product])
+                .await
+                .map_err(AppError::from),
         };
         let mut held = match taken {
             Ok(held) => held,
@@ -258,6 +262,12 @@ enum BatchError {
 
 impl From<diesel::result::Error> for BatchError {
     fn from(error: diesel::result::Error) -> Self {
+        BatchError::Failed(error.into())
+    }
+}
+
+impl From<LockError> for BatchError {
+    fn from(error: LockError) -> Self {
         BatchError::Failed(error.into())
     }
 }
