@@ -415,9 +415,8 @@ fn migrate(settings: &Settings) -> anyhow::Result<()> {
 }
 
 fn pool(settings: &Settings) -> db::PgPool {
-    db::build_pool(
+    db::build_one_shot_pool(
         &settings.database_url,
-        4,
         settings.db_statement_timeout,
         settings.db_connect_timeout,
     )

@@ -100,6 +100,28 @@ pub fn build_pool(
     pool_of(database_url, size, statement_timeout, connect_timeout, true)
 }
 
+/// A pool for a command that does one thing and exits: it opens connections
+/// only when asked for one, on the caller's behalf. The shop's pool keeps
+/// idle connections warm from background threads; a process that exits
+/// while one of them is still inside libpq's TLS handshake can crash in
+/// OpenSSL's exit handlers.
+pub fn build_one_shot_pool(
+    database_url: &str,
+    statement_timeout: Duration,
+    connect_timeout: Duration,
+) -> PgPool {
+    Pool::builder()
+        .max_size(4)
+        .min_idle(Some(0))
+        .connection_timeout(connect_timeout)
+        .test_on_check_out(false)
+        .connection_customizer(Box::new(SessionDefaults {
+            statement_timeout,
+            wait_for_flush: true,
+        }))
+        .build_unchecked(PgManager(ConnectionManager::new(database_url)))
+}
+
 /// The pool for request bookkeeping (idempotency keys), whose commits do not
 /// wait for the log flush and so do not queue for the disk beside purchases.
 /// Nothing is risked: the log is one sequence, so a claimed key is on disk by
