@@ -181,6 +181,11 @@ impl Settings {
         if self.jobs_interval.is_zero() {
             bail!("JOBS_INTERVAL must be at least one second");
         }
+        // A zero period would panic inside the reconcile job's timer, long
+        // after start-up said all was well.
+        if self.reconcile_interval.is_zero() {
+            bail!("RECONCILE_INTERVAL must be at least one second");
+        }
         if self.gate_pending_ttl().is_zero() {
             bail!("GATE_PENDING_TTL_MS must be at least 1");
         }
@@ -206,5 +211,38 @@ pub fn log_format() -> anyhow::Result<LogFormat> {
         Some(value) if value == "text" => Ok(LogFormat::Text),
         Some(value) if value == "json" => Ok(LogFormat::Json),
         Some(other) => bail!("LOG_FORMAT must be text or json, not {other:?}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn valid() -> Settings {
+        Settings::for_tests(Settings::DEFAULT_DATABASE_URL, "config-test:")
+    }
+
+    #[test]
+    fn test_settings_are_valid() {
+        valid().validate().unwrap();
+    }
+
+    #[test]
+    fn zero_periods_are_refused_at_start() {
+        let mut settings = valid();
+        settings.reconcile_interval = Duration::ZERO;
+        let error = settings.validate().unwrap_err().to_string();
+        assert!(error.contains("RECONCILE_INTERVAL"), "{error}");
+        let mut settings = valid();
+        settings.jobs_interval = Duration::ZERO;
+        assert!(settings.validate().is_err());
+    }
+
+    #[test]
+    fn an_unknown_payment_provider_is_refused_at_start() {
+        let mut settings = valid();
+        settings.payment_provider = "acme".into();
+        let error = settings.validate().unwrap_err().to_string();
+        assert!(error.contains("PAYMENT_PROVIDER"), "{error}");
     }
 }
