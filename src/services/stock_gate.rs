@@ -66,6 +66,12 @@ pub async fn seed_if_absent(shop: &Shop, products: Vec<ProductId>) -> Result<(),
         if gate.stock(product).await?.is_some() {
             continue; // seeded while this caller waited for its turn
         }
+        // Products are never deleted, so one that is not there now never
+        // will be: asking for it must not leave a lock queue or a fencing
+        // counter behind (anyone can send any id).
+        if stock_and_limit(&shop.pool, product).await?.is_none() {
+            continue;
+        }
         let (gate, pool) = (gate.clone(), shop.pool.clone());
         shop.locks
             .with_locks(vec![product], move |_| async move {
