@@ -11,16 +11,14 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use diesel::prelude::*;
-use reqwest::redirect::Policy;
 use reqwest::StatusCode;
 use serde::Serialize;
 
-use super::lab::LabDb;
+use super::harness::{Browser, ScratchDb, ServedShop};
 use super::{new_histogram, record, summarize, Latency};
 use crate::config::Settings;
 use crate::domain::Money;
 use crate::services::catalog::{create_product, SaleSpec};
-use crate::startup::Application;
 
 #[derive(Debug, Clone)]
 pub struct BenchConfig {
@@ -111,52 +109,25 @@ INSERT INTO stock_history (product_id, order_id, delta, stock_after, reason, not
 COMMIT;
 ";
 
-/// A signed-in buyer: a client whose clones share its cookies and connections.
+/// A signed-in buyer and the form token of its session.
 #[derive(Clone)]
 struct Buyer {
-    client: reqwest::Client,
+    browser: Browser,
     token: String,
 }
 
-fn csrf_token(html: &str) -> Option<String> {
-    let re = regex::Regex::new(r#"name="csrf_token" value="([^"]+)""#).ok()?;
-    re.captures(html).map(|c| c[1].to_string())
-}
-
 async fn sign_up(base: &str, email: &str) -> anyhow::Result<Buyer> {
-    let client = reqwest::Client::builder()
-        .cookie_store(true)
-        .redirect(Policy::none())
+    let client = Browser::client_builder()
         .timeout(Duration::from_secs(60))
         .build()?;
-    let page = client
-        .get(format!("{base}/login"))
-        .send()
-        .await?
-        .text()
-        .await?;
-    let token = csrf_token(&page).context("no csrf_token on /login")?;
-    let response = client
-        .post(format!("{base}/signup"))
-        .form(&[
-            ("email", email),
-            ("password", PASSWORD),
-            ("csrf_token", &token),
-        ])
-        .send()
-        .await?;
+    let browser = Browser::new(base, client);
+    let response = browser.sign_up(email, PASSWORD).await?;
     if response.status() != StatusCode::SEE_OTHER {
         bail!("sign-up of {email} answered {}", response.status());
     }
     // Signing in starts a new session, with a CSRF token of its own.
-    let page = client
-        .get(format!("{base}/login"))
-        .send()
-        .await?
-        .text()
-        .await?;
-    let token = csrf_token(&page).context("no csrf_token on /login")?;
-    Ok(Buyer { client, token })
+    let token = browser.csrf().await?;
+    Ok(Buyer { browser, token })
 }
 
 enum Load {
@@ -166,7 +137,6 @@ enum Load {
 
 /// `concurrency` loops send requests back to back for `seconds`; `ok` counts answers with `expect`.
 async fn closed_loop(
-    base: &str,
     buyers: &[Buyer],
     load: Arc<Load>,
     concurrency: usize,
@@ -179,7 +149,7 @@ async fn closed_loop(
     let mut loops = Vec::with_capacity(concurrency);
     for n in 0..concurrency {
         let buyer = buyers[n % buyers.len()].clone();
-        let (ok, other, load, base) = (ok.clone(), other.clone(), load.clone(), base.to_string());
+        let (ok, other, load) = (ok.clone(), other.clone(), load.clone());
         loops.push(tokio::spawn(async move {
             let mut histogram = new_histogram();
             let mut i = n;
@@ -190,17 +160,11 @@ async fn closed_loop(
                         let product = products[i % products.len()];
                         let key = uuid::Uuid::new_v4().to_string();
                         buyer
-                            .client
-                            .post(format!("{base}/products/{product}/buy"))
-                            .form(&[
-                                ("quantity", "1"),
-                                ("csrf_token", buyer.token.as_str()),
-                                ("idempotency_key", key.as_str()),
-                            ])
-                            .send()
+                            .browser
+                            .buy(product, "1", &buyer.token, Some(&key))
                             .await
                     }
-                    Load::Get { path } => buyer.client.get(format!("{base}{path}")).send().await,
+                    Load::Get { path } => buyer.browser.get(path).await,
                 };
                 let status = match request {
                     Ok(response) => {
@@ -349,8 +313,7 @@ const LOCK_ROUNDS: usize = 4;
 
 /// A shop served in this process for the benchmark, with its buyers and hot product.
 struct BenchShop {
-    base: String,
-    server: actix_web::dev::ServerHandle,
+    served: ServedShop,
     buyers: Vec<Buyer>,
     hot: i64,
 }
@@ -382,28 +345,24 @@ async fn start_shop(
     name: String,
     customers: usize,
 ) -> anyhow::Result<BenchShop> {
-    let app = Application::build(settings).await?;
-    let base = format!("http://127.0.0.1:{}", app.port());
-    let server = app.handle();
-    tokio::spawn(app.run_until_stopped());
+    let served = ServedShop::start(settings).await?;
     let hot = create_product(pool, sale(name.clone(), 10_000_000))
         .await?
         .id;
     let tag: String = name.chars().filter(char::is_ascii_alphanumeric).collect();
     let mut buyers = Vec::with_capacity(customers);
     for b in 0..customers.max(1) {
-        buyers.push(sign_up(&base, &format!("{tag}-{b}@flashsale.test")).await?);
+        buyers.push(sign_up(&served.address, &format!("{tag}-{b}@flashsale.test")).await?);
     }
     Ok(BenchShop {
-        base,
-        server,
+        served,
         buyers,
         hot,
     })
 }
 
 pub async fn run_bench(config: &BenchConfig) -> anyhow::Result<BenchReport> {
-    let db = LabDb::create(&config.database_url)?;
+    let db = ScratchDb::create(&config.database_url, "bench")?;
     let prefix = format!("bench:{}:", uuid::Uuid::new_v4().simple());
     let pool = crate::db::build_pool(&db.url, 4, Duration::from_secs(5), Duration::from_secs(3));
     let ceiling = create_product(&pool, sale("pgbench".into(), 10_000_000))
@@ -492,7 +451,6 @@ pub async fn run_bench(config: &BenchConfig) -> anyhow::Result<BenchReport> {
         let unlocked = start(false, format!("{hot_name}, no Redis lock")).await?;
         for &c in &config.concurrency {
             let result = closed_loop(
-                &locked.base,
                 &locked.buyers,
                 locked.hot_load(),
                 c,
@@ -506,7 +464,6 @@ pub async fn run_bench(config: &BenchConfig) -> anyhow::Result<BenchReport> {
                     products: spread.clone(),
                 });
                 let result = closed_loop(
-                    &locked.base,
                     &locked.buyers,
                     spread_load,
                     c,
@@ -524,7 +481,6 @@ pub async fn run_bench(config: &BenchConfig) -> anyhow::Result<BenchReport> {
             for (shop, total) in [(&locked, &mut with), (&unlocked, &mut without)] {
                 let began = Instant::now();
                 let (ok, ..) = closed_loop(
-                    &shop.base,
                     &shop.buyers,
                     shop.hot_load(),
                     HEADLINE_BUYERS,
@@ -566,20 +522,13 @@ pub async fn run_bench(config: &BenchConfig) -> anyhow::Result<BenchReport> {
                 } else {
                     Arc::new(Load::Get { path })
                 };
-                let result = closed_loop(
-                    &locked.base,
-                    &locked.buyers,
-                    load,
-                    page_concurrency,
-                    seconds,
-                    expect,
-                )
-                .await;
+                let result =
+                    closed_loop(&locked.buyers, load, page_concurrency, seconds, expect).await;
                 push(scenario, page_concurrency, result, String::new());
             }
         }
-        locked.server.stop(true).await;
-        unlocked.server.stop(true).await;
+        locked.served.server.stop(true).await;
+        unlocked.served.server.stop(true).await;
     }
 
     let redis_urls = Settings::for_tests(&db.url, &prefix).redis_urls;

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context};
+use anyhow::bail;
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Integer};
 use hdrhistogram::Histogram;
@@ -15,7 +15,8 @@ use redis::aio::MultiplexedConnection;
 use serde::Serialize;
 use tokio::sync::Barrier;
 
-use super::{new_histogram, record, server_of, summarize, Latency};
+use super::harness::ScratchDb;
+use super::{new_histogram, record, summarize, Latency};
 use crate::config::Settings;
 use crate::db::{self, PgPool};
 use crate::domain::{CustomerId, ProductId, Quantity, Refusal};
@@ -276,42 +277,6 @@ enum Attempt {
     Error(String),
 }
 
-/// A database of the lab's own on the configured server, dropped afterwards.
-pub struct LabDb {
-    pub url: String,
-    server: String,
-    name: String,
-}
-
-impl LabDb {
-    pub fn create(database_url: &str) -> anyhow::Result<LabDb> {
-        let server = server_of(database_url)?;
-        let name = format!("flashsale_lab_{}", uuid::Uuid::new_v4().simple());
-        let mut admin = PgConnection::establish(&format!("{server}/postgres"))
-            .context("connecting to Postgres")?;
-        diesel::sql_query(format!("CREATE DATABASE \"{name}\"")).execute(&mut admin)?;
-        let db = LabDb {
-            url: format!("{server}/{name}"),
-            server,
-            name,
-        };
-        db::run_migrations(&db.url)?;
-        Ok(db)
-    }
-}
-
-impl Drop for LabDb {
-    fn drop(&mut self) {
-        if let Ok(mut admin) = PgConnection::establish(&format!("{}/postgres", self.server)) {
-            let _ = diesel::sql_query(format!(
-                "DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)",
-                self.name
-            ))
-            .execute(&mut admin);
-        }
-    }
-}
-
 struct Env {
     redis: redis::Client,
     prefix: String,
@@ -321,7 +286,7 @@ struct Env {
     customers: Vec<CustomerId>,
     watch_retries: u32,
     // Last: the pools above hold connections into it.
-    _db: LabDb,
+    _db: ScratchDb,
 }
 
 #[derive(QueryableByName)]
@@ -344,7 +309,7 @@ return redis.call('DECRBY', KEYS[1], want)
 ";
 
 pub async fn run_lab(config: &LabConfig) -> anyhow::Result<LabReport> {
-    let db = LabDb::create(&config.database_url)?;
+    let db = ScratchDb::create(&config.database_url, "lab")?;
     let max_workers = config.contests.iter().map(|c| c.workers).max().unwrap_or(1);
     let pool_size = max_workers.clamp(2, 32) as u32;
     let pool = db::build_pool(

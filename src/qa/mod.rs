@@ -2,6 +2,7 @@
 //! generator behind `scripts/bench`. None of it runs inside the shop itself.
 
 pub mod bench;
+pub mod harness;
 pub mod lab;
 pub mod race;
 
@@ -41,9 +42,4 @@ pub fn summarize(histogram: &Histogram<u64>) -> Latency {
         p99_ms: ms(histogram.value_at_quantile(0.99)),
         max_ms: ms(histogram.max()),
     }
-}
-
-/// The Postgres server part of a database URL (everything before the database name).
-pub fn server_of(database_url: &str) -> anyhow::Result<String> {
-    Ok(crate::db::split_database_url(database_url)?.0)
 }

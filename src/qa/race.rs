@@ -4,20 +4,17 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, bail, Context};
+use anyhow::{bail, Context};
 use diesel::prelude::*;
 use diesel::sql_types::BigInt;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use reqwest::redirect::Policy;
 use reqwest::StatusCode;
 use serde::Serialize;
 use tokio::sync::{Barrier, Semaphore};
 
+use super::harness::{Browser, Count, DECLINED_CARD, GOOD_CARD};
 use super::{new_histogram, record, summarize, Latency};
 use crate::services::ledger_audit::run_audit;
-
-pub const GOOD_CARD: &str = "4242424242424242";
-pub const DECLINED_CARD: &str = "4000000000000002";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
@@ -166,108 +163,39 @@ impl RaceReport {
     }
 }
 
-/// One signed-in session: its own cookie jar, redirects left to the caller.
-#[derive(Clone)]
-struct Session {
-    client: reqwest::Client,
-    base: String,
+fn browser(base: &str) -> anyhow::Result<Browser> {
+    let client = Browser::client_builder()
+        .timeout(Duration::from_secs(120))
+        .build()?;
+    Ok(Browser::new(base, client))
 }
 
-fn csrf_token(html: &str) -> Option<String> {
-    static RE: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
-    RE.get_or_init(|| regex::Regex::new(r#"name="csrf_token" value="([^"]+)""#).unwrap())
-        .captures(html)
-        .map(|c| c[1].to_string())
+/// Signs up, or signs in when the account exists from an earlier run.
+async fn sign_up_or_in(browser: &Browser, email: &str, password: &str) -> anyhow::Result<()> {
+    let response = browser.sign_up(email, password).await?;
+    match response.status() {
+        StatusCode::SEE_OTHER => Ok(()),
+        StatusCode::CONFLICT => browser.sign_in(email, password).await,
+        other => bail!("sign-up of {email} answered {other}"),
+    }
 }
 
-impl Session {
-    fn new(base: &str) -> anyhow::Result<Session> {
-        Ok(Session {
-            client: reqwest::Client::builder()
-                .cookie_store(true)
-                .redirect(Policy::none())
-                .timeout(Duration::from_secs(120))
-                .build()?,
-            base: base.to_string(),
-        })
-    }
-
-    async fn csrf(&self) -> anyhow::Result<String> {
-        let response = self
-            .client
-            .get(format!("{}/login", self.base))
-            .send()
-            .await?;
-        let status = response.status();
-        let html = response.text().await?;
-        csrf_token(&html)
-            .ok_or_else(|| anyhow!("GET /login answered {status} without a csrf_token"))
-    }
-
-    async fn post(&self, path: &str, fields: &[(&str, &str)]) -> anyhow::Result<reqwest::Response> {
-        Ok(self
-            .client
-            .post(format!("{}{}", self.base, path))
-            .form(fields)
-            .send()
-            .await?)
-    }
-
-    async fn sign_in(&self, email: &str, password: &str) -> anyhow::Result<()> {
-        let token = self.csrf().await?;
-        let fields = [
-            ("email", email),
-            ("password", password),
-            ("csrf_token", &token),
-        ];
-        let response = self.post("/login", &fields).await?;
-        if response.status() != StatusCode::SEE_OTHER {
-            bail!("sign-in of {email} answered {}", response.status());
-        }
-        Ok(())
-    }
-
-    /// Signs up, or signs in when the account exists from an earlier run.
-    async fn sign_up_or_in(&self, email: &str, password: &str) -> anyhow::Result<()> {
-        let token = self.csrf().await?;
-        let fields = [
-            ("email", email),
-            ("password", password),
-            ("csrf_token", &token),
-        ];
-        let response = self.post("/signup", &fields).await?;
-        match response.status() {
-            StatusCode::SEE_OTHER => Ok(()),
-            StatusCode::CONFLICT => self.sign_in(email, password).await,
-            other => bail!("sign-up of {email} answered {other}"),
-        }
-    }
-
-    async fn buy(&self, product: i64, quantity: u32, token: &str) -> BuyOutcome {
-        let quantity = quantity.to_string();
-        let key = uuid::Uuid::new_v4().to_string();
-        let fields = [
-            ("quantity", quantity.as_str()),
-            ("csrf_token", token),
-            ("idempotency_key", key.as_str()),
-        ];
-        let response = match self
-            .post(&format!("/products/{product}/buy"), &fields)
-            .await
-        {
-            Ok(response) => response,
-            Err(error) => return BuyOutcome::Error(format!("request failed: {error}")),
-        };
-        let status = response.status();
-        let location = response
-            .headers()
-            .get("location")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
-            .to_string();
-        let body = response.text().await.unwrap_or_default();
-        classify(status, &location, &body)
-    }
+async fn buy(browser: &Browser, product: i64, quantity: u32, token: &str) -> BuyOutcome {
+    let quantity = quantity.to_string();
+    let key = uuid::Uuid::new_v4().to_string();
+    let response = match browser.buy(product, &quantity, token, Some(&key)).await {
+        Ok(response) => response,
+        Err(error) => return BuyOutcome::Error(format!("request failed: {error}")),
+    };
+    let status = response.status();
+    let location = response
+        .headers()
+        .get("location")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    let body = response.text().await.unwrap_or_default();
+    classify(status, &location, &body)
 }
 
 fn classify(status: StatusCode, location: &str, body: &str) -> BuyOutcome {
@@ -286,12 +214,6 @@ fn classify(status: StatusCode, location: &str, body: &str) -> BuyOutcome {
         StatusCode::SERVICE_UNAVAILABLE => BuyOutcome::Busy,
         other => BuyOutcome::Error(format!("unexpected {other}")),
     }
-}
-
-#[derive(QueryableByName)]
-struct Count {
-    #[diesel(sql_type = BigInt)]
-    n: i64,
 }
 
 fn count(conn: &mut PgConnection, sql: &str, product: i64) -> anyhow::Result<i64> {
@@ -338,7 +260,7 @@ pub async fn run_race(config: RaceConfig) -> anyhow::Result<RaceReport> {
         ),
     };
 
-    let admin = Session::new(&config.base_url)?;
+    let admin = browser(&config.base_url)?;
     admin
         .sign_in(&config.admin_email, &config.admin_password)
         .await
@@ -354,8 +276,8 @@ pub async fn run_race(config: RaceConfig) -> anyhow::Result<RaceReport> {
         let signups = signups.clone();
         joins.push(tokio::spawn(async move {
             let _permit = signups.acquire_owned().await?;
-            let session = Session::new(&base)?;
-            session.sign_up_or_in(&email, &password).await?;
+            let session = browser(&base)?;
+            sign_up_or_in(&session, &email, &password).await?;
             let token = session.csrf().await?;
             anyhow::Ok((session, token))
         }));
@@ -400,7 +322,7 @@ pub async fn run_race(config: RaceConfig) -> anyhow::Result<RaceReport> {
             start_line.wait().await;
             let _permit = in_flight.acquire_owned().await.expect("never closed");
             let began = Instant::now();
-            let outcome = session.buy(product, quantity, &token).await;
+            let outcome = buy(&session, product, quantity, &token).await;
             progress.inc(1);
             (outcome, began.elapsed())
         }));
@@ -468,11 +390,7 @@ pub async fn run_race(config: RaceConfig) -> anyhow::Result<RaceReport> {
             let card = if approve { GOOD_CARD } else { DECLINED_CARD };
             let session = &buyers[buyer].0;
             let result = async {
-                let token = session.csrf().await?;
-                let fields = [("card_number", card), ("csrf_token", token.as_str())];
-                let response = session
-                    .post(&format!("/orders/{order}/pay"), &fields)
-                    .await?;
+                let response = session.pay(order, card).await?;
                 if response.status() != StatusCode::SEE_OTHER {
                     bail!("paying order {order} answered {}", response.status());
                 }
@@ -491,12 +409,8 @@ pub async fn run_race(config: RaceConfig) -> anyhow::Result<RaceReport> {
     }
     for &order in paid_orders.iter().take(config.refund) {
         let result = async {
-            let token = admin.csrf().await?;
             let response = admin
-                .post(
-                    &format!("/admin/orders/{order}/refund"),
-                    &[("csrf_token", token.as_str())],
-                )
+                .post_form(&format!("/admin/orders/{order}/refund"), &[])
                 .await?;
             if response.status() != StatusCode::SEE_OTHER {
                 bail!("refunding order {order} answered {}", response.status());
@@ -617,7 +531,7 @@ async fn check_in_database(report: &mut RaceReport, url: &str, fresh: bool) -> a
     Ok(())
 }
 
-async fn check_via_dashboard(report: &mut RaceReport, admin: &Session) -> anyhow::Result<()> {
+async fn check_via_dashboard(report: &mut RaceReport, admin: &Browser) -> anyhow::Result<()> {
     report.checked_via = "admin dashboard".into();
     let sold = report.purchased as i64 * i64::from(report.quantity);
     let stock = report.stock;
@@ -627,11 +541,7 @@ async fn check_via_dashboard(report: &mut RaceReport, admin: &Session) -> anyhow
         sold <= stock,
         format!("{sold} units sold of {stock} (as given by --stock)"),
     );
-    let response = admin
-        .client
-        .get(format!("{}/admin", admin.base))
-        .send()
-        .await?;
+    let response = admin.get("/admin").await?;
     let status = response.status();
     let page = response.text().await?;
     invariant(
@@ -681,14 +591,5 @@ mod tests {
             classify(StatusCode::FORBIDDEN, "", ""),
             BuyOutcome::Error(_)
         ));
-    }
-
-    #[test]
-    fn csrf_token_is_read_from_the_form() {
-        assert_eq!(
-            csrf_token(r#"<input type="hidden" name="csrf_token" value="abc123">"#).as_deref(),
-            Some("abc123")
-        );
-        assert_eq!(csrf_token("<p>no form</p>"), None);
     }
 }
