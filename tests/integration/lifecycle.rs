@@ -1,12 +1,10 @@
 //! The order lifecycle beyond the happy path: idempotent POSTs, per-customer
 //! limits under concurrency, quantities and multi-item carts, expiry.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::*;
+use crate::helpers::*;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use reqwest::StatusCode;

@@ -1,11 +1,9 @@
 //! Restores (payment declined, refund) racing new purchases of the same
 //! product: every unit is given back exactly once and the ledger holds.
 
-mod common;
-
 use std::sync::Arc;
 
-use common::*;
+use crate::helpers::*;
 use reqwest::StatusCode;
 use tokio::sync::Barrier;
 

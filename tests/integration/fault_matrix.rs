@@ -3,13 +3,11 @@
 //! (303 sold, 409 sold out, 503 try again; never a 500), nothing is half
 //! written, and the shop recovers by itself once the dependency is back.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use common::postgres::PrivatePostgres;
-use common::*;
+use crate::helpers::postgres::PrivatePostgres;
+use crate::helpers::*;
 use reqwest::StatusCode;
 
 /// Waits until the sale has taken at least `orders` orders, so a fault lands mid-burst.

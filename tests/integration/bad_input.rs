@@ -1,8 +1,6 @@
 //! Wrong input gets a clear 4xx page and changes nothing.
 
-mod common;
-
-use common::*;
+use crate::helpers::*;
 use reqwest::StatusCode;
 
 async fn expect(response: reqwest::Response, status: StatusCode, text: &str) {

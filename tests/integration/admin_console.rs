@@ -2,9 +2,7 @@
 //! form that changes something checks its CSRF token and writes nothing when
 //! refused.
 
-mod common;
-
-use common::*;
+use crate::helpers::*;
 use reqwest::StatusCode;
 
 fn sale_form<'a>(name: &'a str, price: &'a str, stock: &'a str) -> Vec<(&'a str, &'a str)> {

@@ -1,12 +1,10 @@
 //! Many buyers, few units: exactly the stock is sold, through the real HTTP
 //! server, real Postgres and real Redis, with every request released at once.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::Instant;
 
-use common::*;
+use crate::helpers::*;
 use reqwest::StatusCode;
 use tokio::sync::Barrier;
 

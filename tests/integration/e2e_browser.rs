@@ -2,13 +2,11 @@
 //! (Debian's `chromium` + `chromium-driver`; scripts/services installs them).
 //! Screenshots of every key page land in `target/e2e/` for review.
 
-mod common;
-
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::*;
+use crate::helpers::*;
 use fantoccini::{Client, ClientBuilder, Locator};
 
 const CHROMEDRIVER: &str = "/usr/bin/chromedriver";

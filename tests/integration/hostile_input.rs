@@ -1,18 +1,15 @@
-//! Hostile input over HTTP, beyond tests/bad_input.rs's hand-picked cases:
+//! Hostile input over HTTP, beyond bad_input's hand-picked cases:
 //! every form field and every path id gets the same table of hostile values
 //! (and, for a few fields, a few hundred generated ones), every POST route
 //! gets oversized and non-form bodies. Each answer must be a 4xx page that
 //! explains itself, never a 5xx; an answer may succeed only if the form's
 //! own parser accepts the value; and the ledger and stock never move.
 
-mod common;
-mod hostile;
-
-use common::*;
+use crate::helpers::hostile::{hostile_text, hostile_values, SCRIPT};
+use crate::helpers::*;
 use flashsale::web::forms::{
     AdjustForm, BuyForm, CartForm, CredentialsForm, CsrfOnlyForm, OrderSearch, PayForm, SaleFields,
 };
-use hostile::{hostile_text, hostile_values, SCRIPT};
 use proptest::strategy::{Strategy, ValueTree};
 use proptest::test_runner::TestRunner;
 use reqwest::StatusCode;

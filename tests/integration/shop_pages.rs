@@ -1,10 +1,8 @@
 //! The customer's pages: what each says to a stranger, a customer and an
 //! admin, and that their forms refuse a missing or foreign CSRF token.
 
-mod common;
-
+use crate::helpers::*;
 use chrono::{Duration, Utc};
-use common::*;
 use flashsale::domain::Money;
 use flashsale::services::catalog::{create_product, SaleSpec};
 use reqwest::StatusCode;

@@ -1,12 +1,10 @@
 //! The Redis stock gate in front of Postgres: it turns sold-out and repeat
 //! buyers away without the lock or the database, and never sells.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::*;
+use crate::helpers::*;
 use flashsale::domain::{CustomerId, ProductId, Quantity};
 use flashsale::gate::{Admission, StockGate};
 use flashsale::redis_node::RedisNode;

@@ -2,12 +2,10 @@
 //! sign-out), the admin audit log, secure cookies, and secrets kept out of
 //! logs and pages.
 
-mod common;
-
 use std::io::Write;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use common::*;
+use crate::helpers::*;
 use flashsale::domain::{Email, Password, Role};
 use flashsale::services::accounts::sign_up;
 use flashsale::services::jobs::run_once;

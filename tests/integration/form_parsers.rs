@@ -2,8 +2,7 @@
 //! text arrives, they never panic, they accept exactly their domain, and
 //! what they say back cannot break the page it is shown on.
 
-mod hostile;
-
+use crate::helpers::hostile::{hostile_text, SCRIPT};
 use actix_web::ResponseError;
 use chrono::{DateTime, TimeZone, Utc};
 use flashsale::db::models::Product;
@@ -14,7 +13,6 @@ use flashsale::web::forms::{
     parse_order_id, parse_product_id, AdjustForm, BuyForm, CartForm, CredentialsForm, CsrfOnlyForm,
     OrderSearch, PayForm, SaleFields,
 };
-use hostile::{hostile_text, SCRIPT};
 use proptest::prelude::*;
 use serde::de::DeserializeOwned;
 

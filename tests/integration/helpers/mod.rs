@@ -3,6 +3,7 @@
 //! browser-like clients that carry cookies and CSRF tokens.
 #![allow(dead_code)]
 
+pub mod hostile;
 pub mod postgres;
 
 use std::collections::hash_map::DefaultHasher;

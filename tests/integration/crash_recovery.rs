@@ -1,11 +1,9 @@
 //! kill -9 of the real server binary in the middle of a burst of purchases,
 //! payments and refunds; then a restart, the jobs, and the audit.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::helpers::*;
 use reqwest::StatusCode;
 
 fn status_summary(db: &TestDb) -> String {

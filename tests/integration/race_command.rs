@@ -1,7 +1,5 @@
 //! `flashsale race` as a library against the real server: 20 buyers, 5 units.
-mod common;
-
-use common::{spawn_app, PASSWORD};
+use crate::helpers::{spawn_app, PASSWORD};
 use flashsale::qa::race::{run_race, PayMode, RaceConfig};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -4,11 +4,9 @@
 //! through the watchdog, and a stale holder's write is refused by its fencing
 //! token. Real Postgres, real Redis, the real HTTP server.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::helpers::*;
 use flashsale::domain::{CustomerId, ProductId, Quantity};
 use flashsale::services::checkout::{buy_in_batch, Buyer, PurchaseOutcome};
 use flashsale::services::stock_gate::seed_if_absent;

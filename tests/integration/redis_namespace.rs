@@ -2,9 +2,7 @@
 //! reset database never inherits the old one's gate counts or markers, and two
 //! deployments sharing one Redis (and one key prefix) never share stock.
 
-mod common;
-
-use common::*;
+use crate::helpers::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_reset_database_ignores_what_redis_kept_from_the_old_one() {

@@ -1,11 +1,9 @@
 //! When Redis or Postgres is gone, or the lock cannot be had in time, the shop
 //! answers 503 and writes nothing.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::helpers::*;
 use reqwest::StatusCode;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -4,12 +4,10 @@
 //! runs) every test is its own process, so the counts asserted here are exact;
 //! under plain `cargo test` the tests of this file would share one registry.
 
-mod common;
-
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 
-use common::*;
+use crate::helpers::*;
 use reqwest::StatusCode;
 
 async fn scrape(app: &TestApp) -> String {

@@ -1,0 +1,25 @@
+//! The integration suite: the real HTTP server, real Postgres and real Redis.
+//! One test binary with a module per area, so the crate is linked once; the
+//! harness is in `helpers/`.
+
+mod helpers;
+
+mod admin_console;
+mod bad_input;
+mod crash_recovery;
+mod e2e_browser;
+mod fail_closed;
+mod fault_matrix;
+mod form_parsers;
+mod hostile_input;
+mod hot_product;
+mod lab;
+mod lifecycle;
+mod observability;
+mod purchase_race;
+mod race_command;
+mod redis_namespace;
+mod restore_race;
+mod security;
+mod shop_pages;
+mod stock_gate;
