@@ -69,22 +69,12 @@ async fn kill_nine_mid_burst_then_restart_leaves_an_exact_ledger() {
     let mut tasks = Vec::new();
     for buyer in customers[12..].iter().cloned() {
         tasks.push(tokio::spawn(async move {
-            let Ok(page) = buyer
-                .client
-                .get(format!("{}/login", buyer.base))
-                .send()
-                .await
-            else {
+            let Ok(page) = buyer.web.get("/login").await else {
                 return;
             };
             let token = csrf_from(&page.text().await.unwrap_or_default());
             for _ in 0..40 {
-                let sent = buyer
-                    .client
-                    .post(format!("{}/products/{product}/buy", buyer.base))
-                    .form(&[("quantity", "1"), ("csrf_token", token.as_str())])
-                    .send()
-                    .await;
+                let sent = buyer.web.buy(product, "1", &token, None).await;
                 if sent.is_err() {
                     break; // the server is gone
                 }
@@ -95,46 +85,27 @@ async fn kill_nine_mid_burst_then_restart_leaves_an_exact_ledger() {
         tasks.push(tokio::spawn(async move {
             tokio::time::sleep(Duration::from_millis(30 * i as u64)).await;
             let card = if i % 2 == 0 { GOOD_CARD } else { DECLINED_CARD };
-            let _ = buyer
-                .client
-                .get(format!("{}/login", buyer.base))
-                .send()
-                .await;
-            let Ok(page) = buyer
-                .client
-                .get(format!("{}/orders/{order}", buyer.base))
-                .send()
-                .await
-            else {
+            let _ = buyer.web.get("/login").await;
+            let Ok(page) = buyer.web.get(&format!("/orders/{order}")).await else {
                 return;
             };
             let token = csrf_from(&page.text().await.unwrap_or_default());
-            let _ = buyer
-                .client
-                .post(format!("{}/orders/{order}/pay", buyer.base))
-                .form(&[("card_number", card), ("csrf_token", token.as_str())])
-                .send()
-                .await;
+            let form = [("card_number", card), ("csrf_token", token.as_str())];
+            let _ = buyer.web.post(&format!("/orders/{order}/pay"), &form).await;
         }));
     }
     for (i, order) in paid_orders.into_iter().enumerate() {
         let admin = admin.clone();
         tasks.push(tokio::spawn(async move {
             tokio::time::sleep(Duration::from_millis(40 * i as u64)).await;
-            let Ok(page) = admin
-                .client
-                .get(format!("{}/admin/orders/{order}", admin.base))
-                .send()
-                .await
-            else {
+            let Ok(page) = admin.web.get(&format!("/admin/orders/{order}")).await else {
                 return;
             };
             let token = csrf_from(&page.text().await.unwrap_or_default());
+            let form = [("csrf_token", token.as_str())];
             let _ = admin
-                .client
-                .post(format!("{}/admin/orders/{order}/refund", admin.base))
-                .form(&[("csrf_token", token.as_str())])
-                .send()
+                .web
+                .post(&format!("/admin/orders/{order}/refund"), &form)
                 .await;
         }));
     }

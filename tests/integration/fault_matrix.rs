@@ -263,22 +263,12 @@ type Answers = Vec<(Instant, Option<StatusCode>)>;
 /// Buys one unit at a time until sold out, the server is gone, or the deadline.
 async fn keep_buying(buyer: Browser, product: i64, deadline: Instant) -> Answers {
     let mut answers = Vec::new();
-    let Ok(page) = buyer
-        .client
-        .get(format!("{}/login", buyer.base))
-        .send()
-        .await
-    else {
+    let Ok(page) = buyer.web.get("/login").await else {
         return answers;
     };
     let token = csrf_from(&page.text().await.unwrap());
     while Instant::now() < deadline {
-        let sent = buyer
-            .client
-            .post(format!("{}/products/{product}/buy", buyer.base))
-            .form(&[("quantity", "1"), ("csrf_token", token.as_str())])
-            .send()
-            .await;
+        let sent = buyer.web.buy(product, "1", &token, None).await;
         let status = sent.ok().map(checked_status);
         answers.push((Instant::now(), status));
         match status {

@@ -158,7 +158,7 @@ async fn not_ready_names_an_unreachable_database() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn every_response_carries_a_request_id() {
     let app = spawn_app().await;
-    let client = app.browser().client;
+    let client = app.browser().client.clone();
     let get = |id: Option<&str>, path: &str| {
         let mut request = client.get(format!("{}{path}", app.address));
         if let Some(id) = id {

@@ -40,12 +40,7 @@ fn browser_with_jar(app: &TestApp) -> (Browser, Arc<Jar>) {
         .redirect(Policy::none())
         .build()
         .unwrap();
-    let browser = Browser {
-        client,
-        base: app.address.clone(),
-        email: String::new(),
-    };
-    (browser, jar)
+    (Browser::with_client(&app.address, client), jar)
 }
 
 fn cookie_header(jar: &Jar, app: &TestApp) -> String {

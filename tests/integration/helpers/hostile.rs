@@ -1,6 +1,5 @@
 //! What hostile or careless clients type, shared by the parser properties
 //! and the HTTP-level fuzz test.
-#![allow(dead_code)]
 
 use proptest::prelude::*;
 

@@ -1,0 +1,102 @@
+//! The test's own database and the questions tests ask of it.
+
+use diesel::prelude::*;
+use diesel::PgConnection;
+use flashsale::config::Settings;
+use flashsale::qa::harness::{Count, ScratchDb};
+use flashsale::services::ledger_audit::run_audit;
+
+/// A database of this test's own, cloned from a migrated template and
+/// dropped when the test ends (pass or fail).
+pub struct TestDb {
+    pub url: String,
+    /// `None` on a second handle for another in-process instance: only the
+    /// original drops the database.
+    scratch: Option<ScratchDb>,
+}
+
+impl TestDb {
+    pub fn new() -> TestDb {
+        let base =
+            std::env::var("DATABASE_URL").unwrap_or_else(|_| Settings::DEFAULT_DATABASE_URL.into());
+        let scratch = ScratchDb::cloned(&base, "test")
+            .expect("a test database (run scripts/test, which starts Postgres)");
+        TestDb {
+            url: scratch.url.clone(),
+            scratch: Some(scratch),
+        }
+    }
+
+    /// Another handle on the database at `url`; dropping it drops nothing.
+    pub fn attach(url: &str) -> TestDb {
+        TestDb {
+            url: url.into(),
+            scratch: None,
+        }
+    }
+
+    fn scratch(&self) -> &ScratchDb {
+        self.scratch
+            .as_ref()
+            .expect("only the handle that made the database can drop it")
+    }
+
+    /// Drops the database and migrates a new, empty one under the same name:
+    /// what an operator's reset does. It gets a new Redis namespace.
+    pub fn reset(&self) {
+        self.scratch().recreate().unwrap();
+    }
+
+    /// The database disappears under whoever is using it (its connections are
+    /// cut and new ones are refused): an outage, without touching the shared server.
+    pub fn vanish(&self) {
+        self.scratch().drop_database().unwrap();
+    }
+
+    pub fn redis_namespace(&self) -> String {
+        #[derive(diesel::QueryableByName)]
+        struct Namespace {
+            #[diesel(sql_type = diesel::sql_types::Text)]
+            redis_namespace: String,
+        }
+        diesel::sql_query("SELECT redis_namespace FROM deployment")
+            .get_result::<Namespace>(&mut self.conn())
+            .unwrap()
+            .redis_namespace
+    }
+
+    pub fn conn(&self) -> PgConnection {
+        PgConnection::establish(&self.url).unwrap()
+    }
+
+    /// The `n` that `sql` selects.
+    pub fn count(&self, sql: &str) -> i64 {
+        diesel::sql_query(sql)
+            .get_result::<Count>(&mut self.conn())
+            .unwrap()
+            .n
+    }
+
+    pub fn stock(&self, product: i64) -> i64 {
+        self.count(&format!(
+            "SELECT stock::int8 AS n FROM products WHERE id = {product}"
+        ))
+    }
+
+    /// Rows written anywhere in the ledger tables: "nothing written" means this does not move.
+    pub fn ledger_rows(&self) -> i64 {
+        self.count(
+            "SELECT (SELECT count(*) FROM orders) + (SELECT count(*) FROM order_items) \
+             + (SELECT count(*) FROM stock_history) + (SELECT count(*) FROM payments) AS n",
+        )
+    }
+
+    pub fn assert_audit_clean(&self) {
+        let report = run_audit(&mut self.conn()).unwrap();
+        assert!(
+            report.is_clean(),
+            "audit found problems: {:#?}",
+            report.problems
+        );
+    }
+}

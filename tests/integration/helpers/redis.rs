@@ -1,0 +1,122 @@
+//! Redis servers of a test's own, for tests that kill them or need a cluster.
+
+use std::ffi::OsString;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use super::{die_with_parent, free_port, wait_for_port, ChildGuard};
+
+/// A Redis server of this test's own, on a free port, keeping nothing on disk.
+pub fn start_redis() -> (ChildGuard, u16) {
+    let port = free_port();
+    (start_redis_on(port), port)
+}
+
+/// A Redis server on `port`: a fresh one, or one started again after it was killed.
+pub fn start_redis_on(port: u16) -> ChildGuard {
+    spawn_redis_server(port, &[])
+}
+
+/// Starts `redis-server` on `port` with `extra` arguments and waits until it listens.
+fn spawn_redis_server(port: u16, extra: &[OsString]) -> ChildGuard {
+    let child = die_with_parent(&mut Command::new("redis-server"))
+        .args([
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("redis-server is installed (scripts/test installs it)");
+    let guard = ChildGuard(child);
+    wait_for_port(port);
+    guard
+}
+
+/// A three-master Redis Cluster of this test's own, on free ports, made with
+/// `redis-cli --cluster create`; its servers are stopped when it drops.
+pub struct RedisCluster {
+    pub urls: Vec<String>,
+    _servers: Vec<ChildGuard>,
+    dir: std::path::PathBuf,
+}
+
+impl RedisCluster {
+    pub fn start() -> RedisCluster {
+        let dir = std::env::temp_dir().join(format!(
+            "flashsale-cluster-{}",
+            uuid::Uuid::new_v4().simple()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut servers = Vec::new();
+        let mut ports = Vec::new();
+        for _ in 0..3 {
+            let port = free_port();
+            let extra: Vec<OsString> = vec![
+                "--cluster-enabled".into(),
+                "yes".into(),
+                "--cluster-node-timeout".into(),
+                "2000".into(),
+                "--cluster-config-file".into(),
+                dir.join(format!("nodes-{port}.conf")).into(),
+                "--dir".into(),
+                dir.clone().into(),
+            ];
+            servers.push(spawn_redis_server(port, &extra));
+            ports.push(port);
+        }
+        let nodes: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+        let created = Command::new("redis-cli")
+            .arg("--cluster")
+            .arg("create")
+            .args(&nodes)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .output()
+            .expect("redis-cli is installed");
+        assert!(
+            created.status.success(),
+            "cluster create failed: {}",
+            String::from_utf8_lossy(&created.stdout)
+        );
+        // Wait until every node agrees the cluster is up.
+        for port in &ports {
+            let mut ok = false;
+            for _ in 0..200 {
+                let info = Command::new("redis-cli")
+                    .args(["-p", &port.to_string(), "cluster", "info"])
+                    .output()
+                    .unwrap();
+                if String::from_utf8_lossy(&info.stdout).contains("cluster_state:ok") {
+                    ok = true;
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            assert!(
+                ok,
+                "Redis Cluster node {port} did not reach cluster_state:ok"
+            );
+        }
+        RedisCluster {
+            urls: ports
+                .iter()
+                .map(|p| format!("redis://127.0.0.1:{p}"))
+                .collect(),
+            _servers: servers,
+            dir,
+        }
+    }
+}
+
+impl Drop for RedisCluster {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
