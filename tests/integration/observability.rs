@@ -103,9 +103,7 @@ async fn reconcile_drift_is_exported() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn metrics_endpoint_can_be_switched_off() {
-    // Process-wide, which is safe because nextest runs this test alone in its process.
-    std::env::set_var("METRICS", "off");
-    let app = spawn_app().await;
+    let app = spawn_app_with(|settings| settings.metrics = false).await;
     assert_eq!(
         app.browser().get("/metrics").await.status(),
         StatusCode::NOT_FOUND
