@@ -62,21 +62,21 @@ async fn arrival_order_decides_who_gets_the_last_units() {
     assert_eq!(app.db.stock(product), 0);
     app.db.assert_audit_clean();
 
-    // With combining, everyone who queued behind the other instance was
-    // served by one lock hold and one transaction (with the gate on, only the
-    // three admitted buyers queue; the rest were refused by Redis).
-    let metrics = flashsale::metrics::render();
-    let figure = |name: &str| metric_sample(&metrics, name).unwrap_or(0.0);
-    let (batches, batched) = (
-        figure("flashsale_purchase_batch_size_count"),
-        figure("flashsale_purchase_batch_size_sum"),
-    );
-    if app.settings.combining {
-        let queued = if app.settings.stock_gate { 3.0 } else { 8.0 };
-        assert_eq!((batches, batched), (1.0, queued), "{metrics}");
-    } else {
-        assert_eq!(batches, 0.0, "one purchase per lock hold");
-    }
+    // With combining, the buyers who queued behind the other instance were
+    // served by one lock hold and one transaction: the orders, their items,
+    // their ledger rows and the stock update all carry one transaction id.
+    // Without it, each purchase commits on its own.
+    let transactions = app.db.count(&format!(
+        "SELECT count(DISTINCT xid) AS n FROM ( \
+           SELECT xmin::text::int8 AS xid FROM products WHERE id = {product} \
+           UNION ALL SELECT xmin::text::int8 FROM order_items WHERE product_id = {product} \
+           UNION ALL SELECT xmin::text::int8 FROM stock_history WHERE product_id = {product} \
+           UNION ALL SELECT o.xmin::text::int8 FROM orders o \
+             JOIN order_items i ON i.order_id = o.id WHERE i.product_id = {product} \
+         ) AS written"
+    ));
+    let expected = if app.settings.combining { 1 } else { 3 };
+    assert_eq!(transactions, expected, "transactions that wrote the sale");
 }
 
 /// One queued buyer whose rows Postgres refuses (their account is gone, so

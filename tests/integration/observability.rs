@@ -1,11 +1,8 @@
 //! Metrics, probes, request ids and logs.
 //!
-//! The metrics registry is process-wide. Under `cargo nextest` (how the suite
-//! runs) every test is its own process, so the counts asserted here are exact;
-//! under plain `cargo test` the tests of this file would share one registry.
-
-use std::io::Write;
-use std::sync::{Arc, Mutex};
+//! The metrics registry and the log subscriber are process-wide: the tests
+//! that read them run `alone_in_process`, so the counts asserted here are
+//! exact under any runner.
 
 use crate::helpers::*;
 use reqwest::StatusCode;
@@ -22,6 +19,9 @@ async fn scrape(app: &TestApp) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn metrics_count_each_purchase_outcome() {
+    if !alone_in_process("observability::metrics_count_each_purchase_outcome") {
+        return;
+    }
     let app = spawn_app().await;
     let product = app.product(1, None).await;
     let first = app.customer("first@example.com").await;
@@ -73,6 +73,9 @@ async fn metrics_count_each_purchase_outcome() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn reconcile_drift_is_exported() {
+    if !alone_in_process("observability::reconcile_drift_is_exported") {
+        return;
+    }
     let app = spawn_app().await;
     let Some(gate) = app.shop.gate.clone() else {
         return; // nothing to reconcile with the gate off
@@ -192,25 +195,13 @@ async fn every_response_carries_a_request_id() {
     }
 }
 
-/// Collects what the subscriber writes, for the test to read back.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn json_log_lines_carry_the_request_id_and_no_secrets() {
+    if !alone_in_process("observability::json_log_lines_carry_the_request_id_and_no_secrets") {
+        return;
+    }
     use flashsale::logging::{subscriber, LogFormat};
-    let captured = Captured::default();
+    let captured = CapturedLog::default();
     let writer = captured.clone();
     tracing::subscriber::set_global_default(subscriber(
         LogFormat::Json,
@@ -231,7 +222,7 @@ async fn json_log_lines_carry_the_request_id_and_no_secrets() {
     // The request-finished line is written after the response leaves.
     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
 
-    let text = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let text = captured.text();
     let lines: Vec<serde_json::Value> = text
         .lines()
         .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}")))
@@ -256,6 +247,9 @@ async fn json_log_lines_carry_the_request_id_and_no_secrets() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn operations_page_is_for_admins_and_shows_the_figures() {
+    if !alone_in_process("observability::operations_page_is_for_admins_and_shows_the_figures") {
+        return;
+    }
     let app = spawn_app().await;
     let product = app.product(5, None).await;
     let buyer = app.customer("operations@example.com").await;

@@ -2,8 +2,7 @@
 //! sign-out), the admin audit log, secure cookies, and secrets kept out of
 //! logs and pages.
 
-use std::io::Write;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 
 use crate::helpers::*;
 use flashsale::domain::{Email, Password, Role};
@@ -497,50 +496,29 @@ async fn session_cookie_is_secure_only_when_configured_for_tls() {
     }
 }
 
-/// Everything the process logs, at every level, from the first call on.
-#[derive(Clone, Default)]
-struct CapturedLog(Arc<Mutex<Vec<u8>>>);
-
-impl Write for CapturedLog {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl CapturedLog {
-    fn installed() -> CapturedLog {
-        static LOG: OnceLock<CapturedLog> = OnceLock::new();
-        LOG.get_or_init(|| {
-            let log = CapturedLog::default();
-            let writer = log.clone();
-            tracing_subscriber::fmt()
-                // The test's own HTTP client is not the shop: leave its internals out.
-                .with_env_filter("trace,hyper=off,hyper_util=off,reqwest=off,h2=off,rustls=off")
-                .with_writer(move || writer.clone())
-                .with_ansi(false)
-                .init();
-            log
-        })
-        .clone()
-    }
-
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-    }
+/// Everything the process logs, at every level, from here on.
+fn capture_the_log() -> CapturedLog {
+    let log = CapturedLog::default();
+    let writer = log.clone();
+    tracing_subscriber::fmt()
+        // The test's own HTTP client is not the shop: leave its internals out.
+        .with_env_filter("trace,hyper=off,hyper_util=off,reqwest=off,h2=off,rustls=off")
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .init();
+    log
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn passwords_and_card_numbers_are_never_logged_or_echoed() {
+    if !alone_in_process("security::passwords_and_card_numbers_are_never_logged_or_echoed") {
+        return;
+    }
     const SIGNUP_SECRET: &str = "Signup-Secret-4711";
     const WRONG_SECRET: &str = "Wrong-Secret-0815";
     const SHORT_SECRET: &str = "Sh0rt!";
     const TYPO_CARD: &str = "4242 4242 4242 4241";
-    let log = CapturedLog::installed();
+    let log = capture_the_log();
     let app = spawn_app().await;
     let browser = app.browser();
 

@@ -3,19 +3,23 @@
 //! port, and browser-like clients that carry cookies and CSRF tokens. What
 //! the QA tools share with it lives in `flashsale::qa::harness`.
 
+mod alone;
 mod answers;
 mod app;
 mod browser;
 mod database;
 pub mod hostile;
+mod logs;
 pub mod postgres;
 mod processes;
 mod redis;
 
+pub use alone::*;
 pub use answers::*;
 pub use app::*;
 pub use browser::*;
 pub use database::*;
 pub use flashsale::qa::harness::{DECLINED_CARD, GOOD_CARD};
+pub use logs::*;
 pub use processes::*;
 pub use redis::*;
