@@ -1,0 +1,58 @@
+//! The ceiling: `pgbench` running the purchase transaction's SQL one
+//! purchase at a time on a hot row.
+
+use std::path::Path;
+use std::process::Command;
+
+use anyhow::{bail, Context};
+
+/// The purchase transaction of `services::checkout`, as SQL.
+pub(super) const PGBENCH_SCRIPT: &str = r"\set cust random(1, :ncust)
+BEGIN;
+SELECT stock, per_customer_limit FROM products WHERE id = :pid FOR UPDATE;
+INSERT INTO orders (customer_id, status, total_cents, payment_deadline) VALUES (:cust, 'awaiting_payment', 100, now() + interval '10 minutes') RETURNING id AS order_id \gset
+INSERT INTO order_items (order_id, product_id, quantity, unit_price_cents) VALUES (:order_id, :pid, 1, 100);
+UPDATE products SET stock = stock - 1, updated_at = now() WHERE id = :pid RETURNING stock AS left \gset
+INSERT INTO stock_history (product_id, order_id, delta, stock_after, reason, note) VALUES (:pid, :order_id, -1, :left, 'purchase', '');
+COMMIT;
+";
+
+pub(super) fn pgbench(
+    db_url: &str,
+    script: &Path,
+    product: i64,
+    customers: i64,
+    clients: usize,
+    seconds: f64,
+) -> anyhow::Result<(f64, f64)> {
+    let output = Command::new("pgbench")
+        .args(["-n", "-f"])
+        .arg(script)
+        .args(["-c", &clients.to_string(), "-j", "2"])
+        .args(["-T", &(seconds.ceil() as u64).max(1).to_string()])
+        .args(["-D", &format!("pid={product}")])
+        .args(["-D", &format!("ncust={customers}")])
+        .arg(db_url)
+        .output()
+        .context("running pgbench (Debian: apt-get install postgresql-contrib)")?;
+    let text = String::from_utf8_lossy(&output.stdout).to_string();
+    if !output.status.success() {
+        bail!(
+            "pgbench failed: {}{}",
+            text,
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    let number_after = |label: &str| -> Option<f64> {
+        let line = text.lines().find(|l| l.starts_with(label))?;
+        line.split('=')
+            .nth(1)?
+            .split_whitespace()
+            .next()?
+            .parse()
+            .ok()
+    };
+    let tps = number_after("tps").context("no tps in pgbench output")?;
+    let latency = number_after("latency average").unwrap_or(0.0);
+    Ok((tps, latency))
+}
