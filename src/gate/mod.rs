@@ -27,6 +27,16 @@ pub struct Resynced {
     pub after: i64,
     /// Units of admissions still on their way to Postgres.
     pub pending: i64,
+    /// Customers whose holdings the gate had wrong (a lost give-back).
+    pub customers_corrected: i64,
+}
+
+/// An admission whose order is now in Postgres.
+#[derive(Debug, Clone, Copy)]
+pub struct Settled<'a> {
+    pub admission: &'a str,
+    pub customer: CustomerId,
+    pub quantity: Quantity,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -189,7 +199,7 @@ impl StockGate {
             .key(self.key(product, "stock"))
             .key(self.key(product, "limit"))
             .key(self.key(product, &format!("adm:{admission}")))
-            .key(self.key(product, &format!("cust:{customer}")))
+            .key(self.key(product, "held"))
             .key(self.key(product, "pending"))
             .arg(quantity.get())
             .arg(customer.get())
@@ -215,19 +225,16 @@ impl StockGate {
         admission
     }
 
-    /// Gives an admission's units back; idempotent. Returns how many came back.
-    pub async fn give_back(
-        &self,
-        product: ProductId,
-        customer: CustomerId,
-        admission: &str,
-    ) -> Result<i64, AppError> {
+    /// Gives an admission's units back, to the stock and from the holdings
+    /// of the customer it admitted; idempotent, and an admission the gate
+    /// never made gives nothing back. Returns how many units came back.
+    pub async fn give_back(&self, product: ProductId, admission: &str) -> Result<i64, AppError> {
         let mut invocation = self.inner.give_back.prepare_invoke();
         invocation
             .key(self.key(product, "stock"))
             .key(self.key(product, &format!("adm:{admission}")))
             .key(self.key(product, &format!("ret:{admission}")))
-            .key(self.key(product, &format!("cust:{customer}")))
+            .key(self.key(product, "held"))
             .key(self.key(product, "pending"))
             .arg(self.inner.marker_ttl.as_millis() as u64)
             .arg(admission);
@@ -240,7 +247,7 @@ impl StockGate {
     pub async fn settle(
         &self,
         product: ProductId,
-        admissions: &[(&str, Quantity)],
+        admissions: &[Settled<'_>],
     ) -> Result<(), AppError> {
         if admissions.is_empty() {
             return Ok(());
@@ -248,8 +255,13 @@ impl StockGate {
         let key = self.key(product, "pending");
         let mut command = redis::cmd("ZREM");
         command.arg(&key);
-        for (admission, quantity) in admissions {
-            command.arg(format!("{admission}|{}", quantity.get()));
+        for settled in admissions {
+            command.arg(format!(
+                "{}|{}|{}",
+                settled.admission,
+                settled.customer,
+                settled.quantity.get()
+            ));
         }
         with_retry!(self, connection => command.query_async::<i64>(&mut connection)).map(|_| ())
     }
@@ -281,23 +293,31 @@ impl StockGate {
 
     /// Sets the gate from the database's stock and limit (admin resync,
     /// reconcile, admin adjustments), less the units of admissions still on
-    /// their way to Postgres. Call it under the product lock, so no purchase
-    /// of the product is mid-transaction.
+    /// their way to Postgres; with a limit, each customer's holdings become
+    /// `held` (what their live orders hold) plus their pending admissions.
+    /// Call it under the product lock, so no purchase of the product is
+    /// mid-transaction.
     pub async fn overwrite(
         &self,
         product: ProductId,
         stock: i32,
         limit: Option<i32>,
+        held: &[(CustomerId, i64)],
     ) -> Result<Resynced, AppError> {
         let mut invocation = self.inner.resync.prepare_invoke();
         invocation
             .key(self.key(product, "stock"))
             .key(self.key(product, "limit"))
             .key(self.key(product, "pending"))
+            .key(self.key(product, "held"))
             .arg(stock)
             .arg(limit.unwrap_or(0))
-            .arg(self.inner.pending_ttl.as_millis() as u64);
-        let (before, after, pending): (i64, i64, i64) =
+            .arg(self.inner.pending_ttl.as_millis() as u64)
+            .arg(self.inner.marker_ttl.as_millis() as u64);
+        for (customer, units) in held {
+            invocation.arg(customer.get()).arg(*units);
+        }
+        let (before, after, pending, customers_corrected): (i64, i64, i64, i64) =
             with_retry!(self, connection => invocation.invoke_async(&mut connection))?;
         if before < -1 {
             return Err(AppError::Internal(anyhow::anyhow!(
@@ -308,6 +328,7 @@ impl StockGate {
             before: (before >= 0).then_some(before),
             after,
             pending,
+            customers_corrected,
         })
     }
 

@@ -7,7 +7,11 @@
 /// limit; an unknown stock key means no; too little stock means no; else take
 /// the units, remember the admission with its fingerprint, and list it as
 /// pending (admitted, not yet written to Postgres nor given back) with the
-/// time it was admitted.
+/// time it was admitted. Pending members read `admission|customer|units`, so
+/// a resync can tell whose units are still on their way.
+///
+/// KEYS: stock, limit, the admission's marker, the per-customer holdings
+/// hash, the pending set.
 pub(super) const ADMIT: &str = r#"
 local qty = tonumber(ARGV[1])
 local customer = ARGV[2]
@@ -24,7 +28,7 @@ if earlier then
 end
 local limit = tonumber(redis.call('GET', KEYS[2]) or '0')
 if limit > 0 then
-  local held = tonumber(redis.call('GET', KEYS[4]) or '0')
+  local held = tonumber(redis.call('HGET', KEYS[4], customer) or '0')
   if held + qty > limit then return {3, held, limit} end
 end
 local stock = redis.call('GET', KEYS[1])
@@ -34,17 +38,22 @@ if stock < qty then return {2, stock, 0} end
 redis.call('DECRBY', KEYS[1], qty)
 redis.call('SET', KEYS[3], fingerprint, 'PX', ttl)
 local now = redis.call('TIME')
-redis.call('ZADD', KEYS[5], tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000), admission .. '|' .. qty)
+redis.call('ZADD', KEYS[5], tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000), admission .. '|' .. customer .. '|' .. qty)
 redis.call('PEXPIRE', KEYS[5], ttl)
 if limit > 0 then
-  redis.call('INCRBY', KEYS[4], qty)
+  redis.call('HINCRBY', KEYS[4], customer, qty)
   redis.call('PEXPIRE', KEYS[4], ttl)
 end
 return {0, stock - qty, 0}
 "#;
 
 /// Give back an admission's units, once: only if the admission marker exists
-/// and no return marker does. It is no longer pending.
+/// and no return marker does. It is no longer pending, and its customer
+/// holds its units no more. The customer is the one the marker names, so a
+/// give-back cannot lower someone else's count.
+///
+/// KEYS: stock, the admission's marker, its return marker, the per-customer
+/// holdings hash, the pending set.
 pub(super) const GIVE_BACK: &str = r#"
 local ttl = tonumber(ARGV[1])
 local admission = ARGV[2]
@@ -52,36 +61,71 @@ if ttl == nil or ttl < 1 or admission == nil then return -1 end
 local admitted = redis.call('GET', KEYS[2])
 if not admitted then return 0 end
 if redis.call('EXISTS', KEYS[3]) == 1 then return 0 end
-local qty = tonumber(string.match(admitted, ':(%d+)$'))
+local customer, qty = string.match(admitted, '^(.*):(%d+)$')
+qty = tonumber(qty)
 if qty == nil then return -1 end
 redis.call('SET', KEYS[3], '1', 'PX', ttl)
-redis.call('ZREM', KEYS[5], admission .. '|' .. qty)
+redis.call('ZREM', KEYS[5], admission .. '|' .. customer .. '|' .. qty)
 if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('INCRBY', KEYS[1], qty) end
-local held = tonumber(redis.call('GET', KEYS[4]) or '0')
-if held > 0 then redis.call('DECRBY', KEYS[4], math.min(held, qty)) end
+local held = tonumber(redis.call('HGET', KEYS[4], customer) or '0')
+if held > qty then
+  redis.call('HINCRBY', KEYS[4], customer, -qty)
+elseif held > 0 then
+  redis.call('HDEL', KEYS[4], customer)
+end
 return qty
 "#;
 
 /// Sets the gate from the database: the stock Postgres holds less the units
 /// of admissions still pending, after dropping pending admissions older than
 /// the longest a live one can take (their buyer is gone: a crash, a lost
-/// give-back), so their units come back. Returns the stock before (-1 if
-/// there was none), the stock now, and the pending units counted.
+/// give-back), so their units come back. With a limit, each customer's
+/// holdings become what their live orders hold (ARGV from the fifth on:
+/// customer, units, ...) plus their pending admissions, so a lost give-back
+/// cannot lock a customer out. Returns the stock before (-1 if there was
+/// none), the stock now, the pending units counted, and how many customers'
+/// holdings were corrected.
+///
+/// KEYS: stock, limit, the pending set, the per-customer holdings hash.
 pub(super) const RESYNC: &str = r#"
 local stock = tonumber(ARGV[1])
 local limit = tonumber(ARGV[2])
 local stale = tonumber(ARGV[3])
-if stock == nil or limit == nil or stale == nil then return {-2, 0, 0} end
+local ttl = tonumber(ARGV[4])
+if stock == nil or limit == nil or stale == nil or ttl == nil or ttl < 1 then return {-2, 0, 0, 0} end
 local now = redis.call('TIME')
 local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. (now_ms - stale))
 local pending = 0
+local held = {}
 for _, member in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
-  pending = pending + (tonumber(string.match(member, '|(%d+)$')) or 0)
+  local customer, qty = string.match(member, '^[^|]*|([^|]*)|(%d+)$')
+  qty = tonumber(qty) or 0
+  pending = pending + qty
+  if customer then held[customer] = (held[customer] or 0) + qty end
 end
 local before = tonumber(redis.call('GET', KEYS[1]) or '-1')
 local now_stock = math.max(0, stock - pending)
 redis.call('SET', KEYS[1], now_stock)
 redis.call('SET', KEYS[2], limit)
-return {before, now_stock, pending}
+local was = {}
+local flat = redis.call('HGETALL', KEYS[4])
+for i = 1, #flat, 2 do was[flat[i]] = tonumber(flat[i + 1]) end
+redis.call('DEL', KEYS[4])
+local corrected = 0
+if limit > 0 then
+  for i = 5, #ARGV, 2 do
+    held[ARGV[i]] = (held[ARGV[i]] or 0) + (tonumber(ARGV[i + 1]) or 0)
+  end
+  for customer, units in pairs(held) do
+    if units > 0 then redis.call('HSET', KEYS[4], customer, units) end
+    if (was[customer] or 0) ~= units then corrected = corrected + 1 end
+    was[customer] = nil
+  end
+  redis.call('PEXPIRE', KEYS[4], ttl)
+end
+for _, units in pairs(was) do
+  if units ~= 0 then corrected = corrected + 1 end
+end
+return {before, now_stock, pending, corrected}
 "#;

@@ -10,7 +10,7 @@ use crate::db::fence::change_stock;
 use crate::db::models::{NewStockChange, Order, OrderItem};
 use crate::db::schema::{order_items, orders, products, stock_history};
 use crate::db::{self, PgConn};
-use crate::domain::{CustomerId, OrderId, OrderStatus, ProductId};
+use crate::domain::{OrderId, OrderStatus, ProductId};
 use crate::error::AppError;
 use crate::lock::Lease;
 use crate::metrics;
@@ -91,7 +91,7 @@ pub async fn restore_order(
             // Still under the product locks: the gate gets the units back
             // before any buyer can be admitted against a stale count.
             if let (Some(gate), Some(admission)) = (&gate, &restored.gate_key) {
-                give_back_all(gate, CustomerId(restored.customer_id), admission, &products).await;
+                give_back_all(gate, admission, &products).await;
             }
             Ok(true)
         })

@@ -6,23 +6,18 @@ use chrono::Utc;
 use diesel::prelude::*;
 
 use super::Shop;
-use crate::db::schema::products;
+use crate::db::schema::{order_items, orders, products};
 use crate::db::{self, PgPool};
-use crate::domain::{CustomerId, ProductId, Quantity};
+use crate::domain::{CustomerId, OrderStatus, ProductId};
 use crate::error::AppError;
-use crate::gate::StockGate;
+use crate::gate::{Settled, StockGate};
 use crate::metrics;
 
 /// Best effort: a give-back that cannot reach Redis leaves the gate short,
 /// which only turns buyers away early; the reconcile job corrects it.
-pub async fn give_back_all(
-    gate: &StockGate,
-    customer: CustomerId,
-    admission: &str,
-    products: &[ProductId],
-) {
+pub async fn give_back_all(gate: &StockGate, admission: &str, products: &[ProductId]) {
     for product in products {
-        if let Err(error) = gate.give_back(*product, customer, admission).await {
+        if let Err(error) = gate.give_back(*product, admission).await {
             tracing::warn!(%product, %error, "could not hand units back to the stock gate; reconcile will correct it");
         }
     }
@@ -32,7 +27,7 @@ pub async fn give_back_all(
 /// admissions as pending now that their orders are in Postgres. If Redis
 /// cannot be told, the entries age out and reconcile counts them as given
 /// back, which only admits a few buyers too many (Postgres refuses them).
-pub async fn settle(shop: &Shop, product: ProductId, written: &[(&str, Quantity)]) {
+pub async fn settle(shop: &Shop, product: ProductId, written: &[Settled<'_>]) {
     if let Some(gate) = &shop.gate {
         if let Err(error) = gate.settle(product, written).await {
             tracing::warn!(%product, %error, "could not settle gate admissions; they will age out");
@@ -117,22 +112,53 @@ pub struct Drift {
     pub pending: i64,
     /// What the gate holds now.
     pub corrected: i64,
+    /// Customers whose holdings were wrong (and are now right).
+    pub customers_corrected: i64,
 }
 
 impl Drift {
     pub fn describe(&self) -> String {
         format!(
-            "gate {} → {} (database {}, {} pending)",
+            "gate {} → {} (database {}, {} pending; {} customers' holdings corrected)",
             self.gate.map_or("missing".into(), |g| g.to_string()),
             self.corrected,
             self.database,
-            self.pending
+            self.pending,
+            self.customers_corrected
         )
     }
 }
 
-/// Sets the product's gate from the database's stock while holding the
-/// lock, which must already be held by the caller's `with_locks`.
+/// Units of `product` in each customer's live orders (awaiting payment or
+/// paid): what the gate's per-customer holdings must be, less pending
+/// admissions. Bounded by the units sold, so a sale of 100 has at most 100.
+async fn held_by_every_customer(
+    pool: &PgPool,
+    product: ProductId,
+) -> Result<Vec<(CustomerId, i64)>, AppError> {
+    db::run(pool, move |conn| {
+        let live = [
+            OrderStatus::AwaitingPayment.as_str(),
+            OrderStatus::Paid.as_str(),
+        ];
+        let held: Vec<(i64, Option<i64>)> = order_items::table
+            .inner_join(orders::table)
+            .filter(orders::status.eq_any(live))
+            .filter(order_items::product_id.eq(product.get()))
+            .group_by(orders::customer_id)
+            .select((orders::customer_id, diesel::dsl::sum(order_items::quantity)))
+            .load(conn)?;
+        Ok(held
+            .into_iter()
+            .map(|(customer, units)| (CustomerId(customer), units.unwrap_or(0)))
+            .collect())
+    })
+    .await
+}
+
+/// Sets the product's gate from the database's stock, limit and
+/// per-customer holdings while holding the lock, which must already be held
+/// by the caller's `with_locks`.
 async fn overwrite_from_database(
     gate: &StockGate,
     pool: &PgPool,
@@ -141,13 +167,19 @@ async fn overwrite_from_database(
     let Some((stock, limit)) = stock_and_limit(pool, product).await? else {
         return Ok(None);
     };
-    let resynced = gate.overwrite(product, stock, limit).await?;
-    Ok((resynced.before != Some(resynced.after)).then_some(Drift {
+    let held = match limit {
+        Some(_) => held_by_every_customer(pool, product).await?,
+        None => Vec::new(),
+    };
+    let resynced = gate.overwrite(product, stock, limit, &held).await?;
+    let drifted = resynced.before != Some(resynced.after) || resynced.customers_corrected > 0;
+    Ok(drifted.then_some(Drift {
         product,
         gate: resynced.before,
         database: stock,
         pending: resynced.pending,
         corrected: resynced.after,
+        customers_corrected: resynced.customers_corrected,
     }))
 }
 

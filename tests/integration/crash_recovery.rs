@@ -169,3 +169,84 @@ async fn kill_nine_mid_burst_then_restart_leaves_an_exact_ledger() {
     assert_eq!(buyer.buy(product, 1).await.status(), StatusCode::SEE_OTHER);
     db.assert_audit_clean();
 }
+
+/// A buyer admitted by the gate whose server dies before writing the order
+/// never gives their allowance back. Reconcile must hand it back, from what
+/// Postgres says they hold, or a limit-1 customer is refused for a day.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn kill_nine_between_admission_and_insert_leaves_no_customer_locked_out() {
+    let db = TestDb::new();
+    let prefix = unique_prefix();
+    let key = "ef".repeat(64);
+    let binary = server_binary();
+    let env = [
+        ("STOCK_GATE", "on"),
+        ("LOCK_WAIT_MS", "5000"),
+        ("JOBS_INTERVAL", "3600"),
+        ("RECONCILE_INTERVAL", "3600"),
+    ];
+    let mut first = start_server_process_from(&binary, &db.url, &prefix, &key, &env);
+    let pool =
+        flashsale::db::build_pool(&db.url, 2, Duration::from_secs(5), Duration::from_secs(3));
+    let product = create_product(&pool, 5, Some(1)).await;
+    let alice = sign_up_customers(&first.address, 1, "lockout")
+        .await
+        .remove(0);
+
+    // This test's own view of the shop (same database, same Redis prefix):
+    // it holds the product's lock, so the server admits alice at the gate
+    // and then waits for the lock, with her admission in Redis only.
+    let mut settings = flashsale::config::Settings::for_tests(&db.url, &prefix);
+    settings.stock_gate = true;
+    settings.gate_pending_ttl = Some(Duration::from_millis(200));
+    let observer = flashsale::services::Shop::new(settings).await.unwrap();
+    let gate = observer.gate.clone().unwrap();
+    let pid = flashsale::domain::ProductId(product);
+    flashsale::services::stock_gate::seed_if_absent(&observer, vec![pid])
+        .await
+        .unwrap();
+    let held = observer.locks.acquire(vec![pid]).await.unwrap();
+    let buying = {
+        let alice = alice.clone();
+        tokio::spawn(async move { alice.buy(product, 1).await })
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while gate.stock(pid).await.unwrap() != Some(4) {
+        assert!(Instant::now() < deadline, "the gate never admitted alice");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    first.guard.kill();
+    held.release().await;
+    let _ = buying.await;
+    assert_eq!(db.count("SELECT count(*) AS n FROM orders"), 0);
+    assert_eq!(db.stock(product), 5);
+
+    // Restarted, and reconciled once her admission is past the longest a
+    // live one can take.
+    let second = start_server_process_from(&binary, &db.url, &prefix, &key, &env);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let report = flashsale::services::stock_gate::reconcile_once(&observer)
+        .await
+        .unwrap();
+    assert_eq!(report.failed, 0);
+    assert_eq!(gate.stock(pid).await.unwrap(), Some(5));
+
+    let alice = Browser::sign_in(&second.address, "lockout0@example.com", PASSWORD).await;
+    let bought = alice.buy(product, 1).await;
+    assert_eq!(
+        bought.status(),
+        StatusCode::SEE_OTHER,
+        "alice was locked out"
+    );
+    assert_eq!(db.count("SELECT count(*) AS n FROM orders"), 1);
+    assert_eq!(db.stock(product), 4);
+    // Her limit holds again: the second unit is refused.
+    let again = alice.buy(product, 1).await;
+    assert_eq!(again.status(), StatusCode::CONFLICT);
+    assert!(again
+        .text()
+        .await
+        .unwrap()
+        .contains("Purchase limit reached"));
+    db.assert_audit_clean();
+}

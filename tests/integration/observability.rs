@@ -82,7 +82,7 @@ async fn reconcile_drift_is_exported() {
     };
     let product = app.product(5, None).await;
     // The gate believes in 2 more units than Postgres holds.
-    gate.overwrite(flashsale::domain::ProductId(product), 7, None)
+    gate.overwrite(flashsale::domain::ProductId(product), 7, None, &[])
         .await
         .unwrap();
     flashsale::services::stock_gate::reconcile_once(&app.shop)

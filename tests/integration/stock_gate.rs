@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::helpers::*;
 use flashsale::domain::{CustomerId, ProductId, Quantity};
-use flashsale::gate::{Admission, StockGate};
+use flashsale::gate::{Admission, Settled, StockGate};
 use flashsale::redis_node::RedisNode;
 use flashsale::services::stock_gate::reconcile_once;
 use reqwest::StatusCode;
@@ -100,14 +100,9 @@ async fn scripts_follow_their_rules(gate: StockGate) {
     );
 
     // Giving back is idempotent and frees the allowance.
-    assert_eq!(gate.give_back(product, bob, "k3").await.unwrap(), 2);
-    assert_eq!(gate.give_back(product, bob, "k3").await.unwrap(), 0);
-    assert_eq!(
-        gate.give_back(product, bob, "never-admitted")
-            .await
-            .unwrap(),
-        0
-    );
+    assert_eq!(gate.give_back(product, "k3").await.unwrap(), 2);
+    assert_eq!(gate.give_back(product, "k3").await.unwrap(), 0);
+    assert_eq!(gate.give_back(product, "never-admitted").await.unwrap(), 0);
     assert_eq!(gate.stock(product).await.unwrap(), Some(2));
     assert_eq!(
         gate.admit(product, bob, two, "k5").await.unwrap(),
@@ -117,21 +112,68 @@ async fn scripts_follow_their_rules(gate: StockGate) {
 
     // A resync while admissions are on their way to Postgres (k1 and k5, 3
     // units; Postgres still holds all 3) leaves their units taken.
-    let resynced = gate.overwrite(product, 3, Some(2)).await.unwrap();
+    let resynced = gate.overwrite(product, 3, Some(2), &[]).await.unwrap();
     assert_eq!(
         (resynced.before, resynced.after, resynced.pending),
         (Some(0), 0, 3)
     );
-    // k1's order is written (Postgres now holds 2) and settled: still 0 free.
-    gate.settle(product, &[("k1", one)]).await.unwrap();
-    let resynced = gate.overwrite(product, 2, Some(2)).await.unwrap();
+    // Pending admissions count as their customers' holdings: nothing to correct.
+    assert_eq!(resynced.customers_corrected, 0);
+    // k1's order is written (Postgres now holds 2, alice's order 1) and
+    // settled: still 0 free, and alice still holds 1 of her 2.
+    let settled = Settled {
+        admission: "k1",
+        customer: alice,
+        quantity: one,
+    };
+    gate.settle(product, &[settled]).await.unwrap();
+    let resynced = gate
+        .overwrite(product, 2, Some(2), &[(alice, 1)])
+        .await
+        .unwrap();
     assert_eq!((resynced.after, resynced.pending), (0, 2));
+    assert_eq!(resynced.customers_corrected, 0);
+    assert_eq!(
+        gate.admit(product, alice, two, "k6").await.unwrap(),
+        Admission::LimitReached { held: 1, limit: 2 }
+    );
     // k5 is given back: its 2 units are free, and nothing is pending.
-    assert_eq!(gate.give_back(product, bob, "k5").await.unwrap(), 2);
-    let resynced = gate.overwrite(product, 2, Some(2)).await.unwrap();
+    assert_eq!(gate.give_back(product, "k5").await.unwrap(), 2);
+    let resynced = gate
+        .overwrite(product, 2, Some(2), &[(alice, 1)])
+        .await
+        .unwrap();
     assert_eq!(
         (resynced.before, resynced.after, resynced.pending),
         (Some(2), 2, 0)
+    );
+    assert_eq!(resynced.customers_corrected, 0);
+    // While bob's admission may still be on its way, a resync keeps both
+    // its units and his allowance taken.
+    assert_eq!(
+        gate.admit(product, bob, two, "k7").await.unwrap(),
+        Admission::Admitted
+    );
+    let resynced = gate
+        .overwrite(product, 2, Some(2), &[(alice, 1)])
+        .await
+        .unwrap();
+    assert_eq!((resynced.after, resynced.pending), (0, 2));
+    assert_eq!(
+        gate.admit(product, bob, one, "k8").await.unwrap(),
+        Admission::LimitReached { held: 2, limit: 2 }
+    );
+    // Holdings the gate never saw (orders written while Redis had lost its
+    // data) are learned from Postgres.
+    let carol = CustomerId(3);
+    let resynced = gate
+        .overwrite(product, 2, Some(2), &[(alice, 1), (carol, 2)])
+        .await
+        .unwrap();
+    assert_eq!(resynced.customers_corrected, 1);
+    assert_eq!(
+        gate.admit(product, carol, one, "k9").await.unwrap(),
+        Admission::LimitReached { held: 2, limit: 2 }
     );
 }
 

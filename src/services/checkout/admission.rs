@@ -49,7 +49,7 @@ pub(super) async fn admit_all(
             },
             // Unknown even after seeding: the product does not exist.
             Ok(Admission::Unknown) => {
-                give_back_all(gate, customer, &key, &admitted).await;
+                give_back_all(gate, &key, &admitted).await;
                 return Err(AppError::NotFound(format!(
                     "There is no product with id {}.",
                     line.product
@@ -61,17 +61,17 @@ pub(super) async fn admit_all(
                 already: held,
             },
             Ok(Admission::Conflict) => {
-                give_back_all(gate, customer, &key, &admitted).await;
+                give_back_all(gate, &key, &admitted).await;
                 return Err(AppError::Internal(anyhow::anyhow!(
                     "a fresh admission key was already in the gate"
                 )));
             }
             Err(error) => {
-                give_back_all(gate, customer, &key, &admitted).await;
+                give_back_all(gate, &key, &admitted).await;
                 return Err(error);
             }
         };
-        give_back_all(gate, customer, &key, &admitted).await;
+        give_back_all(gate, &key, &admitted).await;
         return Ok(Err(refusal));
     }
     Ok(Ok(key))

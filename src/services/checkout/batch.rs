@@ -31,6 +31,7 @@ use crate::db::models::Product;
 use crate::db::{self, PgConn};
 use crate::domain::{CustomerId, OrderId, ProductId, Quantity, Refusal};
 use crate::error::AppError;
+use crate::gate::Settled;
 use crate::lock::{HeldLocks, Lease, LockError};
 use crate::metrics;
 use crate::services::stock_gate::settle;
@@ -171,9 +172,9 @@ async fn lead(shop: Shop, product: ProductId, queue: Arc<Mutex<Queue>>, max_batc
         let lease = held.lease();
         let (buyers, answers): (Vec<Buyer>, Vec<_>) =
             batch.into_iter().map(|w| (w.buyer, w.answer)).unzip();
-        let admissions: Vec<Option<(String, Quantity)>> = buyers
+        let admissions: Vec<Option<(String, CustomerId, Quantity)>> = buyers
             .iter()
-            .map(|b| b.gate_key.clone().map(|key| (key, b.quantity)))
+            .map(|b| b.gate_key.clone().map(|key| (key, b.customer, b.quantity)))
             .collect();
         let started = Instant::now();
         let pool = shop.pool.clone();
@@ -192,14 +193,16 @@ async fn lead(shop: Shop, product: ProductId, queue: Arc<Mutex<Queue>>, max_batc
         let served = outcomes.is_ok();
         match outcomes {
             Ok(outcomes) => {
-                let written: Vec<(&str, Quantity)> = admissions
+                let written: Vec<Settled> = admissions
                     .iter()
                     .zip(&outcomes)
                     .filter(|(_, outcome)| matches!(outcome, Ok(PurchaseOutcome::Purchased(_))))
                     .filter_map(|(admission, _)| {
-                        admission
-                            .as_ref()
-                            .map(|(key, units)| (key.as_str(), *units))
+                        admission.as_ref().map(|(key, customer, quantity)| Settled {
+                            admission: key,
+                            customer: *customer,
+                            quantity: *quantity,
+                        })
                     })
                     .collect();
                 // Still under the lock, so a resync never counts these twice.

@@ -14,6 +14,7 @@ use crate::db::models::Product;
 use crate::db::{self, PgConn};
 use crate::domain::{CustomerId, ProductId, Quantity};
 use crate::error::AppError;
+use crate::gate::Settled;
 use crate::lock::Lease;
 use crate::metrics;
 use crate::services::stock_gate::settle;
@@ -56,8 +57,13 @@ pub(super) async fn buy_alone(
             metrics::transaction_time("purchase", started.elapsed());
             if let (Ok(PurchaseOutcome::Purchased(_)), Some(key)) = (&outcome, &admission) {
                 // Before the locks go, so a resync never counts these twice.
-                for (product, units) in admitted {
-                    settle(&locked_shop, product, &[(key.as_str(), units)]).await;
+                for (product, quantity) in admitted {
+                    let settled = Settled {
+                        admission: key,
+                        customer,
+                        quantity,
+                    };
+                    settle(&locked_shop, product, &[settled]).await;
                 }
             }
             outcome

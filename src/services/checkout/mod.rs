@@ -92,7 +92,7 @@ pub async fn purchase(
     // Whatever kept the order from being written hands the admitted units back.
     if let (Some(gate), Some(admission)) = (&shop.gate, &admission) {
         if !matches!(result, Ok(PurchaseOutcome::Purchased(_))) {
-            give_back_all(gate, customer, admission, &admitted_products).await;
+            give_back_all(gate, admission, &admitted_products).await;
         }
     }
     match result {
