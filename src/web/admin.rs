@@ -1,23 +1,31 @@
+//! The admin console: the dashboard (ledger audit and stock gate), orders
+//! and refunds, creating and editing sales, stock adjustments and history.
+
 use actix_session::Session;
 use actix_web::http::StatusCode;
 use actix_web::{get, post, web, HttpRequest, HttpResponse, ResponseError};
 use chrono::Utc;
 
-use super::forms::{parse_order_id, parse_product_id, AdjustForm, CsrfOnlyForm};
-use super::idempotency::{once, Intent};
-use super::pages::{
-    render, AdminDashboardPage, AdminHistoryPage, AdminOrdersPage, AdminSaleFormPage, Choice,
-    GateStatus, HistoryRow, Nav, OrderPage, OrderRow, OrderSearch, Pager, RefundConfirmPage,
-    SaleFields, SaleView,
+use super::forms::{
+    parse_order_id, parse_product_id, AdjustForm, CsrfOnlyForm, OrderSearch, PageQuery, SaleFields,
+    SavedQuery,
 };
+use super::idempotency::{once, Intent};
 use super::session::{verify_csrf, Admin};
+use super::views::admin::{
+    AdminDashboardPage, AdminHistoryPage, AdminOrdersPage, AdminSaleFormPage, GateStatus,
+    HistoryRow, RefundConfirmPage,
+};
+use super::views::orders::{OrderPage, OrderView};
+use super::views::shop::SaleView;
+use super::views::{render, Nav, Pager};
 use super::{html, see_other};
 use crate::db;
 use crate::domain::{OrderStatus, ProductId};
 use crate::error::AppError;
 use crate::services::action_log::{record_done, ActionKind, AdminAction};
 use crate::services::catalog::{create_sale_by, find_product, list_products, update_sale};
-use crate::services::ledger_audit::run_audit;
+use crate::services::ledger_audit::{run_audit, AuditReport};
 use crate::services::orders::{order_detail, search_orders};
 use crate::services::restore::restore_order;
 use crate::services::stock::{adjust_stock, history_of};
@@ -27,6 +35,21 @@ use crate::services::Shop;
 const ORDERS_PER_PAGE: i64 = 25;
 const HISTORY_PER_PAGE: i64 = 50;
 
+pub fn routes(cfg: &mut web::ServiceConfig) {
+    cfg.service(dashboard)
+        .service(resync_gate)
+        .service(orders)
+        .service(order_detail_page)
+        .service(refund_confirm)
+        .service(refund)
+        .service(new_sale_page)
+        .service(create_sale)
+        .service(edit_sale_page)
+        .service(edit_sale)
+        .service(adjust)
+        .service(history);
+}
+
 #[get("/admin")]
 pub async fn dashboard(
     shop: web::Data<Shop>,
@@ -34,47 +57,37 @@ pub async fn dashboard(
     session: Session,
 ) -> Result<HttpResponse, AppError> {
     let audit = db::run(&shop.pool, run_audit).await?;
-    let gate = match &shop.gate {
-        None => None,
-        Some(gate) => {
-            let mut products = Vec::new();
-            let mut gate_readable = true;
-            for ledger in &audit.products {
-                let in_gate = gate.stock(ProductId(ledger.id)).await;
-                gate_readable &= in_gate.is_ok();
-                products.push((
-                    ledger.id,
-                    ledger.name.clone(),
-                    in_gate.ok().flatten(),
-                    ledger.stock,
-                ));
-            }
-            let last = shop
-                .last_reconcile
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .clone();
-            let last_reconcile = last.map(|(at, report)| {
-                let drifts = report
-                    .drifts
-                    .iter()
-                    .map(|d| format!("product {}: {}", d.product, d.describe()))
-                    .collect();
-                (super::pages::timestamp(at), report.checked, drifts)
-            });
-            Some(GateStatus {
-                products,
-                gate_readable,
-                last_reconcile,
-            })
-        }
-    };
+    let gate = gate_status(&shop, &audit).await;
     let page = AdminDashboardPage {
         nav: Nav::from_session(&session),
         audit,
         gate,
     };
     Ok(html(StatusCode::OK, render(&page)?))
+}
+
+/// Each product's stock in the gate beside its stock in the database, and
+/// the last reconcile; `None` when the gate is off.
+async fn gate_status(shop: &Shop, audit: &AuditReport) -> Option<GateStatus> {
+    let gate = shop.gate.as_ref()?;
+    let mut products = Vec::new();
+    let mut gate_readable = true;
+    for ledger in &audit.products {
+        let in_gate = gate.stock(ProductId(ledger.id)).await;
+        gate_readable &= in_gate.is_ok();
+        products.push((
+            ledger.id,
+            ledger.name.clone(),
+            in_gate.ok().flatten(),
+            ledger.stock,
+        ));
+    }
+    let last_reconcile = shop
+        .last_reconcile
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
+    Some(GateStatus::new(products, gate_readable, last_reconcile))
 }
 
 /// Overwrites the product's stock gate from the database, under its lock.
@@ -100,15 +113,6 @@ pub async fn resync_gate(
     Ok(see_other("/admin#gate"))
 }
 
-/// A page number from the query; anything odd means the first page. The cap
-/// keeps the row offset far from overflowing.
-pub(super) fn page_number(raw: &str) -> i64 {
-    raw.parse::<i64>()
-        .ok()
-        .filter(|p| (1..=1_000_000).contains(p))
-        .unwrap_or(1)
-}
-
 #[get("/admin/orders")]
 pub async fn orders(
     shop: web::Data<Shop>,
@@ -118,7 +122,7 @@ pub async fn orders(
 ) -> Result<HttpResponse, AppError> {
     let search = query.into_inner();
     let filter = search.filter()?;
-    let page = page_number(&search.page);
+    let page = search.page_number();
     let (found, total) = search_orders(
         &shop.pool,
         filter,
@@ -126,40 +130,20 @@ pub async fn orders(
         ORDERS_PER_PAGE,
     )
     .await?;
-    let products = list_products(&shop.pool)
-        .await?
-        .into_iter()
-        .map(|p| Choice {
-            value: p.id.to_string(),
-            label: format!("#{} {}", p.id, p.name),
-        })
-        .collect();
-    let statuses = OrderStatus::ALL
-        .into_iter()
-        .map(|s| Choice {
-            value: s.as_str().into(),
-            label: s.label().into(),
-        })
-        .collect();
-    let query_string = serde_urlencoded::to_string(&search).unwrap_or_default();
-    let pager = Pager::new(page, ORDERS_PER_PAGE, total, |n| {
-        if query_string.is_empty() {
-            format!("/admin/orders?page={n}")
-        } else {
-            format!("/admin/orders?{query_string}&page={n}")
-        }
-    });
-    let page = AdminOrdersPage {
-        nav: Nav::from_session(&session),
-        orders: found
-            .iter()
-            .map(|(order, email)| OrderRow::new(order, email))
-            .collect(),
+    let products = list_products(&shop.pool).await?;
+    let pager = Pager::new(
+        page,
+        ORDERS_PER_PAGE,
+        total,
+        AdminOrdersPage::page_link(&search),
+    );
+    let page = AdminOrdersPage::new(
+        Nav::from_session(&session),
+        &found,
+        &products,
         search,
-        statuses,
-        products,
         pager,
-    };
+    );
     Ok(html(StatusCode::OK, render(&page)?))
 }
 
@@ -173,7 +157,7 @@ pub async fn order_detail_page(
     let detail = order_detail(&shop.pool, parse_order_id(&path)?, None).await?;
     let page = OrderPage {
         nav: Nav::from_session(&session),
-        detail,
+        order: OrderView::new(detail),
         admin_view: true,
     };
     Ok(html(StatusCode::OK, render(&page)?))
@@ -190,7 +174,7 @@ pub async fn refund_confirm(
     let detail = order_detail(&shop.pool, parse_order_id(&path)?, None).await?;
     let page = RefundConfirmPage {
         nav: Nav::from_session(&session),
-        detail,
+        order: OrderView::new(detail),
     };
     Ok(html(StatusCode::OK, render(&page)?))
 }
@@ -248,12 +232,7 @@ fn sale_form(
 
 #[get("/admin/products/new")]
 pub async fn new_sale_page(_admin: Admin, session: Session) -> Result<HttpResponse, AppError> {
-    let start = Utc::now() + chrono::Duration::hours(1);
-    let fields = SaleFields {
-        stock: "10".into(),
-        starts_at: super::pages::form_time(&start),
-        ..SaleFields::default()
-    };
+    let fields = SaleFields::for_new_sale(Utc::now());
     sale_form(&session, None, fields, None, false)
 }
 
@@ -287,12 +266,6 @@ pub async fn create_sale(
     }
 }
 
-#[derive(serde::Deserialize)]
-pub struct SavedQuery {
-    #[serde(default)]
-    saved: String,
-}
-
 #[get("/admin/products/{id}/edit")]
 pub async fn edit_sale_page(
     shop: web::Data<Shop>,
@@ -308,7 +281,7 @@ pub async fn edit_sale_page(
         Some(sale),
         SaleFields::of(&product),
         None,
-        !query.saved.is_empty(),
+        query.saved(),
     )
 }
 
@@ -356,12 +329,6 @@ pub async fn adjust(
     Ok(see_other(&format!("/admin/products/{product}/history")))
 }
 
-#[derive(serde::Deserialize)]
-pub struct PageQuery {
-    #[serde(default)]
-    pub page: String,
-}
-
 #[get("/admin/products/{id}/history")]
 pub async fn history(
     shop: web::Data<Shop>,
@@ -372,7 +339,7 @@ pub async fn history(
 ) -> Result<HttpResponse, AppError> {
     let id = parse_product_id(&path)?;
     let product = find_product(&shop.pool, id).await?;
-    let page = page_number(&query.page);
+    let page = query.number();
     let (rows, total) = history_of(
         &shop.pool,
         id,

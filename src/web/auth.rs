@@ -4,15 +4,24 @@ use actix_session::Session;
 use actix_web::http::StatusCode;
 use actix_web::{get, post, web, HttpRequest, HttpResponse, ResponseError};
 
-use super::forms::{Credentials, CredentialsForm, CsrfOnlyForm};
-use super::pages::{render, AuthPage, Nav};
+use super::forms::{Credentials, CredentialsForm, CsrfOnlyForm, SignInAttempt};
 use super::session::{self, verify_csrf};
+use super::views::auth::AuthPage;
+use super::views::{render, Nav};
 use super::{html, see_other};
 use crate::config::TrustedProxies;
-use crate::domain::{Email, Password, Role};
+use crate::domain::Role;
 use crate::error::AppError;
 use crate::services::accounts::{sign_in, sign_up};
 use crate::services::Shop;
+
+pub fn routes(cfg: &mut web::ServiceConfig) {
+    cfg.service(signup_page)
+        .service(signup)
+        .service(login_page)
+        .service(login)
+        .service(logout);
+}
 
 fn auth_page(
     session: &Session,
@@ -102,10 +111,9 @@ pub async fn login(
 ) -> Result<HttpResponse, AppError> {
     verify_csrf(&session, &form.csrf_token)?;
     let attempt = async {
-        let email = Email::parse(&form.email)?;
+        let SignInAttempt { email, password } = form.sign_in_attempt()?;
         let ip = client_ip(&request, &shop.settings.security.trusted_proxies);
-        // An impossible password still counts as an attempt: the throttle sees every guess.
-        sign_in(&shop, email, Password::parse(&form.password), ip).await
+        sign_in(&shop, email, password, ip).await
     };
     match attempt.await {
         Ok(account) => {

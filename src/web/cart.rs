@@ -8,9 +8,10 @@ use chrono::Utc;
 
 use super::forms::{CartForm, CsrfOnlyForm};
 use super::idempotency::{answer_kept, once, Intent};
-use super::pages::{render, CartLine, CartPage, Nav};
 use super::session::{verify_csrf, SignedIn};
 use super::shop::counted_purchase;
+use super::views::cart::{CartLine, CartPage};
+use super::views::{render, Nav};
 use super::{html, see_other};
 use crate::domain::{ProductId, Quantity};
 use crate::error::AppError;
@@ -23,6 +24,14 @@ const MAX_LINES: usize = 20;
 
 /// (product id, units) in the order they were added.
 type StoredCart = Vec<(i64, i32)>;
+
+pub fn routes(cfg: &mut web::ServiceConfig) {
+    cfg.service(cart_page)
+        .service(add)
+        .service(update)
+        .service(remove)
+        .service(checkout);
+}
 
 fn load(session: &Session) -> StoredCart {
     session

@@ -1,13 +1,24 @@
 //! How an `AppError` reaches a person: its status, its headers and a page
-//! worded for the customer. The only place the error type meets HTTP.
+//! worded for the customer. The only place the error type meets HTTP. A form
+//! body actix refuses before any handler runs gets the same page.
 
+use actix_web::error::{InternalError, UrlencodedError};
 use actix_web::http::{header, StatusCode};
 use actix_web::{HttpResponse, ResponseError};
 use askama::Template;
 
-use super::pages::ErrorPage;
+use super::views::render;
+use super::{html, MAX_FORM_BYTES};
 use crate::domain::{Refusal, SaleState};
 use crate::error::AppError;
+
+#[derive(Template)]
+#[template(path = "error.html")]
+pub struct ErrorPage<'a> {
+    pub status: u16,
+    pub title: &'a str,
+    pub message: &'a str,
+}
 
 /// The heading and the explanation a customer reads for `error`.
 fn title_and_message(error: &AppError) -> (&'static str, String) {
@@ -159,4 +170,37 @@ impl ResponseError for AppError {
                 .body(format!("{title}\n\n{message}")),
         }
     }
+}
+
+/// A POST body that is not a form this shop could have sent: too large, or
+/// not `application/x-www-form-urlencoded` (JSON, multipart, plain text, no
+/// type at all). Nothing was read, so nothing was changed.
+pub fn form_refused(error: UrlencodedError) -> actix_web::Error {
+    let (status, message) = match &error {
+        UrlencodedError::Overflow { .. } => (
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "The form you sent is larger than the {} KiB this shop accepts, so it was not read and nothing was changed.",
+                MAX_FORM_BYTES / 1024
+            ),
+        ),
+        UrlencodedError::ContentType => (
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "This address only takes a web form as the shop's own pages send it (application/x-www-form-urlencoded), so nothing was changed.".to_string(),
+        ),
+        other => (
+            StatusCode::UNPROCESSABLE_ENTITY,
+            format!("The form could not be read ({other}), so nothing was changed."),
+        ),
+    };
+    let page = ErrorPage {
+        status: status.as_u16(),
+        title: "Please check what you sent",
+        message: &message,
+    };
+    let response = match render(&page) {
+        Ok(body) => html(status, body),
+        Err(error) => return error.into(),
+    };
+    InternalError::from_response(error, response).into()
 }

@@ -4,11 +4,13 @@
 //! without a server, and a handler does nothing with a form before they pass.
 //!
 //! Ids are parsed here and in paths alike: text that is not a positive id
-//! names no row, so it is a 404, not a form mistake.
+//! names no row, so it is a 404, not a form mistake. Query strings the pages
+//! send (order search, page numbers) are forms too and live here as well.
 
 use chrono::{DateTime, Datelike, NaiveDateTime, Utc};
 use serde::Deserialize;
 
+use crate::db::models::Product;
 use crate::domain::CardNumber;
 use crate::domain::{
     check_plain_text, Email, InvalidInput, Lines, Money, OrderId, OrderStatus, Password, ProductId,
@@ -18,8 +20,6 @@ use crate::error::AppError;
 use crate::services::catalog::{SaleSpec, SaleTerms};
 use crate::services::orders::OrderFilter;
 use crate::services::stock::Adjustment;
-
-pub use super::pages::{OrderSearch, SaleFields};
 
 pub fn parse_product_id(raw: &str) -> Result<ProductId, AppError> {
     raw.parse()
@@ -57,11 +57,28 @@ pub struct Credentials {
     pub password: Password,
 }
 
+/// A sign-in as the throttle sees it: a readable email, and the password or
+/// why no account could have it.
+#[derive(Debug)]
+pub struct SignInAttempt {
+    pub email: Email,
+    pub password: Result<Password, InvalidInput>,
+}
+
 impl CredentialsForm {
     pub fn sign_up(&self) -> Result<Credentials, AppError> {
         Ok(Credentials {
             email: Email::parse(&self.email)?,
             password: Password::parse(&self.password)?,
+        })
+    }
+
+    /// What the sign-in handler passes on: an impossible password still
+    /// counts as an attempt, so the throttle sees every guess.
+    pub fn sign_in_attempt(&self) -> Result<SignInAttempt, AppError> {
+        Ok(SignInAttempt {
+            email: Email::parse(&self.email)?,
+            password: Password::parse(&self.password),
         })
     }
 
@@ -162,6 +179,32 @@ impl AdjustForm {
     }
 }
 
+/// The sale form's fields as text, so a refused form comes back as typed.
+#[derive(Default, Deserialize)]
+pub struct SaleFields {
+    #[serde(default)]
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    #[serde(default)]
+    pub price: String,
+    #[serde(default)]
+    pub stock: String,
+    #[serde(default)]
+    pub per_customer_limit: String,
+    #[serde(default)]
+    pub starts_at: String,
+    #[serde(default)]
+    pub ends_at: String,
+    #[serde(default)]
+    pub csrf_token: String,
+}
+
+/// The value a `datetime-local` input shows for `at`; the form is in UTC.
+pub fn form_time(at: &DateTime<Utc>) -> String {
+    at.format("%Y-%m-%dT%H:%M").to_string()
+}
+
 /// The sale form sends times as `datetime-local` values in UTC (it says so).
 /// Four-digit years only: Postgres cannot store every year chrono can read,
 /// and a sale in year 200000 is a typo.
@@ -193,6 +236,40 @@ fn parse_whole(raw: &str, what: &str) -> Result<i32, InvalidInput> {
 }
 
 impl SaleFields {
+    /// A blank form for a new sale: ten units, starting an hour from `now`.
+    pub fn for_new_sale(now: DateTime<Utc>) -> SaleFields {
+        SaleFields {
+            stock: "10".into(),
+            starts_at: form_time(&(now + chrono::Duration::hours(1))),
+            ..SaleFields::default()
+        }
+    }
+
+    /// The form filled in with `product` as it stands, for an edit.
+    pub fn of(product: &Product) -> SaleFields {
+        SaleFields {
+            name: product.name.clone(),
+            description: product.description.clone(),
+            price: format!(
+                "{}.{:02}",
+                product.price_cents / 100,
+                product.price_cents % 100
+            ),
+            stock: product.stock.to_string(),
+            per_customer_limit: product
+                .per_customer_limit
+                .map(|l| l.to_string())
+                .unwrap_or_default(),
+            starts_at: form_time(&product.sale_starts_at),
+            ends_at: product
+                .sale_ends_at
+                .as_ref()
+                .map(form_time)
+                .unwrap_or_default(),
+            csrf_token: String::new(),
+        }
+    }
+
     /// The terms an edit may change (everything but stock), checked.
     pub fn terms(&self) -> Result<SaleTerms, InvalidInput> {
         self.unchecked_terms()?.validate()
@@ -233,7 +310,25 @@ impl SaleFields {
     }
 }
 
+/// What the admin typed into the order search, echoed back into the form
+/// and kept in the pager's links.
+#[derive(Default, serde::Serialize, Deserialize, Clone)]
+pub struct OrderSearch {
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub email: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub status: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub product: String,
+    #[serde(default, skip_serializing)]
+    pub page: String,
+}
+
 impl OrderSearch {
+    pub fn page_number(&self) -> i64 {
+        page_number(&self.page)
+    }
+
     /// What the admin's order list is narrowed to.
     pub fn filter(&self) -> Result<OrderFilter, AppError> {
         let email = self.email.trim();
@@ -255,5 +350,40 @@ impl OrderSearch {
                 raw => Some(raw.parse::<ProductId>()?),
             },
         })
+    }
+}
+
+/// `?page=` on a paged list.
+#[derive(Debug, Deserialize)]
+pub struct PageQuery {
+    #[serde(default)]
+    pub page: String,
+}
+
+impl PageQuery {
+    pub fn number(&self) -> i64 {
+        page_number(&self.page)
+    }
+}
+
+/// A page number from the query; anything odd means the first page. The cap
+/// keeps the row offset far from overflowing.
+fn page_number(raw: &str) -> i64 {
+    raw.parse::<i64>()
+        .ok()
+        .filter(|p| (1..=1_000_000).contains(p))
+        .unwrap_or(1)
+}
+
+/// `?saved=1` on the sale form after a save.
+#[derive(Debug, Deserialize)]
+pub struct SavedQuery {
+    #[serde(default)]
+    saved: String,
+}
+
+impl SavedQuery {
+    pub fn saved(&self) -> bool {
+        !self.saved.is_empty()
     }
 }

@@ -11,6 +11,10 @@ use crate::error::AppError;
 use crate::metrics;
 use crate::services::Shop;
 
+pub fn routes(cfg: &mut web::ServiceConfig) {
+    cfg.service(healthz).service(readyz).service(metrics_text);
+}
+
 /// A probe answers within about this long even when a dependency hangs, so
 /// an orchestrator's own probe timeout is not what decides.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(1);

@@ -1,35 +1,50 @@
 //! HTTP: thin handlers that parse forms into domain types, call a service,
 //! and render a page or redirect (303 after every POST).
+//!
+//! - one file per area holds its handlers and registers its routes
+//!   (`shop`, `cart`, `orders`, `auth`, `admin`, `action_log`, `operations`,
+//!   `health`, `assets`); `routes` below puts them together;
+//! - `views/` holds what each area's pages show (template structs and view
+//!   data), `format` how pages write times and money;
+//! - `forms` holds every form and query string the shop accepts, and their
+//!   parsers;
+//! - `error` turns an `AppError` into a status and a worded page;
+//! - `session`, `idempotency` and `request_id` are what handlers and
+//!   middleware share: who is asking, run-at-most-once, the request's id.
+//!
+//! Calls go one way: web → services/domain/db. Nothing below `web` imports it.
 
+pub mod action_log;
 pub mod admin;
-pub mod audit_log;
+pub mod assets;
 pub mod auth;
 pub mod cart;
 pub mod error;
+pub mod format;
 pub mod forms;
 pub mod health;
 pub mod idempotency;
 pub mod operations;
 pub mod orders;
-pub mod pages;
 pub mod request_id;
 pub mod session;
 pub mod shop;
+pub mod views;
 
-use actix_web::error::{InternalError, UrlencodedError};
-use actix_web::http::{header, StatusCode};
+use actix_web::http::header;
 use actix_web::{web, HttpResponse};
 
 use crate::error::AppError;
-use pages::{render, ErrorPage};
 
 pub const MAX_FORM_BYTES: usize = 64 * 1024;
 
+/// The whole site: how extractors answer what they cannot read, each area's
+/// pages, and a 404 page for every other address.
 pub fn routes(cfg: &mut web::ServiceConfig) {
     cfg.app_data(
         web::FormConfig::default()
             .limit(MAX_FORM_BYTES)
-            .error_handler(|error, _req| form_refused(error)),
+            .error_handler(|error, _req| error::form_refused(error)),
     )
     .app_data(web::QueryConfig::default().error_handler(|error, _req| {
         AppError::Invalid(format!("The address could not be read: {error}.")).into()
@@ -37,41 +52,15 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     .app_data(web::PathConfig::default().error_handler(|_error, _req| {
         AppError::NotFound("There is no page at this address.".into()).into()
     }))
-    .service(health::healthz)
-    .service(health::readyz)
-    .service(health::metrics_text)
-    .service(operations::operations)
-    .service(pages::stylesheet)
-    .service(pages::script)
-    .service(shop::sale_list)
-    .service(shop::product_page)
-    .service(shop::buy)
-    .service(auth::signup_page)
-    .service(auth::signup)
-    .service(auth::login_page)
-    .service(auth::login)
-    .service(auth::logout)
-    .service(cart::cart_page)
-    .service(cart::add)
-    .service(cart::update)
-    .service(cart::remove)
-    .service(cart::checkout)
-    .service(orders::my_orders)
-    .service(orders::order_page)
-    .service(orders::pay)
-    .service(admin::dashboard)
-    .service(admin::resync_gate)
-    .service(admin::orders)
-    .service(admin::order_detail_page)
-    .service(admin::refund_confirm)
-    .service(admin::refund)
-    .service(admin::new_sale_page)
-    .service(admin::create_sale)
-    .service(admin::edit_sale_page)
-    .service(admin::edit_sale)
-    .service(admin::adjust)
-    .service(admin::history)
-    .service(audit_log::audit_log)
+    .configure(health::routes)
+    .configure(operations::routes)
+    .configure(assets::routes)
+    .configure(shop::routes)
+    .configure(auth::routes)
+    .configure(cart::routes)
+    .configure(orders::routes)
+    .configure(admin::routes)
+    .configure(action_log::routes)
     .default_service(web::to(|| async {
         Err::<HttpResponse, _>(AppError::NotFound(
             "There is no page at this address.".into(),
@@ -89,37 +78,4 @@ pub fn html(status: actix_web::http::StatusCode, body: String) -> HttpResponse {
     HttpResponse::build(status)
         .content_type("text/html; charset=utf-8")
         .body(body)
-}
-
-/// A POST body that is not a form this shop could have sent: too large, or
-/// not `application/x-www-form-urlencoded` (JSON, multipart, plain text, no
-/// type at all). Nothing was read, so nothing was changed.
-fn form_refused(error: UrlencodedError) -> actix_web::Error {
-    let (status, message) = match &error {
-        UrlencodedError::Overflow { .. } => (
-            StatusCode::PAYLOAD_TOO_LARGE,
-            format!(
-                "The form you sent is larger than the {} KiB this shop accepts, so it was not read and nothing was changed.",
-                MAX_FORM_BYTES / 1024
-            ),
-        ),
-        UrlencodedError::ContentType => (
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "This address only takes a web form as the shop's own pages send it (application/x-www-form-urlencoded), so nothing was changed.".to_string(),
-        ),
-        other => (
-            StatusCode::UNPROCESSABLE_ENTITY,
-            format!("The form could not be read ({other}), so nothing was changed."),
-        ),
-    };
-    let page = ErrorPage {
-        status: status.as_u16(),
-        title: "Please check what you sent",
-        message: &message,
-    };
-    let response = match render(&page) {
-        Ok(body) => html(status, body),
-        Err(error) => return error.into(),
-    };
-    InternalError::from_response(error, response).into()
 }

@@ -4,13 +4,18 @@ use actix_web::{get, post, web, HttpRequest, HttpResponse};
 
 use super::forms::{parse_order_id, PayForm};
 use super::idempotency::{once, Intent};
-use super::pages::{render, Nav, OrderPage, OrderRow, OrdersPage};
 use super::session::{verify_csrf, SignedIn};
+use super::views::orders::{OrderPage, OrderRow, OrderView, OrdersPage};
+use super::views::{render, Nav};
 use super::{html, see_other};
 use crate::error::AppError;
 use crate::services::orders::{order_detail, orders_of};
 use crate::services::payment::pay as pay_order;
 use crate::services::Shop;
+
+pub fn routes(cfg: &mut web::ServiceConfig) {
+    cfg.service(my_orders).service(order_page).service(pay);
+}
 
 #[get("/orders")]
 pub async fn my_orders(
@@ -40,7 +45,7 @@ pub async fn order_page(
     let detail = order_detail(&shop.pool, parse_order_id(&path)?, Some(account.id)).await?;
     let page = OrderPage {
         nav: Nav::from_session(&session),
-        detail,
+        order: OrderView::new(detail),
         admin_view: false,
     };
     Ok(html(StatusCode::OK, render(&page)?))

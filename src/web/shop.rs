@@ -7,8 +7,9 @@ use chrono::Utc;
 
 use super::forms::{parse_product_id, BuyForm};
 use super::idempotency::{answer_kept, once, Intent};
-use super::pages::{render, Nav, ProductPage, SaleListPage, SaleView};
 use super::session::{verify_csrf, SignedIn};
+use super::views::shop::{ProductPage, SaleListPage, SaleView};
+use super::views::{render, Nav};
 use super::{html, see_other};
 use crate::domain::OrderId;
 use crate::error::AppError;
@@ -16,6 +17,10 @@ use crate::metrics;
 use crate::services::catalog::{find_product, list_products};
 use crate::services::checkout::{purchase, Line, PurchaseOutcome};
 use crate::services::Shop;
+
+pub fn routes(cfg: &mut web::ServiceConfig) {
+    cfg.service(sale_list).service(product_page).service(buy);
+}
 
 #[get("/")]
 pub async fn sale_list(shop: web::Data<Shop>, session: Session) -> Result<HttpResponse, AppError> {

@@ -88,7 +88,7 @@ impl Scene {
             ("price", "12.50".into()),
             ("stock", "3".into()),
             ("per_customer_limit", "2".into()),
-            ("starts_at", flashsale::web::pages::form_time(&start)),
+            ("starts_at", flashsale::web::forms::form_time(&start)),
             ("ends_at", String::new()),
         ]
     }

@@ -1,0 +1,108 @@
+//! The sale list and a product page; `SaleView` is a product as every page
+//! that shows one (admin pages included) shows it.
+
+use askama::Template;
+use chrono::{DateTime, Utc};
+
+use super::Nav;
+use crate::db::models::Product;
+use crate::domain::Quantity;
+use crate::domain::SaleState;
+use crate::web::format::{iso, timestamp};
+
+/// A product as the shop pages show it.
+pub struct SaleView {
+    pub id: i64,
+    pub name: String,
+    pub description: String,
+    pub price: String,
+    pub stock: i32,
+    pub offered: i32,
+    pub percent_left: i64,
+    pub state: SaleState,
+    pub starts_at: DateTime<Utc>,
+    pub ends_at: Option<DateTime<Utc>>,
+    pub per_customer_limit: Option<i32>,
+    /// The most one order may ask for: bounded by stock, limit and `Quantity::MAX`.
+    pub max_quantity: i32,
+}
+
+impl SaleView {
+    pub fn new(product: &Product, now: DateTime<Utc>) -> SaleView {
+        let offered = product.initial_stock.max(product.stock);
+        let max_quantity = product
+            .stock
+            .min(product.per_customer_limit.unwrap_or(i32::MAX))
+            .min(Quantity::MAX);
+        SaleView {
+            id: product.id,
+            name: product.name.clone(),
+            description: product.description.clone(),
+            price: product.price().to_string(),
+            stock: product.stock,
+            offered,
+            percent_left: if offered == 0 {
+                0
+            } else {
+                i64::from(product.stock) * 100 / i64::from(offered)
+            },
+            state: product.sale_state(now),
+            starts_at: product.sale_starts_at,
+            ends_at: product.sale_ends_at,
+            per_customer_limit: product.per_customer_limit,
+            max_quantity,
+        }
+    }
+
+    pub fn state_label(&self) -> &'static str {
+        match self.state {
+            SaleState::Upcoming => "Upcoming",
+            SaleState::Live => "Live",
+            SaleState::SoldOut => "Sold out",
+            SaleState::Ended => "Ended",
+        }
+    }
+
+    pub fn state_class(&self) -> &'static str {
+        match self.state {
+            SaleState::Upcoming => "upcoming",
+            SaleState::Live => "live",
+            SaleState::SoldOut => "soldout",
+            SaleState::Ended => "ended",
+        }
+    }
+
+    pub fn can_buy(&self) -> bool {
+        self.state == SaleState::Live && self.max_quantity >= 1
+    }
+
+    pub fn starts_at_text(&self) -> String {
+        timestamp(self.starts_at)
+    }
+
+    pub fn starts_at_iso(&self) -> String {
+        iso(&self.starts_at)
+    }
+
+    pub fn ends_at_text(&self) -> Option<String> {
+        self.ends_at.as_ref().map(timestamp)
+    }
+
+    pub fn ends_at_iso(&self) -> String {
+        self.ends_at.as_ref().map(iso).unwrap_or_default()
+    }
+}
+
+#[derive(Template)]
+#[template(path = "sale_list.html")]
+pub struct SaleListPage {
+    pub nav: Nav,
+    pub sales: Vec<SaleView>,
+}
+
+#[derive(Template)]
+#[template(path = "product.html")]
+pub struct ProductPage {
+    pub nav: Nav,
+    pub sale: SaleView,
+}
