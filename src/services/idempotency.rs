@@ -3,7 +3,8 @@
 
 use chrono::{Duration, Utc};
 use diesel::prelude::*;
-use sha2::{Digest, Sha256};
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
 
 use crate::db::schema::idempotency_keys;
 use crate::db::{self, PgPool};
@@ -30,8 +31,40 @@ pub enum Claim {
     InProgress,
 }
 
-pub fn fingerprint(request: &str) -> String {
-    hex::encode(Sha256::digest(request.as_bytes()))
+/// The secret that fingerprints are keyed with. A fingerprint covers what
+/// the customer sent, card number included, and a card number has few
+/// enough possible values that a plain hash of it could be reversed by
+/// trying them all; keyed, the stored fingerprint says nothing without the
+/// secret. Derived from `SESSION_KEY`, which every instance shares, so a
+/// replay on another instance still matches.
+#[derive(Clone)]
+pub struct FingerprintKey(Vec<u8>);
+
+impl FingerprintKey {
+    pub fn derive(server_secret: &[u8]) -> FingerprintKey {
+        FingerprintKey(hmac_sha256(
+            server_secret,
+            b"flashsale idempotency fingerprint v1",
+        ))
+    }
+}
+
+impl std::fmt::Debug for FingerprintKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("FingerprintKey(..)")
+    }
+}
+
+fn hmac_sha256(key: &[u8], message: &[u8]) -> Vec<u8> {
+    let mut mac = Hmac::<Sha256>::new_from_slice(key).expect("HMAC takes a key of any length");
+    mac.update(message);
+    mac.finalize().into_bytes().to_vec()
+}
+
+/// What identifies a request, as stored beside its key: HMAC-SHA256 of its
+/// text under the server's fingerprint key.
+pub fn fingerprint(key: &FingerprintKey, request: &str) -> String {
+    hex::encode(hmac_sha256(&key.0, request.as_bytes()))
 }
 
 type StoredRow = (

@@ -42,6 +42,8 @@ pub struct Shop {
     pub redis_prefix: String,
     pub locks: ProductLocks,
     pub settings: Arc<Settings>,
+    /// Keys the fingerprints stored beside idempotency keys.
+    pub fingerprint_key: Arc<idempotency::FingerprintKey>,
     /// Who charges cards (`PAYMENT_PROVIDER`).
     pub payment_provider: Arc<dyn PaymentProvider>,
     /// The Redis stock gate, unless `STOCK_GATE=off`.
@@ -110,6 +112,7 @@ impl Shop {
             gate,
             combiner,
             last_reconcile: Arc::new(Mutex::new(None)),
+            fingerprint_key: Arc::new(idempotency::FingerprintKey::derive(&settings.session_key)),
             payment_provider: crate::payment::provider_named(&settings.payment_provider)
                 .ok_or_else(|| anyhow::anyhow!("unknown PAYMENT_PROVIDER"))?,
             settings: Arc::new(settings),

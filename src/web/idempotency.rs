@@ -54,12 +54,15 @@ where
         return action(None).await;
     };
     let key = IdempotencyKey::parse(raw_key)?;
-    let print = fingerprint(&format!(
-        "{} {}\n{}",
-        intent.request.method(),
-        intent.request.path(),
-        intent.fields
-    ));
+    let print = fingerprint(
+        &shop.fingerprint_key,
+        &format!(
+            "{} {}\n{}",
+            intent.request.method(),
+            intent.request.path(),
+            intent.fields
+        ),
+    );
 
     // A repeat that arrives while the first is running waits for its answer,
     // up to about as long as the first can take to get its lock.

@@ -180,6 +180,7 @@ async fn double_click_on_buy_pay_and_refund_runs_each_once() {
         (StatusCode::SEE_OTHER, StatusCode::SEE_OTHER)
     );
     assert_eq!(app.db.count("SELECT count(*) AS n FROM payments"), 1);
+    card_number_cannot_be_read_back_from_the_key(&app.db, order);
 
     let admin = app.admin().await;
     let admin_token = admin.csrf().await;
@@ -540,4 +541,32 @@ async fn two_instances_sweeping_together_restore_each_order_once() {
     );
     assert_eq!(first.db.stock(product), 40);
     first.db.assert_audit_clean();
+}
+
+/// The payment's key row keeps a fingerprint of what was sent, card number
+/// included: a plain hash of that text could be reversed by trying the few
+/// billion card numbers a BIN leaves, so it must be keyed, and no column
+/// may hold the digits.
+fn card_number_cannot_be_read_back_from_the_key(db: &TestDb, order: i64) {
+    use diesel::prelude::*;
+    use sha2::{Digest, Sha256};
+    #[derive(QueryableByName)]
+    struct KeyRow {
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        fingerprint: String,
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        everything: String,
+    }
+    let row: KeyRow = diesel::sql_query(
+        "SELECT fingerprint, k::text AS everything FROM idempotency_keys k WHERE key = 'pay-once'",
+    )
+    .get_result(&mut db.conn())
+    .unwrap();
+    let sent = format!("POST /orders/{order}/pay\ncard_number={GOOD_CARD}");
+    let unkeyed = hex::encode(Sha256::digest(sent.as_bytes()));
+    assert_ne!(row.fingerprint, unkeyed, "the fingerprint is a plain hash");
+    let digits: String = GOOD_CARD.chars().filter(char::is_ascii_digit).collect();
+    for stored in [GOOD_CARD, digits.as_str()] {
+        assert!(!row.everything.contains(stored), "{}", row.everything);
+    }
 }

@@ -476,3 +476,60 @@ async fn gate_off_runs_the_plain_locked_path() {
     assert!(dashboard.contains("STOCK_GATE=off"));
     app.db.assert_audit_clean();
 }
+
+/// A purchase whose caller goes away while it is queued for the lock (a
+/// buyer hanging up cancels their request, and everything it awaits) still
+/// ends on its own task: when it cannot be served, the units the gate
+/// admitted for the buyer come back at once, not at the next reconcile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_buyer_who_hangs_up_while_queued_still_gives_the_units_back() {
+    use flashsale::services::checkout::{purchase, Line};
+    let app = spawn_app_with(|s| {
+        s.stock_gate = true;
+        s.lock_wait = Duration::from_millis(700);
+    })
+    .await;
+    let product = app.product(5, None).await;
+    let pid = ProductId(product);
+    let gate = app.shop.gate.clone().unwrap();
+    let buyer = app.customer("impatient@example.com").await;
+    let customer = CustomerId(
+        app.db
+            .count("SELECT id AS n FROM customers WHERE email = 'impatient@example.com'"),
+    );
+    flashsale::services::stock_gate::seed_if_absent(&app.shop, vec![pid])
+        .await
+        .unwrap();
+
+    // Another instance holds the lock past this buyer's wait.
+    let elsewhere = app.other_instance(Duration::from_secs(3), Duration::from_secs(10));
+    let held = elsewhere.acquire(vec![pid]).await.unwrap();
+    let line = Line {
+        product: pid,
+        quantity: Quantity::new(2).unwrap(),
+    };
+    let cancelled = tokio::time::timeout(
+        Duration::from_millis(250),
+        purchase(&app.shop, customer, vec![line], None),
+    )
+    .await;
+    assert!(
+        cancelled.is_err(),
+        "the caller went away first: {cancelled:?}"
+    );
+    assert_eq!(gate.stock(pid).await.unwrap(), Some(3), "admitted, queued");
+
+    // The wait runs out while the lock is still held elsewhere.
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    assert_eq!(
+        gate.stock(pid).await.unwrap(),
+        Some(5),
+        "the cancelled buyer's units came back"
+    );
+    held.release().await;
+    assert_eq!(app.db.count("SELECT count(*) AS n FROM orders"), 0);
+    assert_eq!(app.db.stock(product), 5);
+    // And the buyer can still buy all they asked for.
+    assert_eq!(buyer.buy(product, 2).await.status(), StatusCode::SEE_OTHER);
+    app.db.assert_audit_clean();
+}

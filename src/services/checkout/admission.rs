@@ -18,6 +18,9 @@ use crate::services::Shop;
 
 /// Admits every line at the gate, or none: a refused line hands back the
 /// lines admitted before it. Returns the admission key, or the refusal.
+/// Whatever ends it early gives back every line it may have admitted: a
+/// call that failed or timed out may still have run in Redis, and giving
+/// back an admission the gate never made does nothing.
 pub(super) async fn admit_all(
     shop: &Shop,
     gate: &StockGate,
@@ -33,7 +36,10 @@ pub(super) async fn admit_all(
         if let Ok(Admission::Unknown) = answer {
             // Created after this instance seeded, or lost with a Redis restart:
             // seed from the database (if still absent) and ask once more.
-            seed_if_absent(shop, vec![line.product]).await?;
+            if let Err(error) = seed_if_absent(shop, vec![line.product]).await {
+                give_back_all(gate, &key, &admitted).await;
+                return Err(error);
+            }
             answer = gate
                 .admit(line.product, customer, line.quantity, &key)
                 .await;
@@ -67,6 +73,7 @@ pub(super) async fn admit_all(
                 )));
             }
             Err(error) => {
+                admitted.push(line.product);
                 give_back_all(gate, &key, &admitted).await;
                 return Err(error);
             }

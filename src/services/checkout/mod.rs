@@ -48,6 +48,21 @@ pub async fn purchase(
             "An order needs each product once, with a quantity.".into(),
         ));
     }
+    // From admission on, the purchase runs on a task of its own: a buyer who
+    // hangs up cancels the request, and with it anything awaited there, but
+    // not the give-back of what the gate admitted for them.
+    let served = shop.clone();
+    tokio::spawn(async move { admit_and_buy(&served, customer, lines, answer_key).await })
+        .await
+        .map_err(|e| AppError::Internal(anyhow::anyhow!("purchase task failed: {e}")))?
+}
+
+async fn admit_and_buy(
+    shop: &Shop,
+    customer: CustomerId,
+    lines: Vec<Line>,
+    answer_key: Option<IdempotencyKey>,
+) -> Result<PurchaseOutcome, AppError> {
     let products: Vec<ProductId> = lines.iter().map(|l| l.product).collect();
     let admission = match &shop.gate {
         Some(gate) => match admit_all(shop, gate, customer, &lines).await? {
