@@ -38,14 +38,17 @@ impl ProductLocks {
     /// since we did, so the counter in Redis is behind the database (it lost
     /// its data and restarted on a slow clock): move it past the database so
     /// the next holder's write goes through. Otherwise we are the stale holder
-    /// and the refusal was the point.
-    pub async fn after_refused_write(&self, lease: &Lease, product: ProductId, fence: i64) {
+    /// and the refusal was the point. Says whether the counter was raised,
+    /// so that work refused only because it was behind can be done again
+    /// under a fresh acquisition.
+    pub async fn after_refused_write(&self, lease: &Lease, product: ProductId, fence: i64) -> bool {
         if lease.check().is_ok() {
             tracing::warn!(%product, fence, "fencing counter was behind the database; raising it");
             let key = self.fence_key(product);
-            let _ = self.raise_token(&key, fence).await;
+            self.raise_token(&key, fence).await.is_ok()
         } else {
             tracing::warn!(%product, fence, "a stale lock holder's stock write was refused by its fencing token");
+            false
         }
     }
 

@@ -270,3 +270,30 @@ async fn a_stale_lock_holder_is_fenced_off_by_postgres() {
     );
     db.assert_audit_clean();
 }
+
+/// Redis lost the fencing counter while Postgres kept the row's token (a
+/// restarted Redis without persistence): the first holder's token is behind
+/// the row, its write is refused, and nothing is written. The batch must
+/// not fail its buyers for that: the counter is raised past the row and the
+/// batch is served again under a fresh acquisition.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_fencing_counter_behind_the_row_is_stepped_past_not_failed() {
+    let app = spawn_app_with(|s| s.combining = true).await;
+    let product = app.product(5, None).await;
+    let ahead: i64 = 5_000_000_000_000_000_000;
+    app.db.count(&format!(
+        "WITH u AS (UPDATE products SET fence = {ahead} WHERE id = {product} RETURNING 1) SELECT count(*) AS n FROM u"
+    ));
+    let buyer = app.customer("behind@example.com").await;
+    let bought = buyer.buy(product, 1).await;
+    assert_eq!(bought.status(), StatusCode::SEE_OTHER);
+    assert_eq!(app.db.count("SELECT count(*) AS n FROM orders"), 1);
+    assert_eq!(app.db.stock(product), 4);
+    assert!(
+        app.db.count(&format!(
+            "SELECT fence AS n FROM products WHERE id = {product}"
+        )) > ahead,
+        "the write carried a token past the row's"
+    );
+    app.db.assert_audit_clean();
+}

@@ -169,26 +169,40 @@ async fn lead(shop: Shop, product: ProductId, queue: Arc<Mutex<Queue>>, max_batc
             let take = queue.waiting.len().min(max_batch);
             queue.waiting.drain(..take).collect()
         };
-        let lease = held.lease();
         let (buyers, answers): (Vec<Buyer>, Vec<_>) =
             batch.into_iter().map(|w| (w.buyer, w.answer)).unzip();
         let admissions: Vec<Option<(String, CustomerId, Quantity)>> = buyers
             .iter()
             .map(|b| b.gate_key.clone().map(|key| (key, b.customer, b.quantity)))
             .collect();
-        let started = Instant::now();
-        let pool = shop.pool.clone();
-        let served_lease = lease.clone();
-        let outcomes = db::run(&pool, move |conn| {
-            serve_batch(conn, &served_lease, product, &buyers)
-        })
-        .await;
+        let buyers = Arc::new(buyers);
         metrics::batch_size(answers.len());
-        metrics::transaction_time("purchase_batch", started.elapsed());
+        let mut outcomes = serve(&shop, &held, product, &buyers).await;
         if let Err(AppError::Fenced { product, fence }) = &outcomes {
-            shop.locks
-                .after_refused_write(&lease, *product, *fence)
-                .await;
+            // Refused only because the fencing counter was behind the row (a
+            // Redis that lost its data): nothing was written, so the batch is
+            // served again under a fresh acquisition, whose token is past it.
+            if shop
+                .locks
+                .after_refused_write(&held.lease(), *product, *fence)
+                .await
+            {
+                held.release().await;
+                held = match shop.locks.acquire(vec![*product]).await {
+                    Ok(held) => held,
+                    Err(error) => {
+                        let error = AppError::from(error);
+                        for answer in answers {
+                            let _ = answer.send(Err(duplicate(&error)));
+                        }
+                        if !leadership.still_needed() {
+                            return;
+                        }
+                        continue;
+                    }
+                };
+                outcomes = serve(&shop, &held, *product, &buyers).await;
+            }
         }
         let served = outcomes.is_ok();
         match outcomes {
@@ -229,6 +243,23 @@ async fn lead(shop: Shop, product: ProductId, queue: Arc<Mutex<Queue>>, max_batc
             held.release().await;
         }
     }
+}
+
+/// One attempt at the batch under `held`, timed.
+async fn serve(
+    shop: &Shop,
+    held: &HeldLocks,
+    product: ProductId,
+    buyers: &Arc<Vec<Buyer>>,
+) -> Result<Vec<Answer>, AppError> {
+    let started = Instant::now();
+    let (lease, buyers) = (held.lease(), buyers.clone());
+    let outcomes = db::run(&shop.pool, move |conn| {
+        serve_batch(conn, &lease, product, &buyers)
+    })
+    .await;
+    metrics::transaction_time("purchase_batch", started.elapsed());
+    outcomes
 }
 
 /// The batch's transactions. Each buyer's answer is their own; an `Err`
