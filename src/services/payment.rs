@@ -73,10 +73,34 @@ pub async fn pay(
     match charge {
         Charge::Approved => Ok(PaymentOutcome::Paid),
         Charge::Declined(reason) => {
-            // If this restore cannot run now (Redis down), the order stays
-            // awaiting payment and the expiry job releases it at its deadline.
-            restore_order(shop, order, OrderStatus::PaymentFailed, None).await?;
+            // The decline is committed, so it is the answer. Failing the
+            // request here (lock busy, Redis down) would release its
+            // idempotency key, and the customer's resend would charge again.
+            if let Err(error) = restore_order(shop, order, OrderStatus::PaymentFailed, None).await {
+                tracing::warn!(%order, %error, "could not restore a declined order now; retrying in the background");
+                tokio::spawn(restore_declined_later(shop.clone(), order));
+            }
             Ok(PaymentOutcome::Declined(reason))
         }
+    }
+}
+
+/// Retries a declined order's restore a few times, backing off; if it still
+/// cannot run (Redis down for long), the order stays awaiting payment and
+/// the expiry job restores it at its deadline. Restoring twice is refused by
+/// the order's state machine, so a retry racing the job is harmless.
+async fn restore_declined_later(shop: Shop, order: OrderId) {
+    let mut wait = std::time::Duration::from_millis(500);
+    for _ in 0..6 {
+        tokio::time::sleep(wait).await;
+        match restore_order(&shop, order, OrderStatus::PaymentFailed, None).await {
+            Ok(_) => return,
+            // Paid, expired or restored meanwhile: nothing left to do.
+            Err(AppError::Conflict { .. }) => return,
+            Err(error) => {
+                tracing::warn!(%order, %error, "restore of a declined order failed again")
+            }
+        }
+        wait *= 2;
     }
 }

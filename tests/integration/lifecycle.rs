@@ -570,3 +570,62 @@ fn card_number_cannot_be_read_back_from_the_key(db: &TestDb, order: i64) {
         assert!(!row.everything.contains(stored), "{}", row.everything);
     }
 }
+
+/// A decline is recorded before its units are restored. When the restore
+/// cannot take the product's lock right away, the customer is still told
+/// the decline (not a 503 that would free the form's key), a resend of the
+/// same form is a replay that charges nothing, and the units come back as
+/// soon as the lock is free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_recorded_decline_is_answered_even_when_its_restore_must_wait() {
+    let app = spawn_app_with(|s| s.lock_wait = Duration::from_millis(300)).await;
+    let product = app.product(5, None).await;
+    let buyer = app.customer("declined-busy@example.com").await;
+    let order = order_id_from(&buyer.buy(product, 2).await);
+    assert_eq!(app.db.stock(product), 3);
+
+    let elsewhere = app.other_instance(Duration::from_secs(3), Duration::from_secs(10));
+    let held = elsewhere
+        .acquire(vec![flashsale::domain::ProductId(product)])
+        .await
+        .unwrap();
+    let token = buyer.csrf().await;
+    let path = format!("/orders/{order}/pay");
+    let fields = [
+        ("card_number", DECLINED_CARD),
+        ("csrf_token", token.as_str()),
+        ("idempotency_key", "declined-while-busy"),
+    ];
+    let pay = || buyer.post(&path, &fields);
+    let first = pay().await;
+    assert_eq!(first.status(), StatusCode::SEE_OTHER);
+    let resent = pay().await;
+    assert_eq!(resent.status(), StatusCode::SEE_OTHER);
+    assert_eq!(
+        resent
+            .headers()
+            .get("Idempotent-Replayed")
+            .map(|v| v.to_str().unwrap()),
+        Some("true")
+    );
+    assert_eq!(app.db.count("SELECT count(*) AS n FROM payments"), 1);
+    assert_eq!(app.db.stock(product), 3, "restore waits for the lock");
+
+    held.release().await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while app.db.stock(product) != 5 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the units never came back"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        app.db.count(&format!(
+            "SELECT count(*) AS n FROM orders WHERE id = {order} AND status = 'payment_failed'"
+        )),
+        1
+    );
+    assert_eq!(app.db.count("SELECT count(*) AS n FROM payments"), 1);
+    app.db.assert_audit_clean();
+}
