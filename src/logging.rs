@@ -5,12 +5,7 @@
 use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::EnvFilter;
 
-/// How log lines are written (`config::log_format` reads `LOG_FORMAT`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LogFormat {
-    Text,
-    Json,
-}
+use crate::config::LogFormat;
 
 /// Used when `RUST_LOG` is unset.
 pub const DEFAULT_FILTER: &str = "info,actix_server=warn";

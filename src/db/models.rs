@@ -148,6 +148,10 @@ pub struct Payment {
     pub amount_cents: i64,
     pub card_last4: String,
     pub created_at: DateTime<Utc>,
+    /// The key the provider deduplicates this attempt on.
+    pub attempt_key: String,
+    /// When the result was recorded; None while the attempt is pending.
+    pub settled_at: Option<DateTime<Utc>>,
 }
 
 #[derive(Debug, Insertable)]
@@ -157,4 +161,5 @@ pub struct NewPayment<'a> {
     pub outcome: &'a str,
     pub amount_cents: i64,
     pub card_last4: &'a str,
+    pub attempt_key: &'a str,
 }

@@ -83,6 +83,18 @@ diesel::table! {
         amount_cents -> Int8,
         card_last4 -> Text,
         created_at -> Timestamptz,
+        attempt_key -> Text,
+        settled_at -> Nullable<Timestamptz>,
+    }
+}
+
+diesel::table! {
+    sandbox_charges (attempt_key) {
+        attempt_key -> Text,
+        approved -> Bool,
+        reason -> Text,
+        amount_cents -> Int8,
+        created_at -> Timestamptz,
     }
 }
 

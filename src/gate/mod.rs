@@ -201,6 +201,7 @@ impl StockGate {
             .key(self.key(product, &format!("adm:{admission}")))
             .key(self.key(product, "held"))
             .key(self.key(product, "pending"))
+            .key(self.key(product, &format!("ret:{admission}")))
             .arg(quantity.get())
             .arg(customer.get())
             .arg(self.inner.marker_ttl.as_millis() as u64)

@@ -11,7 +11,7 @@
 /// a resync can tell whose units are still on their way.
 ///
 /// KEYS: stock, limit, the admission's marker, the per-customer holdings
-/// hash, the pending set.
+/// hash, the pending set, the admission's return marker.
 pub(super) const ADMIT: &str = r#"
 local qty = tonumber(ARGV[1])
 local customer = ARGV[2]
@@ -21,6 +21,10 @@ if qty == nil or qty < 1 or qty ~= math.floor(qty) or ttl == nil or ttl < 1 or c
   return {-1, 0}
 end
 local fingerprint = customer .. ':' .. qty
+-- A give-back that overtook its own admission (the admission's reply timed
+-- out, so it was given back on another connection) left a tombstone: the
+-- late admission must not take units nobody will return.
+if redis.call('EXISTS', KEYS[6]) == 1 then return {4, 0, 0} end
 local earlier = redis.call('GET', KEYS[3])
 if earlier then
   if earlier == fingerprint then return {1, 0, 0} end
@@ -59,13 +63,20 @@ local ttl = tonumber(ARGV[1])
 local admission = ARGV[2]
 if ttl == nil or ttl < 1 or admission == nil then return -1 end
 local admitted = redis.call('GET', KEYS[2])
-if not admitted then return 0 end
+if not admitted then
+  -- Nothing to give back yet; remember that it was given up on, so an
+  -- admission arriving late is refused instead of taking units for good.
+  redis.call('SET', KEYS[3], '1', 'PX', ttl)
+  return 0
+end
 if redis.call('EXISTS', KEYS[3]) == 1 then return 0 end
 local customer, qty = string.match(admitted, '^(.*):(%d+)$')
 qty = tonumber(qty)
 if qty == nil then return -1 end
 redis.call('SET', KEYS[3], '1', 'PX', ttl)
-redis.call('ZREM', KEYS[5], admission .. '|' .. customer .. '|' .. qty)
+-- Members written before pending entries named their customer read
+-- `admission|units`.
+redis.call('ZREM', KEYS[5], admission .. '|' .. customer .. '|' .. qty, admission .. '|' .. qty)
 if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('INCRBY', KEYS[1], qty) end
 local held = tonumber(redis.call('HGET', KEYS[4], customer) or '0')
 if held > qty then
@@ -99,8 +110,9 @@ redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. (now_ms - stale))
 local pending = 0
 local held = {}
 for _, member in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
-  local customer, qty = string.match(member, '^[^|]*|([^|]*)|(%d+)$')
-  qty = tonumber(qty) or 0
+  -- Members written before they named their customer read `admission|units`.
+  local qty = tonumber(string.match(member, '|(%d+)$')) or 0
+  local customer = string.match(member, '^[^|]*|([^|]*)|%d+$')
   pending = pending + qty
   if customer then held[customer] = (held[customer] or 0) + qty end
 end

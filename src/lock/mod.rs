@@ -144,7 +144,7 @@ impl ProductLocks {
     {
         let locks = self.clone();
         tokio::spawn(async move {
-            let held = locks.take(products).await?;
+            let held = locks.acquire(products).await?;
             let lease = held.lease();
             let result = work(lease.clone()).await;
             if let Err(AppError::Fenced { product, fence }) = &result {
@@ -159,11 +159,7 @@ impl ProductLocks {
 
     /// Takes every product's lock in ascending id order (so two carts never
     /// wait on each other in a cycle), within one shared wait deadline.
-    pub async fn acquire(&self, products: Vec<ProductId>) -> Result<HeldLocks, LockError> {
-        self.take(products).await
-    }
-
-    async fn take(&self, mut products: Vec<ProductId>) -> Result<HeldLocks, LockError> {
+    pub async fn acquire(&self, mut products: Vec<ProductId>) -> Result<HeldLocks, LockError> {
         products.sort_unstable();
         products.dedup();
         self.inner.attempts.fetch_add(1, Ordering::Relaxed);

@@ -1,13 +1,16 @@
 //! Payment providers: who charges a card. `pay` (in `services::payment`)
-//! decides when to charge and records what happened; a provider only
-//! answers yes or no. Adding a real provider is one file here beside
-//! `sandbox.rs` and one name in `provider_named`, chosen by
-//! `PAYMENT_PROVIDER`.
+//! records an attempt, asks the provider outside any transaction, and
+//! records the result; a provider only answers. Adding a real provider is
+//! one file here beside `sandbox.rs` and one name in `provider_named`,
+//! chosen by `PAYMENT_PROVIDER`.
 
 mod sandbox;
 
 use std::sync::Arc;
 
+use futures::future::BoxFuture;
+
+use crate::db::PgPool;
 use crate::domain::{CardNumber, Money};
 
 pub use sandbox::SandboxProvider;
@@ -18,17 +21,34 @@ pub enum Charge {
     Declined(String),
 }
 
+/// The provider gave no answer we can trust: it may or may not have
+/// charged. The attempt stays pending until `lookup` says which.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("payment provider: {0}")]
+pub struct NoAnswer(pub String);
+
 pub trait PaymentProvider: Send + Sync {
-    fn charge(&self, card: &CardNumber, amount: Money) -> Charge;
+    /// Charges `card` once per `attempt`: asked again with the same key,
+    /// a provider answers what it did the first time and charges nothing.
+    fn charge<'a>(
+        &'a self,
+        attempt: &'a str,
+        card: &'a CardNumber,
+        amount: Money,
+    ) -> BoxFuture<'a, Result<Charge, NoAnswer>>;
+
+    /// What became of `attempt`: None if the provider never saw it.
+    fn lookup<'a>(&'a self, attempt: &'a str) -> BoxFuture<'a, Result<Option<Charge>, NoAnswer>>;
 }
 
 /// The names `PAYMENT_PROVIDER` accepts.
 pub const PROVIDERS: &[&str] = &["sandbox"];
 
-/// The provider called `name` (one of `PROVIDERS`), or None.
-pub fn provider_named(name: &str) -> Option<Arc<dyn PaymentProvider>> {
+/// The provider called `name` (one of `PROVIDERS`), or None. The sandbox
+/// keeps its own books in `pool`'s database, as a provider keeps its own.
+pub fn provider_named(name: &str, pool: &PgPool) -> Option<Arc<dyn PaymentProvider>> {
     match name {
-        "sandbox" => Some(Arc::new(SandboxProvider)),
+        "sandbox" => Some(Arc::new(SandboxProvider::new(pool.clone()))),
         _ => None,
     }
 }

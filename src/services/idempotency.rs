@@ -173,3 +173,28 @@ pub fn purge_expired(
             .execute(conn)?,
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fingerprints_are_keyed_by_the_server_secret() {
+        let (ours, theirs) = (
+            FingerprintKey::derive(&[7; 64]),
+            FingerprintKey::derive(&[8; 64]),
+        );
+        let request = "POST /orders/1/pay\ncard_number=4242 4242 4242 4242";
+        // Instances sharing SESSION_KEY agree, so a replay elsewhere matches.
+        assert_eq!(
+            fingerprint(&ours, request),
+            fingerprint(&FingerprintKey::derive(&[7; 64]), request)
+        );
+        assert_ne!(fingerprint(&ours, request), fingerprint(&theirs, request));
+        assert_ne!(
+            fingerprint(&ours, request),
+            fingerprint(&ours, "POST /orders/1/pay\ncard_number=4000 0000 0000 0002")
+        );
+        assert!(!fingerprint(&ours, request).contains("4242"));
+    }
+}

@@ -7,10 +7,11 @@ use chrono::Utc;
 use diesel::prelude::*;
 use tokio::task::JoinHandle;
 
+use super::payment::{settle_pending, SettleReport};
 use super::restore::restore_order;
 use super::Shop;
 use crate::db;
-use crate::db::schema::orders;
+use crate::db::schema::{orders, payments};
 use crate::domain::{OrderId, OrderStatus};
 use crate::error::AppError;
 use crate::metrics;
@@ -33,6 +34,8 @@ pub struct JobReport {
     pub purged_login_attempts: usize,
     /// Sessions that expired, or were revoked over a day ago.
     pub purged_sessions: usize,
+    /// Payment attempts whose answer was looked up at the provider.
+    pub settled_payments: SettleReport,
 }
 
 /// One pass of every job: expire unpaid orders past their deadline, then
@@ -40,12 +43,22 @@ pub struct JobReport {
 /// ended sessions.
 pub async fn run_once(shop: &Shop) -> Result<JobReport, AppError> {
     let mut report = JobReport::default();
+    // Payments first: an order whose charge is still unanswered must not
+    // expire, and one that was paid meanwhile must be known as paid.
+    match settle_pending(shop).await {
+        Ok(settled) => report.settled_payments = settled,
+        Err(error) => tracing::warn!(%error, "could not settle pending payments; will retry"),
+    }
     // Claim with SKIP LOCKED: rows another transaction holds are left to it.
     let due: Vec<i64> = db::run(&shop.pool, |conn| {
         conn.transaction(|conn| {
+            let unanswered = payments::table
+                .filter(payments::order_id.eq(orders::id))
+                .filter(payments::outcome.eq("pending"));
             Ok(orders::table
                 .filter(orders::status.eq(OrderStatus::AwaitingPayment.as_str()))
                 .filter(orders::payment_deadline.le(Utc::now()))
+                .filter(diesel::dsl::not(diesel::dsl::exists(unanswered)))
                 .order(orders::payment_deadline.asc())
                 .limit(SWEEP_BATCH)
                 .select(orders::id)

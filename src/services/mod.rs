@@ -104,6 +104,14 @@ impl Shop {
         let combiner = settings
             .combining
             .then(|| Arc::new(checkout::Combiner::new(settings.combine_max)));
+        let payment_provider = crate::payment::provider_named(&settings.payment_provider, &pool)
+            .ok_or_else(|| {
+                anyhow::anyhow!(
+                    "PAYMENT_PROVIDER={:?}: use one of {}",
+                    settings.payment_provider,
+                    crate::payment::PROVIDERS.join(", ")
+                )
+            })?;
         Ok(Shop {
             pool,
             bookkeeping,
@@ -113,8 +121,7 @@ impl Shop {
             combiner,
             last_reconcile: Arc::new(Mutex::new(None)),
             fingerprint_key: Arc::new(idempotency::FingerprintKey::derive(&settings.session_key)),
-            payment_provider: crate::payment::provider_named(&settings.payment_provider)
-                .ok_or_else(|| anyhow::anyhow!("unknown PAYMENT_PROVIDER"))?,
+            payment_provider,
             settings: Arc::new(settings),
         })
     }

@@ -1,15 +1,22 @@
-//! Paying for an order: the provider chosen by `PAYMENT_PROVIDER` charges
-//! the card; an approval marks the order paid, a decline restores its units.
+//! Paying for an order, in two steps around the provider's call, as payment
+//! providers' own guides say: the attempt is recorded (with the key the
+//! provider deduplicates on) and committed; the provider is asked outside
+//! any transaction, within `PAYMENT_PROVIDER_TIMEOUT_MS`; its answer is
+//! recorded in a second transaction. An approval marks the order paid, a
+//! decline restores its units. An attempt left without an answer (a slow or
+//! lost reply, a crash) stays pending and `settle_pending` asks the
+//! provider about it; until then the order cannot expire.
 
 use chrono::Utc;
 use diesel::prelude::*;
+use tracing::Instrument;
 
 use super::restore::{refused_transition, restore_order, set_status};
 use super::Shop;
 use crate::db::models::{NewPayment, Order};
 use crate::db::schema::{orders, payments};
-use crate::db::{self};
-use crate::domain::{CardNumber, CustomerId, OrderId, OrderStatus};
+use crate::db::{self, PgConn};
+use crate::domain::{CardNumber, CustomerId, Money, OrderId, OrderStatus};
 use crate::error::AppError;
 use crate::payment::Charge;
 
@@ -17,72 +24,234 @@ use crate::payment::Charge;
 pub enum PaymentOutcome {
     Paid,
     Declined(String),
+    /// The provider has not answered yet (or its answer was lost): the
+    /// attempt is recorded and will be settled by asking the provider.
+    Pending,
 }
 
-/// Charges the card for `order`. An approval marks the order paid; a decline
-/// marks it `payment_failed` and puts its units back under the product locks.
+/// A recorded attempt, before the provider is asked.
+struct Attempt {
+    key: String,
+    amount: Money,
+}
+
+/// Charges the card for `order`, at most once per attempt. Runs on a task of
+/// its own, so a customer who hangs up mid-payment does not leave an
+/// answered charge unrecorded.
 pub async fn pay(
     shop: &Shop,
     customer: CustomerId,
     order: OrderId,
     card: CardNumber,
 ) -> Result<PaymentOutcome, AppError> {
-    let provider = shop.payment_provider.clone();
-    // The order row lock serialises payments of one order, so a double click
-    // can never charge twice. Paying changes no stock, so no product lock here.
-    let charge = db::run(&shop.pool, move |conn| {
+    let shop = shop.clone();
+    let payment = async move { pay_to_the_end(&shop, customer, order, card).await };
+    tokio::spawn(payment.instrument(tracing::Span::current()))
+        .await
+        .map_err(|e| AppError::Internal(anyhow::anyhow!("payment task failed: {e}")))?
+}
+
+async fn pay_to_the_end(
+    shop: &Shop,
+    customer: CustomerId,
+    order: OrderId,
+    card: CardNumber,
+) -> Result<PaymentOutcome, AppError> {
+    let last4 = card.last4().to_string();
+    let attempt = db::run(&shop.pool, move |conn| {
+        conn.transaction(|conn| record_attempt(conn, customer, order, &last4))
+    })
+    .await?;
+    let asked = shop
+        .payment_provider
+        .charge(&attempt.key, &card, attempt.amount);
+    let charge = match tokio::time::timeout(shop.settings.payment_provider_timeout, asked).await {
+        Ok(Ok(charge)) => charge,
+        Ok(Err(no_answer)) => {
+            tracing::warn!(%order, %no_answer, "no answer from the payment provider; the attempt stays pending");
+            return Ok(PaymentOutcome::Pending);
+        }
+        Err(_) => {
+            tracing::warn!(%order, "the payment provider did not answer in time; the attempt stays pending");
+            return Ok(PaymentOutcome::Pending);
+        }
+    };
+    settle(shop, order, attempt.key, charge).await
+}
+
+/// The first step: under the order's row lock (which serialises payments of
+/// one order), check the order may be paid and record a pending attempt.
+fn record_attempt(
+    conn: &mut PgConn,
+    customer: CustomerId,
+    order: OrderId,
+    card_last4: &str,
+) -> Result<Attempt, AppError> {
+    let current: Order = orders::table
+        .find(order.get())
+        .for_update()
+        .select(Order::as_select())
+        .first(conn)
+        .optional()?
+        .filter(|o| o.customer_id == customer.get())
+        .ok_or_else(|| AppError::NotFound(format!("You have no order {order}.")))?;
+    current
+        .status()
+        .transition(OrderStatus::Paid)
+        .map_err(|refused| refused_transition(order, refused.from, OrderStatus::Paid))?;
+    if Utc::now() >= current.payment_deadline {
+        return Err(AppError::conflict(
+            "Payment window closed",
+            format!("The time to pay for order {order} has run out, so its units may already belong to someone else. You were not charged."),
+        ));
+    }
+    let pending: i64 = payments::table
+        .filter(payments::order_id.eq(order.get()))
+        .filter(payments::outcome.eq("pending"))
+        .count()
+        .get_result(conn)?;
+    if pending > 0 {
+        return Err(AppError::conflict(
+            "Payment being confirmed",
+            format!("A payment for order {order} is still being confirmed with the card's bank, so this one was not sent. Reload the order in a minute to see the result; you were not charged twice."),
+        ));
+    }
+    let key = uuid::Uuid::new_v4().to_string();
+    diesel::insert_into(payments::table)
+        .values(NewPayment {
+            order_id: order.get(),
+            outcome: "pending",
+            amount_cents: current.total_cents,
+            card_last4,
+            attempt_key: &key,
+        })
+        .execute(conn)?;
+    Ok(Attempt {
+        key,
+        amount: current.total(),
+    })
+}
+
+/// The second step: records what the provider said about `attempt`, once.
+/// Whoever settles it first (the paying request or the settling job) moves
+/// the order; the other finds it settled and only reports.
+async fn settle(
+    shop: &Shop,
+    order: OrderId,
+    attempt: String,
+    charge: Charge,
+) -> Result<PaymentOutcome, AppError> {
+    let recorded = charge.clone();
+    let settled_now = db::run(&shop.pool, move |conn| {
         conn.transaction(|conn| {
-            let current: Order = orders::table
+            orders::table
                 .find(order.get())
                 .for_update()
-                .select(Order::as_select())
-                .first(conn)
-                .optional()?
-                .filter(|o| o.customer_id == customer.get())
-                .ok_or_else(|| AppError::NotFound(format!("You have no order {order}.")))?;
-            current
-                .status()
-                .transition(OrderStatus::Paid)
-                .map_err(|refused| refused_transition(order, refused.from, OrderStatus::Paid))?;
-            if Utc::now() >= current.payment_deadline {
-                return Err(AppError::conflict(
-                    "Payment window closed",
-                    format!("The time to pay for order {order} has run out, so its units may already belong to someone else. You were not charged."),
-                ));
-            }
-            let charge = provider.charge(&card, current.total());
-            let outcome = match charge {
+                .select(orders::id)
+                .first::<i64>(conn)?;
+            let outcome = match &recorded {
                 Charge::Approved => "approved",
                 Charge::Declined(_) => "declined",
             };
-            diesel::insert_into(payments::table)
-                .values(NewPayment {
-                    order_id: order.get(),
-                    outcome,
-                    amount_cents: current.total_cents,
-                    card_last4: card.last4(),
-                })
-                .execute(conn)?;
-            if charge == Charge::Approved {
+            let updated = diesel::update(
+                payments::table
+                    .filter(payments::attempt_key.eq(&attempt))
+                    .filter(payments::outcome.eq("pending")),
+            )
+            .set((
+                payments::outcome.eq(outcome),
+                payments::settled_at.eq(Utc::now()),
+            ))
+            .execute(conn)?;
+            if updated == 1 && recorded == Charge::Approved {
                 set_status(conn, order, OrderStatus::Paid)?;
             }
-            Ok(charge)
+            Ok(updated == 1)
         })
     })
     .await?;
     match charge {
         Charge::Approved => Ok(PaymentOutcome::Paid),
         Charge::Declined(reason) => {
-            // The decline is committed, so it is the answer. Failing the
-            // request here (lock busy, Redis down) would release its
-            // idempotency key, and the customer's resend would charge again.
-            if let Err(error) = restore_order(shop, order, OrderStatus::PaymentFailed, None).await {
-                tracing::warn!(%order, %error, "could not restore a declined order now; retrying in the background");
-                tokio::spawn(restore_declined_later(shop.clone(), order));
+            if settled_now {
+                restore_declined(shop, order).await;
             }
             Ok(PaymentOutcome::Declined(reason))
         }
     }
+}
+
+/// The decline is committed, so it is the answer. Failing the request when
+/// the restore cannot run now (lock busy, Redis down) would release its
+/// idempotency key, and the customer's resend would charge again.
+async fn restore_declined(shop: &Shop, order: OrderId) {
+    if let Err(error) = restore_order(shop, order, OrderStatus::PaymentFailed, None).await {
+        tracing::warn!(%order, %error, "could not restore a declined order now; retrying in the background");
+        tokio::spawn(restore_declined_later(shop.clone(), order));
+    }
+}
+
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct SettleReport {
+    pub paid: usize,
+    pub declined: usize,
+    /// Attempts the provider never saw: nothing was charged.
+    pub never_charged: usize,
+    /// Still without an answer; asked again next run.
+    pub unanswered: usize,
+}
+
+/// One pass of the settling job: every attempt pending for longer than the
+/// provider may take is looked up at the provider and settled.
+pub async fn settle_pending(shop: &Shop) -> Result<SettleReport, AppError> {
+    let older_than = Utc::now()
+        - chrono::Duration::from_std(shop.settings.payment_provider_timeout * 2)
+            .unwrap_or_else(|_| chrono::Duration::seconds(60));
+    let pending: Vec<(i64, String)> = db::run(&shop.pool, move |conn| {
+        Ok(payments::table
+            .filter(payments::outcome.eq("pending"))
+            .filter(payments::created_at.lt(older_than))
+            .order(payments::id.asc())
+            .limit(200)
+            .select((payments::order_id, payments::attempt_key))
+            .load(conn)?)
+    })
+    .await?;
+    let mut report = SettleReport::default();
+    for (order, attempt) in pending {
+        let order = OrderId(order);
+        match shop.payment_provider.lookup(&attempt).await {
+            Ok(Some(charge)) => match settle(shop, order, attempt, charge).await? {
+                PaymentOutcome::Paid => report.paid += 1,
+                _ => report.declined += 1,
+            },
+            Ok(None) => {
+                // Never reached the provider: no charge, and the order may
+                // still be paid before its deadline.
+                let attempt = attempt.clone();
+                db::run(&shop.pool, move |conn| {
+                    diesel::update(
+                        payments::table
+                            .filter(payments::attempt_key.eq(&attempt))
+                            .filter(payments::outcome.eq("pending")),
+                    )
+                    .set((
+                        payments::outcome.eq("declined"),
+                        payments::settled_at.eq(Utc::now()),
+                    ))
+                    .execute(conn)?;
+                    Ok(())
+                })
+                .await?;
+                report.never_charged += 1;
+            }
+            Err(no_answer) => {
+                tracing::warn!(%order, %no_answer, "payment provider still gives no answer; will ask again");
+                report.unanswered += 1;
+            }
+        }
+    }
+    Ok(report)
 }
 
 /// Retries a declined order's restore a few times, backing off; if it still

@@ -8,7 +8,7 @@ use diesel::prelude::*;
 use super::Shop;
 use crate::db::fence::change_stock;
 use crate::db::models::{NewStockChange, Order, OrderItem};
-use crate::db::schema::{order_items, orders, products, stock_history};
+use crate::db::schema::{order_items, orders, payments, products, stock_history};
 use crate::db::{self, PgConn};
 use crate::domain::{OrderId, OrderStatus, ProductId};
 use crate::error::AppError;
@@ -55,6 +55,11 @@ pub async fn restore_order(
                         query.for_update().first(conn)?
                     };
                     if to == OrderStatus::Expired && current.payment_deadline > Utc::now() {
+                        return Ok(None);
+                    }
+                    // A charge still unanswered keeps the order: if the
+                    // provider approved it, the customer paid for these units.
+                    if to == OrderStatus::Expired && payment_unanswered(conn, order)? {
                         return Ok(None);
                     }
                     current
@@ -146,4 +151,13 @@ pub fn refused_transition(order: OrderId, from: OrderStatus, to: OrderStatus) ->
         _ => format!("Order {order} is {} and cannot become {}.", from.label().to_lowercase(), to.label().to_lowercase()),
     };
     AppError::conflict("This order cannot change that way", message)
+}
+
+fn payment_unanswered(conn: &mut PgConn, order: OrderId) -> Result<bool, AppError> {
+    let pending: i64 = payments::table
+        .filter(payments::order_id.eq(order.get()))
+        .filter(payments::outcome.eq("pending"))
+        .count()
+        .get_result(conn)?;
+    Ok(pending > 0)
 }

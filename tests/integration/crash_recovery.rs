@@ -250,3 +250,28 @@ async fn kill_nine_between_admission_and_insert_leaves_no_customer_locked_out() 
         .contains("Purchase limit reached"));
     db.assert_audit_clean();
 }
+
+/// `flashsale audit` is what QA scripts run after a race: it must exit with
+/// the audit's verdict, every time. It used to exit while the pool still
+/// warmed a connection in the background, and crashed in OpenSSL's exit
+/// handlers about one run in ten.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_shot_commands_exit_cleanly_every_time() {
+    let db = TestDb::new();
+    let binary = server_binary();
+    for run in 0..40 {
+        let output = std::process::Command::new(&binary)
+            .arg("audit")
+            .env("DATABASE_URL", &db.url)
+            .env("RUST_LOG", "error")
+            .output()
+            .expect("the flashsale binary runs");
+        assert!(
+            output.status.success(),
+            "run {run}: {:?}\n{}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert!(String::from_utf8_lossy(&output.stdout).contains("audit clean"));
+    }
+}

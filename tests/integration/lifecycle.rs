@@ -629,3 +629,128 @@ async fn a_recorded_decline_is_answered_even_when_its_restore_must_wait() {
     assert_eq!(app.db.count("SELECT count(*) AS n FROM payments"), 1);
     app.db.assert_audit_clean();
 }
+
+/// A provider slower than the shop waits: the attempt was recorded and
+/// committed before the call, so the shop answers "being confirmed" instead
+/// of forgetting it, holds no transaction (nor the order's row lock) while
+/// it waits, charges nothing again on a resend, and the settling job
+/// records the provider's answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_slow_provider_leaves_a_pending_attempt_that_is_settled_once() {
+    let app = spawn_app_with(|s| s.payment_provider_timeout = Duration::from_millis(300)).await;
+    let product = app.product(5, None).await;
+    let buyer = app.customer("slow-card@example.com").await;
+    let order = order_id_from(&buyer.buy(product, 1).await);
+    let token = buyer.csrf().await;
+    let path = format!("/orders/{order}/pay");
+    let fields = [
+        ("card_number", SLOW_CARD),
+        ("csrf_token", token.as_str()),
+        ("idempotency_key", "slow-pay"),
+    ];
+
+    let paying = {
+        let (buyer, path, fields) = (
+            buyer.clone(),
+            path.clone(),
+            fields.map(|(k, v)| (k, v.to_string())),
+        );
+        tokio::spawn(async move {
+            let fields: Vec<(&str, &str)> = fields.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            buyer.post(&path, &fields).await
+        })
+    };
+    // While the provider thinks, the order's row is not locked by the
+    // payment: no transaction is open around the call.
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    assert_eq!(
+        app.db
+            .count("SELECT count(*) AS n FROM payments WHERE outcome = 'pending'"),
+        1,
+        "the attempt is committed before the provider is asked"
+    );
+    assert_eq!(
+        app.db.count(&format!(
+            "SELECT count(*) AS n FROM (SELECT id FROM orders WHERE id = {order} FOR UPDATE NOWAIT) locked"
+        )),
+        1
+    );
+    let answered = paying.await.unwrap();
+    assert_eq!(answered.status(), StatusCode::SEE_OTHER);
+    let (_, page) = buyer.get_text(&format!("/orders/{order}")).await;
+    assert!(page.contains("being confirmed"), "{page}");
+
+    // The same form again: a replay, not a second charge.
+    let resent = buyer.post(&path, &fields).await;
+    assert_eq!(resent.status(), StatusCode::SEE_OTHER);
+    assert_eq!(app.db.count("SELECT count(*) AS n FROM payments"), 1);
+
+    // The provider finishes; the job asks it and records the approval once.
+    tokio::time::sleep(Duration::from_millis(3_200)).await;
+    assert_eq!(app.db.count("SELECT count(*) AS n FROM sandbox_charges"), 1);
+    let report = flashsale::services::jobs::run_once(&app.shop)
+        .await
+        .unwrap();
+    assert_eq!(report.settled_payments.paid, 1, "{report:?}");
+    assert_eq!(
+        app.db.count(&format!(
+            "SELECT count(*) AS n FROM orders WHERE id = {order} AND status = 'paid'"
+        )),
+        1
+    );
+    assert_eq!(
+        app.db
+            .count("SELECT count(*) AS n FROM payments WHERE outcome = 'approved'"),
+        1
+    );
+    let again = flashsale::services::jobs::run_once(&app.shop)
+        .await
+        .unwrap();
+    assert_eq!(again.settled_payments, Default::default());
+    app.db.assert_audit_clean();
+}
+
+/// The provider charged but its answer never arrived: the order is neither
+/// forgotten nor expired; the job looks the attempt up and records the
+/// charge, so every charge has its payment row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lost_answer_is_looked_up_and_the_order_never_expires_under_it() {
+    let app = spawn_app_with(|s| {
+        s.payment_provider_timeout = Duration::from_millis(100);
+        s.payment_timeout = Duration::from_secs(2);
+    })
+    .await;
+    let product = app.product(5, None).await;
+    let buyer = app.customer("lost-answer@example.com").await;
+    let order = order_id_from(&buyer.buy(product, 1).await);
+    let paid = buyer.pay(order, LOST_ANSWER_CARD).await;
+    assert_eq!(paid.status(), StatusCode::SEE_OTHER);
+    assert_eq!(
+        app.db
+            .count("SELECT count(*) AS n FROM sandbox_charges WHERE approved"),
+        1
+    );
+    assert_eq!(
+        app.db
+            .count("SELECT count(*) AS n FROM payments WHERE outcome = 'pending'"),
+        1
+    );
+
+    // Past the payment deadline, with the charge still unanswered: the
+    // expiry sweep must not hand the units of a charged order back.
+    tokio::time::sleep(Duration::from_millis(2_100)).await;
+    app.db.count("WITH u AS (UPDATE payments SET created_at = now() - interval '1 hour' WHERE 1 = 0 RETURNING 1) SELECT count(*) AS n FROM u");
+    let report = flashsale::services::jobs::run_once(&app.shop)
+        .await
+        .unwrap();
+    assert_eq!(report.settled_payments.paid, 1, "{report:?}");
+    assert_eq!(report.expired, 0, "{report:?}");
+    assert_eq!(
+        app.db.count(&format!(
+            "SELECT count(*) AS n FROM orders WHERE id = {order} AND status = 'paid'"
+        )),
+        1
+    );
+    assert_eq!(app.db.stock(product), 4);
+    app.db.assert_audit_clean();
+}

@@ -200,7 +200,8 @@ async fn json_log_lines_carry_the_request_id_and_no_secrets() {
     if !alone_in_process("observability::json_log_lines_carry_the_request_id_and_no_secrets") {
         return;
     }
-    use flashsale::logging::{subscriber, LogFormat};
+    use flashsale::config::LogFormat;
+    use flashsale::logging::subscriber;
     let captured = CapturedLog::default();
     let writer = captured.clone();
     tracing::subscriber::set_global_default(subscriber(

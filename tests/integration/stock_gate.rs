@@ -175,6 +175,19 @@ async fn scripts_follow_their_rules(gate: StockGate) {
         gate.admit(product, carol, one, "k9").await.unwrap(),
         Admission::LimitReached { held: 2, limit: 2 }
     );
+
+    // A give-back that overtakes its own admission (the admission's reply
+    // timed out, the give-back went out on a fresh connection) leaves a
+    // tombstone: the late admission is refused and takes nothing.
+    let stock_before = gate.stock(product).await.unwrap();
+    assert_eq!(gate.give_back(product, "k10").await.unwrap(), 0);
+    assert_eq!(
+        gate.admit(product, CustomerId(4), one, "k10")
+            .await
+            .unwrap(),
+        Admission::Conflict
+    );
+    assert_eq!(gate.stock(product).await.unwrap(), stock_before);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -532,4 +545,36 @@ async fn a_buyer_who_hangs_up_while_queued_still_gives_the_units_back() {
     // And the buyer can still buy all they asked for.
     assert_eq!(buyer.buy(product, 2).await.status(), StatusCode::SEE_OTHER);
     app.db.assert_audit_clean();
+}
+
+/// Anyone can send any product id. Buying one that does not exist is a
+/// clear 404 that takes no lock and leaves nothing behind in Redis: no
+/// gate keys, no fencing counter, no lock queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn buys_of_unknown_products_leave_nothing_behind() {
+    let app = spawn_app_with(gate_on).await;
+    let buyer = app.customer("nobody-sells-this@example.com").await;
+    let token = buyer.csrf().await;
+    let attempts_before = app.shop.locks.attempts();
+    for i in 0..50 {
+        let unknown = 900_000 + i;
+        let refused = buyer.buy_with_token(unknown, "1", &token).await;
+        expect_page(refused, StatusCode::NOT_FOUND, "no product").await;
+    }
+    assert_eq!(
+        app.shop.locks.attempts(),
+        attempts_before,
+        "no product lock was queued for"
+    );
+    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+    let client = redis::Client::open(url.split(',').next().unwrap()).unwrap();
+    let mut redis = client.get_multiplexed_async_connection().await.unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{}*", app.shop.redis_prefix))
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    let left: Vec<&String> = keys.iter().filter(|k| k.contains("9000")).collect();
+    assert!(left.is_empty(), "keys left behind: {left:?}");
+    assert_eq!(app.db.count("SELECT count(*) AS n FROM orders"), 0);
 }

@@ -9,6 +9,6 @@ mod database;
 mod served;
 
 pub use browser::{csrf_token, Browser};
-pub use cards::{DECLINED_CARD, GOOD_CARD};
+pub use cards::{DECLINED_CARD, GOOD_CARD, LOST_ANSWER_CARD, SLOW_CARD};
 pub use database::{Count, ScratchDb};
 pub use served::ServedShop;

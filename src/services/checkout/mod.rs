@@ -18,6 +18,7 @@ mod outcome;
 mod rules;
 
 use chrono::Utc;
+use tracing::Instrument;
 
 // A batch is reachable on its own so tests can queue buyers that no form
 // would produce (an account that does not exist).
@@ -52,7 +53,8 @@ pub async fn purchase(
     // hangs up cancels the request, and with it anything awaited there, but
     // not the give-back of what the gate admitted for them.
     let served = shop.clone();
-    tokio::spawn(async move { admit_and_buy(&served, customer, lines, answer_key).await })
+    let purchase = async move { admit_and_buy(&served, customer, lines, answer_key).await };
+    tokio::spawn(purchase.instrument(tracing::Span::current()))
         .await
         .map_err(|e| AppError::Internal(anyhow::anyhow!("purchase task failed: {e}")))?
 }

@@ -84,6 +84,11 @@ impl OrderView {
         self.order.status() == OrderStatus::PaymentFailed
     }
 
+    /// A charge was sent and its answer has not come back yet.
+    pub fn payment_pending(&self) -> bool {
+        self.payments.iter().any(|p| p.outcome == "pending")
+    }
+
     pub fn refundable(&self) -> bool {
         self.order.status() == OrderStatus::Paid
     }

@@ -19,7 +19,7 @@ pub use answers::*;
 pub use app::*;
 pub use browser::*;
 pub use database::*;
-pub use flashsale::qa::harness::{DECLINED_CARD, GOOD_CARD};
+pub use flashsale::qa::harness::{DECLINED_CARD, GOOD_CARD, LOST_ANSWER_CARD, SLOW_CARD};
 pub use logs::*;
 pub use processes::*;
 pub use redis::*;
