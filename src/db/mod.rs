@@ -3,6 +3,7 @@
 
 pub mod error;
 pub mod fence;
+pub mod holdings;
 pub mod models;
 pub mod schema;
 

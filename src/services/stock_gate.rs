@@ -6,9 +6,9 @@ use chrono::Utc;
 use diesel::prelude::*;
 
 use super::Shop;
-use crate::db::schema::{order_items, orders, products};
-use crate::db::{self, PgPool};
-use crate::domain::{CustomerId, OrderStatus, ProductId};
+use crate::db::schema::products;
+use crate::db::{self, holdings, PgPool};
+use crate::domain::{CustomerId, ProductId};
 use crate::error::AppError;
 use crate::gate::{Settled, StockGate};
 use crate::metrics;
@@ -137,20 +137,8 @@ async fn held_by_every_customer(
     product: ProductId,
 ) -> Result<Vec<(CustomerId, i64)>, AppError> {
     db::run(pool, move |conn| {
-        let live = [
-            OrderStatus::AwaitingPayment.as_str(),
-            OrderStatus::Paid.as_str(),
-        ];
-        let held: Vec<(i64, Option<i64>)> = order_items::table
-            .inner_join(orders::table)
-            .filter(orders::status.eq_any(live))
-            .filter(order_items::product_id.eq(product.get()))
-            .group_by(orders::customer_id)
-            .select((orders::customer_id, diesel::dsl::sum(order_items::quantity)))
-            .load(conn)?;
-        Ok(held
+        Ok(holdings::live_units(conn, product, None)?
             .into_iter()
-            .map(|(customer, units)| (CustomerId(customer), units.unwrap_or(0)))
             .collect())
     })
     .await

@@ -8,9 +8,8 @@ use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 
 use crate::db::models::Product;
-use crate::db::schema::{order_items, orders};
-use crate::db::PgConn;
-use crate::domain::{CustomerId, OrderStatus, ProductId, Quantity, Refusal, SaleState};
+use crate::db::{holdings, PgConn};
+use crate::domain::{CustomerId, ProductId, Quantity, Refusal, SaleState};
 use crate::error::AppError;
 
 /// The sale-window and stock rules for one line. Without the limit, so it
@@ -63,23 +62,7 @@ pub(super) fn held_by_customers(
     customers: &[CustomerId],
     product: ProductId,
 ) -> Result<HashMap<CustomerId, i64>, AppError> {
-    let live = [
-        OrderStatus::AwaitingPayment.as_str(),
-        OrderStatus::Paid.as_str(),
-    ];
-    let ids: Vec<i64> = customers.iter().map(|c| c.get()).collect();
-    let held: Vec<(i64, Option<i64>)> = order_items::table
-        .inner_join(orders::table)
-        .filter(orders::customer_id.eq_any(ids))
-        .filter(orders::status.eq_any(live))
-        .filter(order_items::product_id.eq(product.get()))
-        .group_by(orders::customer_id)
-        .select((orders::customer_id, diesel::dsl::sum(order_items::quantity)))
-        .load(conn)?;
-    Ok(held
-        .into_iter()
-        .map(|(customer, units)| (CustomerId(customer), units.unwrap_or(0)))
-        .collect())
+    Ok(holdings::live_units(conn, product, Some(customers))?)
 }
 
 /// Locks the product's row for the rest of the transaction.
