@@ -36,6 +36,12 @@ pub enum AppError {
     /// Redis or Postgres did not answer: the shop fails closed.
     #[error("{0}")]
     Unavailable(String),
+    /// The connection went while a COMMIT was on its way: the transaction
+    /// may have landed or not, so this must never be read as "nothing
+    /// changed". Answered like `Unavailable`, but an idempotency key it
+    /// guards keeps its claim until the database says what happened.
+    #[error("outcome unknown: {0}")]
+    OutcomeUnknown(String),
     /// Postgres refused a stock write: the row carries a fencing token at or
     /// above this holder's, so a later lock holder has written since.
     #[error("stale lock holder: product {product} is fenced at {fence}")]

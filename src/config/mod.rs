@@ -168,6 +168,15 @@ impl Settings {
             .unwrap_or(2 * (self.lock_wait + self.db_statement_timeout))
     }
 
+    /// How long after claiming an idempotency key a purchase may still
+    /// commit: its wait for a connection and for the lock, then at most its
+    /// lease (the transaction checks the lease before COMMIT) and one more
+    /// statement; twice that, for margin. A purchase's claim older than this
+    /// without an order will never get one.
+    pub fn longest_purchase(&self) -> Duration {
+        2 * (self.db_connect_timeout + self.lock_wait + self.lock_lease + self.db_statement_timeout)
+    }
+
     pub fn validate(&self) -> anyhow::Result<()> {
         if self.redis_urls.is_empty() {
             bail!("REDIS_URL names no server");

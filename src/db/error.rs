@@ -42,17 +42,34 @@ impl From<DieselError> for AppError {
             DieselError::BrokenTransactionManager => {
                 AppError::Unavailable("database: the connection broke mid-transaction".into())
             }
-            // The server went away during COMMIT, so the rollback failed too.
+            // The server went away during COMMIT, so the rollback failed too:
+            // the COMMIT may have been carried out before the answer was lost.
             DieselError::RollbackErrorOnCommit { commit_error, .. }
                 if connection_lost(commit_error) =>
             {
-                AppError::Unavailable(format!("database: commit: {commit_error}"))
+                AppError::OutcomeUnknown(format!("database: commit: {commit_error}"))
             }
             DieselError::DatabaseError(_, info) if info.message().contains("statement timeout") => {
                 AppError::Unavailable(format!("database: {}", info.message()))
             }
             _ => AppError::Internal(anyhow::Error::new(error)),
         }
+    }
+}
+
+/// What a failed COMMIT means. An error the server sent (a deferred
+/// constraint, a serialization failure) is its answer: nothing committed.
+/// A connection lost on the way is no answer: the server may have committed
+/// before the reply was cut, so the outcome is unknown.
+pub fn commit_failed(error: DieselError) -> AppError {
+    let lost = match &error {
+        DieselError::RollbackErrorOnCommit { commit_error, .. } => connection_lost(commit_error),
+        other => connection_lost(other),
+    };
+    if lost {
+        AppError::OutcomeUnknown(format!("database: commit: {error}"))
+    } else {
+        error.into()
     }
 }
 
@@ -72,12 +89,25 @@ mod tests {
     }
 
     #[test]
-    fn a_commit_cut_off_by_the_server_going_away_is_unavailable() {
+    fn a_commit_cut_off_by_the_server_going_away_has_an_unknown_outcome() {
         let error = AppError::from(DieselError::RollbackErrorOnCommit {
             rollback_error: database_error(DatabaseErrorKind::ClosedConnection),
             commit_error: database_error(DatabaseErrorKind::ClosedConnection),
         });
-        assert!(unavailable(&error), "{error:?}");
+        assert!(matches!(error, AppError::OutcomeUnknown(_)), "{error:?}");
+        // Diesel reports a COMMIT on a connection that died as the plain
+        // error (libpq no longer knows the transaction's state).
+        let error = commit_failed(*database_error(DatabaseErrorKind::Unknown));
+        assert!(matches!(error, AppError::OutcomeUnknown(_)), "{error:?}");
+    }
+
+    #[test]
+    fn a_commit_the_server_refused_did_nothing() {
+        let error = commit_failed(DieselError::DatabaseError(
+            DatabaseErrorKind::SerializationFailure,
+            Box::new("could not serialize access".to_string()),
+        ));
+        assert!(matches!(error, AppError::Internal(_)), "{error:?}");
     }
 
     #[test]

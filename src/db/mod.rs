@@ -182,6 +182,32 @@ where
     .map_err(|e| AppError::Internal(anyhow::anyhow!("blocking task failed: {e}")))?
 }
 
+/// `work` in a transaction, like Diesel's `Connection::transaction`, except
+/// that a COMMIT whose answer was lost is `AppError::OutcomeUnknown`, never
+/// an error that reads as "nothing happened": Diesel reports it as the same
+/// lost-connection error as a statement that never ran.
+pub fn transaction<T, E>(
+    conn: &mut PgConn,
+    work: impl FnOnce(&mut PgConn) -> Result<T, E>,
+) -> Result<T, E>
+where
+    E: From<diesel::result::Error> + From<AppError>,
+{
+    use diesel::connection::{AnsiTransactionManager, TransactionManager};
+    AnsiTransactionManager::begin_transaction(conn)?;
+    match work(conn) {
+        Ok(value) => match AnsiTransactionManager::commit_transaction(conn) {
+            Ok(()) => Ok(value),
+            Err(error) => Err(error::commit_failed(error).into()),
+        },
+        Err(work_error) => match AnsiTransactionManager::rollback_transaction(conn) {
+            // A broken manager means the work's own error is the story.
+            Ok(()) | Err(diesel::result::Error::BrokenTransactionManager) => Err(work_error),
+            Err(rollback_error) => Err(rollback_error.into()),
+        },
+    }
+}
+
 /// `SELECT 1` on a pooled connection, waiting at most `wait` for one (blocking).
 pub fn answers_within(pool: &PgPool, wait: Duration) -> bool {
     pool.get_timeout(wait).is_ok_and(|pooled| {
@@ -201,7 +227,7 @@ fn with_pooled<T>(
     let result = work(&mut pooled.conn);
     if matches!(
         result,
-        Err(AppError::Unavailable(_) | AppError::Internal(_))
+        Err(AppError::Unavailable(_) | AppError::OutcomeUnknown(_) | AppError::Internal(_))
     ) && pooled.conn.ping().is_err()
     {
         pooled.lost = true;

@@ -147,6 +147,76 @@ pub async fn save(
     .await
 }
 
+/// The order a purchase named on `key`, read from the database. The name is
+/// written in the order's own transaction, so after a COMMIT whose answer was
+/// lost this tells exactly whether it landed.
+pub async fn order_named(
+    pool: &PgPool,
+    customer: CustomerId,
+    key: &IdempotencyKey,
+) -> Result<Option<OrderId>, AppError> {
+    let key = key.as_str().to_string();
+    db::run(pool, move |conn| {
+        let order: Option<Option<i64>> = idempotency_keys::table
+            .find((customer.get(), &key))
+            .select(idempotency_keys::order_id)
+            .first(conn)
+            .optional()?;
+        Ok(order.flatten().map(OrderId))
+    })
+    .await
+}
+
+/// What a purchase's claim that has been in progress longer than any request
+/// can run comes to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Abandoned {
+    /// Its purchase committed (the answer was lost): this is its order.
+    Ordered(OrderId),
+    /// Nothing was bought under it, and this request now holds the claim.
+    TakenOver,
+    /// Still young, answered meanwhile, or taken over by another resend.
+    NotYet,
+}
+
+/// Looks at a purchase's claim that is still "in progress" after `older_than`:
+/// no request can still commit under it by then, so its `order_id` is final.
+/// Taking it over restarts its clock in the same statement that checks it,
+/// so two resends cannot both take it.
+pub async fn take_over_abandoned(
+    pool: &PgPool,
+    customer: CustomerId,
+    key: &IdempotencyKey,
+    older_than: std::time::Duration,
+) -> Result<Abandoned, AppError> {
+    let key = key.as_str().to_string();
+    let cutoff = Utc::now() - Duration::from_std(older_than).unwrap_or(Duration::minutes(5));
+    db::run(pool, move |conn| {
+        let taken = diesel::update(
+            idempotency_keys::table
+                .find((customer.get(), &key))
+                .filter(idempotency_keys::created_at.lt(cutoff))
+                .filter(idempotency_keys::order_id.is_null())
+                .filter(idempotency_keys::response_status.is_null()),
+        )
+        .set(idempotency_keys::created_at.eq(Utc::now()))
+        .execute(conn)?;
+        if taken == 1 {
+            return Ok(Abandoned::TakenOver);
+        }
+        let order: Option<Option<i64>> = idempotency_keys::table
+            .find((customer.get(), &key))
+            .select(idempotency_keys::order_id)
+            .first(conn)
+            .optional()?;
+        Ok(match order.flatten() {
+            Some(order) => Abandoned::Ordered(OrderId(order)),
+            None => Abandoned::NotYet,
+        })
+    })
+    .await
+}
+
 /// Frees a claimed key whose request changed nothing (it failed closed), so
 /// the customer's retry with the same form can run.
 pub async fn release(

@@ -193,6 +193,7 @@ pub async fn refund(
         request: &request,
         form_key: form.idempotency_key.as_deref(),
         fields: String::new(),
+        names_order: false,
     };
     once(&shop, admin.id, intent, |_| async {
         let order = parse_order_id(&path)?;

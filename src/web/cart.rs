@@ -152,6 +152,7 @@ pub async fn checkout(
         request: &request,
         form_key: form.idempotency_key.as_deref(),
         fields: format!("{canonical:?}"),
+        names_order: true,
     };
     once(&shop, account.id, intent, |key| async {
         let order = counted_purchase(async {

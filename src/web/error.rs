@@ -48,6 +48,10 @@ fn title_and_message(error: &AppError) -> (&'static str, String) {
             "The shop is briefly unavailable",
             "Part of the shop is not answering right now, so we did not take your order: nothing was reserved or charged. Please try again in a minute.".into(),
         ),
+        AppError::OutcomeUnknown(_) => (
+            "We could not confirm your order",
+            "The database stopped answering just as your order was being saved, so we cannot tell yet whether it went through. Look at My orders in a minute, or send the same form again: it will show the order if there is one and will not buy twice.".into(),
+        ),
         AppError::Fenced { .. } => (
             "The shop is briefly unavailable",
             "Your checkout was paused so long that its hold on this product ran out and another checkout took over, so yours stopped before writing anything. Nothing was reserved or charged. Please try again.".into(),
@@ -125,9 +129,10 @@ impl ResponseError for AppError {
             AppError::SignInRequired => StatusCode::SEE_OTHER,
             AppError::Conflict { .. } | AppError::Refused(_) => StatusCode::CONFLICT,
             AppError::TooManyAttempts { .. } => StatusCode::TOO_MANY_REQUESTS,
-            AppError::Busy | AppError::Unavailable(_) | AppError::Fenced { .. } => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
+            AppError::Busy
+            | AppError::Unavailable(_)
+            | AppError::OutcomeUnknown(_)
+            | AppError::Fenced { .. } => StatusCode::SERVICE_UNAVAILABLE,
             AppError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -136,6 +141,9 @@ impl ResponseError for AppError {
         match self {
             AppError::Internal(error) => tracing::error!(error = ?error, "request failed"),
             AppError::Unavailable(reason) => tracing::warn!(%reason, "dependency unavailable"),
+            AppError::OutcomeUnknown(reason) => {
+                tracing::warn!(%reason, "commit outcome unknown")
+            }
             AppError::Fenced { product, fence } => {
                 tracing::warn!(%product, fence, "stock write refused by its fencing token")
             }

@@ -9,9 +9,13 @@ use actix_web::body::to_bytes;
 use actix_web::http::{header, StatusCode};
 use actix_web::{HttpRequest, HttpResponse, ResponseError};
 
+use crate::domain::OrderId;
 use crate::domain::{CustomerId, IdempotencyKey};
 use crate::error::AppError;
-use crate::services::idempotency::{claim, fingerprint, release, save, Claim, SavedResponse};
+use crate::services::idempotency::{
+    claim, fingerprint, order_named, release, save, take_over_abandoned, Abandoned, Claim,
+    SavedResponse,
+};
 use crate::services::Shop;
 
 const POLL: Duration = Duration::from_millis(25);
@@ -33,6 +37,10 @@ pub struct Intent<'a> {
     pub request: &'a HttpRequest,
     pub form_key: Option<&'a str>,
     pub fields: String,
+    /// The action is a purchase, which names its order on the key in the
+    /// order's own transaction: the key's `order_id` then says exactly
+    /// whether it committed, so an uncertain outcome can be looked up.
+    pub names_order: bool,
 }
 
 pub async fn once<F, Fut>(
@@ -67,6 +75,7 @@ where
     // A repeat that arrives while the first is running waits for its answer,
     // up to about as long as the first can take to get its lock.
     let patience = tokio::time::Instant::now() + shop.settings.lock_wait * 2;
+    let mut looked_for_abandoned = false;
     loop {
         match claim(&shop.bookkeeping, customer, &key, &print).await? {
             Claim::Run => break,
@@ -76,6 +85,17 @@ where
                     "Conflicting reuse of key",
                     "This form's one-time key was already used for a different request, so nothing was done. Reload the page and try again.",
                 ))
+            }
+            // A claim kept because its outcome could not be learned: once no
+            // request can still commit under it, its order_id is final.
+            Claim::InProgress if intent.names_order && !looked_for_abandoned => {
+                looked_for_abandoned = true;
+                let longest = shop.settings.longest_purchase();
+                match take_over_abandoned(&shop.bookkeeping, customer, &key, longest).await? {
+                    Abandoned::Ordered(order) => return Ok(replay(order_answer(order))),
+                    Abandoned::TakenOver => break,
+                    Abandoned::NotYet => {}
+                }
             }
             Claim::InProgress if tokio::time::Instant::now() < patience => tokio::time::sleep(POLL).await,
             Claim::InProgress => {
@@ -88,6 +108,19 @@ where
     }
 
     let result = action(Some(key.clone())).await;
+    if let Err(AppError::OutcomeUnknown(_)) = &result {
+        // The COMMIT may have landed: releasing the key now would let the
+        // resend buy a second time. Keep the claim unless the database shows
+        // nothing was bought.
+        if intent.names_order {
+            match order_after_uncertain_commit(shop, customer, &key).await {
+                Some(Some(order)) => return Ok(replay(order_answer(order))),
+                Some(None) => release(&shop.bookkeeping, customer, &key).await?,
+                None => {}
+            }
+        }
+        return result;
+    }
     let (status, location, body) = match &result {
         Ok(response) if response.extensions().contains::<AnswerKept>() => return result,
         Ok(response) => (
@@ -125,6 +158,34 @@ where
         .await?;
     }
     result
+}
+
+/// What the key says after a purchase's COMMIT lost its answer: the order
+/// it named (`Some(Some)`), none, so nothing was bought (`Some(None)`), or
+/// `None` when the database does not answer either, and nobody can tell yet.
+async fn order_after_uncertain_commit(
+    shop: &Shop,
+    customer: CustomerId,
+    key: &IdempotencyKey,
+) -> Option<Option<OrderId>> {
+    for attempt in 0..3 {
+        if attempt > 0 {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        match order_named(&shop.bookkeeping, customer, key).await {
+            Ok(order) => return Some(order),
+            Err(error) => tracing::warn!(%error, "looking up an uncertain purchase"),
+        }
+    }
+    None
+}
+
+fn order_answer(order: OrderId) -> SavedResponse {
+    SavedResponse {
+        status: 303,
+        location: Some(format!("/orders/{order}")),
+        body: None,
+    }
 }
 
 fn replay(saved: SavedResponse) -> HttpResponse {

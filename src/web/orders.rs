@@ -66,6 +66,7 @@ pub async fn pay(
         request: &request,
         form_key: form.idempotency_key.as_deref(),
         fields: format!("card_number={}", form.card_number),
+        names_order: false,
     };
     once(&shop, account.id, intent, |_| async {
         let order = parse_order_id(&path)?;

@@ -65,6 +65,7 @@ pub async fn buy(
         request: &request,
         form_key: form.idempotency_key.as_deref(),
         fields: format!("quantity={}", form.quantity),
+        names_order: true,
     };
     once(&shop, account.id, intent, |key| async {
         let order = counted_purchase(async {
@@ -94,6 +95,7 @@ fn outcome_label(attempt: &Result<PurchaseOutcome, AppError>) -> &'static str {
         Ok(outcome) => outcome.kind(),
         Err(AppError::Busy) => "busy",
         Err(AppError::Unavailable(_)) => "unavailable",
+        Err(AppError::OutcomeUnknown(_)) => "outcome_unknown",
         Err(AppError::Invalid(_) | AppError::NotFound(_)) => "invalid",
         Err(_) => "error",
     }

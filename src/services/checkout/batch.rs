@@ -263,7 +263,8 @@ async fn serve(
 }
 
 /// The batch's transactions. Each buyer's answer is their own; an `Err`
-/// from here (database gone, lease lost, fenced) means nothing was committed.
+/// from here (database gone, lease lost, fenced) means nothing was committed,
+/// except `OutcomeUnknown`: the COMMIT went out and its answer was lost.
 ///
 /// The usual case costs a handful of round trips however big the batch: the
 /// checks run here in arrival order against the locked row, then one
@@ -277,11 +278,11 @@ fn serve_batch(
     product: ProductId,
     buyers: &[Buyer],
 ) -> Result<Vec<Answer>, AppError> {
-    match conn.transaction(|conn| serve_at_once(conn, lease, product, buyers)) {
+    match db::transaction(conn, |conn| serve_at_once(conn, lease, product, buyers)) {
         Ok(answers) => Ok(answers),
         Err(BatchError::RowsRefused(error)) => {
             tracing::warn!(%error, %product, "a batch's rows were refused; serving its buyers one by one");
-            conn.transaction(|conn| serve_one_by_one(conn, lease, product, buyers))
+            db::transaction(conn, |conn| serve_one_by_one(conn, lease, product, buyers))
         }
         Err(BatchError::Failed(error)) => Err(error),
     }
@@ -462,6 +463,7 @@ fn duplicate(error: &AppError) -> AppError {
     match error {
         AppError::Busy => AppError::Busy,
         AppError::Unavailable(reason) => AppError::Unavailable(reason.clone()),
+        AppError::OutcomeUnknown(reason) => AppError::OutcomeUnknown(reason.clone()),
         AppError::Fenced { product, fence } => AppError::Fenced {
             product: *product,
             fence: *fence,

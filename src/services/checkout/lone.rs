@@ -4,7 +4,6 @@
 //! the ledger rows and the new stock in one transaction.
 
 use chrono::{DateTime, Utc};
-use diesel::prelude::*;
 
 use super::order_rows::write_order;
 use super::outcome::{Line, PurchaseOutcome};
@@ -39,7 +38,7 @@ pub(super) async fn buy_alone(
                 lines.iter().map(|l| (l.product, l.quantity)).collect();
             let admission = gate_key.clone();
             let outcome = db::run(&pool, move |conn| {
-                conn.transaction(|conn| {
+                db::transaction(conn, |conn| {
                     let outcome = purchase_in_transaction(
                         conn,
                         &lease,
