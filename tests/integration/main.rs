@@ -23,3 +23,4 @@ mod restore_race;
 mod security;
 mod shop_pages;
 mod stock_gate;
+mod uncertain_commit;

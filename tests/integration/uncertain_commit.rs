@@ -1,0 +1,149 @@
+//! A purchase whose COMMIT landed but whose answer was lost (the connection
+//! to Postgres cut in between, by a proxy in front of the real server): the
+//! idempotency key keeps its claim, and the same form sent again answers
+//! with the one order the database holds instead of buying a second time.
+
+use std::time::Duration;
+
+use crate::helpers::*;
+use reqwest::StatusCode;
+
+async fn buy_with_key(buyer: &Browser, product: i64, key: &str) -> reqwest::Response {
+    let token = buyer.csrf().await;
+    buyer
+        .post(
+            &format!("/products/{product}/buy"),
+            &[
+                ("quantity", "1"),
+                ("csrf_token", &token),
+                ("idempotency_key", key),
+            ],
+        )
+        .await
+}
+
+/// The app with every database connection (both pools) through a proxy.
+async fn app_behind_proxy() -> (TestApp, PgProxy) {
+    let db = TestDb::new();
+    let authority = db
+        .url
+        .split_once("://")
+        .unwrap()
+        .1
+        .split('/')
+        .next()
+        .unwrap();
+    let upstream = authority.rsplit_once('@').map_or(authority, |(_, a)| a);
+    let proxy = PgProxy::start(upstream).await;
+    let proxied = proxy.url_for(&db.url);
+    let app = spawn_app_on(db, |settings| {
+        settings.database_url = proxied;
+        // The lookups after a cut give up quickly while the proxy is down.
+        settings.db_connect_timeout = Duration::from_millis(500);
+        settings.db_pool_size = 4;
+    })
+    .await;
+    (app, proxy)
+}
+
+/// Lets both pools find and drop the connections the outage cut, as they
+/// would on the next requests of a running shop.
+async fn heal(app: &TestApp) {
+    for pool in [app.shop.pool.clone(), app.shop.bookkeeping.clone()] {
+        tokio::task::spawn_blocking(move || {
+            for _ in 0..20 {
+                flashsale::db::answers_within(&pool, Duration::from_secs(1));
+            }
+        })
+        .await
+        .unwrap();
+    }
+}
+
+fn orders_of(app: &TestApp, product: i64) -> i64 {
+    app.db.count(&format!(
+        "SELECT count(*) AS n FROM order_items WHERE product_id = {product}"
+    ))
+}
+
+fn the_order(app: &TestApp, product: i64) -> i64 {
+    app.db.count(&format!(
+        "SELECT order_id AS n FROM order_items WHERE product_id = {product}"
+    ))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_resend_after_a_lost_commit_answer_shows_the_one_order_on_a_limit_one_sale() {
+    let (app, proxy) = app_behind_proxy().await;
+    let product = app.product(5, Some(1)).await;
+    let buyer = app.customer("uncertain@example.com").await;
+
+    proxy.cut_next_order_commit(false);
+    let first = buy_with_key(&buyer, product, "lost-answer").await;
+    let first_status = first.status();
+    assert_eq!(proxy.cuts(), 1, "the proxy cut the purchase's COMMIT");
+    assert_eq!(orders_of(&app, product), 1, "the COMMIT landed");
+    let order = the_order(&app, product);
+
+    let resend = buy_with_key(&buyer, product, "lost-answer").await;
+    let resend_status = resend.status();
+    let resend_order = (resend_status == StatusCode::SEE_OTHER).then(|| order_id_from(&resend));
+    let resend_body = resend.text().await.unwrap();
+    assert!(
+        !resend_body.contains("Purchase limit reached"),
+        "the resend was told its own order is over the limit: {resend_status}\n{resend_body}"
+    );
+    assert_eq!(
+        resend_status,
+        StatusCode::SEE_OTHER,
+        "the resend answers with the order: {resend_body}"
+    );
+    assert_eq!(resend_order, Some(order), "the resend shows THAT order");
+    assert_eq!(orders_of(&app, product), 1, "one intent, one order");
+    assert_eq!(app.db.stock(product), 4);
+    // The shop could read the key after the cut, so the first answer already
+    // named the order rather than a bare 503.
+    assert_eq!(first_status, StatusCode::SEE_OTHER);
+    assert_eq!(order_id_from(&first), order);
+    app.db.assert_audit_clean();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn when_the_outcome_cannot_be_looked_up_the_claim_is_kept_for_the_resend() {
+    let (app, proxy) = app_behind_proxy().await;
+    let product = app.product(5, None).await;
+    let buyer = app.customer("unreachable@example.com").await;
+
+    // The database stays unreachable after the cut: the shop cannot learn
+    // what the COMMIT did, so it must neither claim success nor free the key.
+    proxy.cut_next_order_commit(true);
+    let first = buy_with_key(&buyer, product, "no-lookup").await;
+    assert_eq!(proxy.cuts(), 1, "the proxy cut the purchase's COMMIT");
+    expect_page(
+        first,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "could not confirm your order",
+    )
+    .await;
+    assert_eq!(orders_of(&app, product), 1, "the COMMIT landed");
+    let order = the_order(&app, product);
+
+    proxy.restore();
+    heal(&app).await;
+    // The pools may still lend a connection the outage cut: a person would
+    // press again after a 503 as well.
+    let mut resend = buy_with_key(&buyer, product, "no-lookup").await;
+    for _ in 0..10 {
+        if resend.status() != StatusCode::SERVICE_UNAVAILABLE {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        resend = buy_with_key(&buyer, product, "no-lookup").await;
+    }
+    expect_redirect(&resend, &format!("/orders/{order}"));
+    let again = buy_with_key(&buyer, product, "no-lookup").await;
+    expect_redirect(&again, &format!("/orders/{order}"));
+    assert_eq!(orders_of(&app, product), 1, "one intent, one order");
+    assert_eq!(app.db.stock(product), 4);
+    app.db.assert_audit_clean();
+}
