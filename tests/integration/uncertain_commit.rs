@@ -24,6 +24,12 @@ async fn buy_with_key(buyer: &Browser, product: i64, key: &str) -> reqwest::Resp
 
 /// The app with every database connection (both pools) through a proxy.
 async fn app_behind_proxy() -> (TestApp, PgProxy) {
+    app_behind_proxy_with(|_| {}).await
+}
+
+async fn app_behind_proxy_with(
+    customize: impl FnOnce(&mut flashsale::config::Settings),
+) -> (TestApp, PgProxy) {
     let db = TestDb::new();
     let authority = db
         .url
@@ -41,6 +47,7 @@ async fn app_behind_proxy() -> (TestApp, PgProxy) {
         // The lookups after a cut give up quickly while the proxy is down.
         settings.db_connect_timeout = Duration::from_millis(500);
         settings.db_pool_size = 4;
+        customize(settings);
     })
     .await;
     (app, proxy)
@@ -142,6 +149,49 @@ async fn when_the_outcome_cannot_be_looked_up_the_claim_is_kept_for_the_resend()
     }
     expect_redirect(&resend, &format!("/orders/{order}"));
     let again = buy_with_key(&buyer, product, "no-lookup").await;
+    expect_redirect(&again, &format!("/orders/{order}"));
+    assert_eq!(orders_of(&app, product), 1, "one intent, one order");
+    assert_eq!(app.db.stock(product), 4);
+    app.db.assert_audit_clean();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_kept_claim_that_bought_nothing_runs_again_once_no_request_can_still_commit() {
+    let (app, proxy) = app_behind_proxy_with(|settings| {
+        settings.lock_wait = Duration::from_millis(500);
+        settings.db_statement_timeout = Duration::from_secs(1);
+        settings.lock_lease = Duration::from_secs(2);
+    })
+    .await;
+    let product = app.product(5, Some(1)).await;
+    let buyer = app.customer("abandoned@example.com").await;
+
+    // The transaction is rolled back, and the shop cannot look it up.
+    proxy.drop_next_order_commit();
+    let first = buy_with_key(&buyer, product, "rolled-back").await;
+    assert_eq!(proxy.cuts(), 1, "the proxy cut the purchase's COMMIT");
+    expect_page(
+        first,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "could not confirm your order",
+    )
+    .await;
+    assert_eq!(orders_of(&app, product), 0, "the transaction rolled back");
+    proxy.restore();
+    heal(&app).await;
+
+    // While a request might still commit under the claim, it stays held.
+    let early = buy_with_key(&buyer, product, "rolled-back").await;
+    expect_page(early, StatusCode::CONFLICT, "Already in progress").await;
+    assert_eq!(orders_of(&app, product), 0);
+
+    tokio::time::sleep(app.settings.longest_purchase()).await;
+    let resend = buy_with_key(&buyer, product, "rolled-back").await;
+    assert_eq!(resend.status(), StatusCode::SEE_OTHER, "the resend buys");
+    let order = order_id_from(&resend);
+    assert_eq!(orders_of(&app, product), 1);
+    assert_eq!(the_order(&app, product), order);
+    let again = buy_with_key(&buyer, product, "rolled-back").await;
     expect_redirect(&again, &format!("/orders/{order}"));
     assert_eq!(orders_of(&app, product), 1, "one intent, one order");
     assert_eq!(app.db.stock(product), 4);

@@ -25,6 +25,8 @@ struct Shared {
     /// After that cut, also sever every connection and refuse new ones,
     /// until `restore`: the shop cannot look anything up meanwhile.
     then_down: AtomicBool,
+    /// Roll the transaction back instead of committing it.
+    drop_commit: AtomicBool,
     cuts: AtomicUsize,
 }
 
@@ -75,7 +77,16 @@ impl PgProxy {
     /// order; with `then_down`, the database also stays unreachable through
     /// this proxy from then on, until `restore`.
     pub fn cut_next_order_commit(&self, then_down: bool) {
+        self.shared.drop_commit.store(false, Ordering::SeqCst);
         self.shared.then_down.store(then_down, Ordering::SeqCst);
+        self.shared.armed.store(true, Ordering::SeqCst);
+    }
+
+    /// Like `cut_next_order_commit(true)`, but the server is told ROLLBACK
+    /// instead, so nothing is bought; the shop cannot tell the difference.
+    pub fn drop_next_order_commit(&self) {
+        self.shared.drop_commit.store(true, Ordering::SeqCst);
+        self.shared.then_down.store(true, Ordering::SeqCst);
         self.shared.armed.store(true, Ordering::SeqCst);
     }
 
@@ -204,7 +215,11 @@ async fn relay(
                         wrote_order = false;
                         if cut {
                             cutting.store(true, Ordering::SeqCst);
-                            write_message(&mut server_write, kind, &body).await?;
+                            if shared.drop_commit.load(Ordering::SeqCst) {
+                                write_message(&mut server_write, b'Q', b"ROLLBACK\0").await?;
+                            } else {
+                                write_message(&mut server_write, kind, &body).await?;
+                            }
                             let _ = tokio::time::timeout(
                                 Duration::from_secs(5),
                                 commit_done.notified(),
