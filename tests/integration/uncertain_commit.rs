@@ -88,7 +88,12 @@ async fn a_resend_after_a_lost_commit_answer_shows_the_one_order_on_a_limit_one_
     proxy.cut_next_order_commit(false);
     let first = buy_with_key(&buyer, product, "lost-answer").await;
     let first_status = first.status();
-    assert_eq!(proxy.cuts(), 1, "the proxy cut the purchase's COMMIT");
+    assert_eq!(
+        proxy.cuts(),
+        1,
+        "the proxy cut the purchase's COMMIT (first answer {first_status}: {:?})",
+        first.headers().get("location")
+    );
     assert_eq!(orders_of(&app, product), 1, "the COMMIT landed");
     let order = the_order(&app, product);
 
