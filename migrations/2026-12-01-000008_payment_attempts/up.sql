@@ -23,3 +23,10 @@ CREATE TABLE sandbox_charges (
     amount_cents BIGINT      NOT NULL CHECK (amount_cents >= 0),
     created_at   TIMESTAMPTZ NOT NULL DEFAULT now()
 );
+
+-- Fingerprints were plain SHA-256 over text that holds the card number; a
+-- payment's can be reversed by trying card numbers. Keys now carry keyed
+-- fingerprints (`h1:`); the plain ones of payments are scrubbed (a resend of
+-- such a form is refused as a conflicting reuse, never charged twice).
+UPDATE idempotency_keys SET fingerprint = 'scrubbed'
+WHERE fingerprint NOT LIKE 'h1:%' AND order_id IS NULL;

@@ -62,9 +62,20 @@ fn hmac_sha256(key: &[u8], message: &[u8]) -> Vec<u8> {
 }
 
 /// What identifies a request, as stored beside its key: HMAC-SHA256 of its
-/// text under the server's fingerprint key.
+/// text under the server's fingerprint key. The `h1:` prefix tells it from
+/// the plain hashes stored before fingerprints were keyed.
 pub fn fingerprint(key: &FingerprintKey, request: &str) -> String {
-    hex::encode(hmac_sha256(&key.0, request.as_bytes()))
+    format!(
+        "h1:{}",
+        hex::encode(hmac_sha256(&key.0, request.as_bytes()))
+    )
+}
+
+/// The plain SHA-256 that keys claimed before fingerprints were keyed carry;
+/// only ever compared with, never stored again.
+pub fn legacy_fingerprint(request: &str) -> String {
+    use sha2::Digest;
+    hex::encode(Sha256::digest(request.as_bytes()))
 }
 
 type StoredRow = (

@@ -13,8 +13,8 @@ use crate::domain::OrderId;
 use crate::domain::{CustomerId, IdempotencyKey};
 use crate::error::AppError;
 use crate::services::idempotency::{
-    claim, fingerprint, order_named, release, save, take_over_abandoned, Abandoned, Claim,
-    SavedResponse,
+    claim, fingerprint, legacy_fingerprint, order_named, release, save, take_over_abandoned,
+    Abandoned, Claim, SavedResponse,
 };
 use crate::services::Shop;
 
@@ -62,15 +62,13 @@ where
         return action(None).await;
     };
     let key = IdempotencyKey::parse(raw_key)?;
-    let print = fingerprint(
-        &shop.fingerprint_key,
-        &format!(
-            "{} {}\n{}",
-            intent.request.method(),
-            intent.request.path(),
-            intent.fields
-        ),
+    let request_text = format!(
+        "{} {}\n{}",
+        intent.request.method(),
+        intent.request.path(),
+        intent.fields
     );
+    let mut print = fingerprint(&shop.fingerprint_key, &request_text);
 
     // A repeat that arrives while the first is running waits for its answer,
     // up to about as long as the first can take to get its lock.
@@ -80,6 +78,11 @@ where
         match claim(&shop.bookkeeping, customer, &key, &print).await? {
             Claim::Run => break,
             Claim::Replay(saved) => return Ok(replay(saved)),
+            // Claimed before fingerprints were keyed: the same request matches
+            // its plain hash. Such keys age out within the retention.
+            Claim::Mismatch if print != legacy_fingerprint(&request_text) => {
+                print = legacy_fingerprint(&request_text);
+            }
             Claim::Mismatch => {
                 return Err(AppError::conflict(
                     "Conflicting reuse of key",

@@ -754,3 +754,47 @@ async fn a_lost_answer_is_looked_up_and_the_order_never_expires_under_it() {
     assert_eq!(app.db.stock(product), 4);
     app.db.assert_audit_clean();
 }
+
+/// A purchase claimed before fingerprints were keyed (a plain SHA-256 of the
+/// request) is still recognised: its resend is a replay to the same order,
+/// not a "conflicting reuse" that would send the customer to buy again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_key_claimed_before_fingerprints_were_keyed_still_replays() {
+    let app = spawn_app().await;
+    let product = app.product(5, None).await;
+    let buyer = app.customer("legacy-key@example.com").await;
+    let token = buyer.csrf().await;
+    let fields = [
+        ("quantity", "1"),
+        ("csrf_token", token.as_str()),
+        ("idempotency_key", "from-before-the-upgrade"),
+    ];
+    let path = format!("/products/{product}/buy");
+    let first = buyer.post(&path, &fields).await;
+    assert_eq!(first.status(), StatusCode::SEE_OTHER);
+    let order = order_id_from(&first);
+    // As the previous version stored it.
+    let plain = format!("POST {path}\nquantity=1");
+    let rewritten = app.db.count(&format!(
+        "WITH u AS (UPDATE idempotency_keys SET fingerprint = encode(sha256(convert_to('{}', 'UTF8')), 'hex') WHERE key = 'from-before-the-upgrade' RETURNING 1) SELECT count(*) AS n FROM u",
+        plain.replace('\n', "' || chr(10) || '")
+    ));
+    assert_eq!(rewritten, 1);
+    let resent = buyer.post(&path, &fields).await;
+    assert_eq!(resent.status(), StatusCode::SEE_OTHER);
+    assert_eq!(order_id_from(&resent), order);
+    assert_eq!(app.db.count("SELECT count(*) AS n FROM orders"), 1);
+    // A different request under that key is still a conflict.
+    let other = buyer
+        .post(
+            &path,
+            &[
+                ("quantity", "2"),
+                ("csrf_token", token.as_str()),
+                ("idempotency_key", "from-before-the-upgrade"),
+            ],
+        )
+        .await;
+    assert_eq!(other.status(), StatusCode::CONFLICT);
+    assert_eq!(app.db.count("SELECT count(*) AS n FROM orders"), 1);
+}
