@@ -9,7 +9,7 @@ use rslock::Lock;
 use tokio::task::JoinHandle;
 use tokio::time::{timeout, Instant};
 
-use super::{HeldLocks, LockError, ProductLocks};
+use super::{LockError, ProductLocks};
 use crate::domain::ProductId;
 
 /// Commit only with at least this much lease left: the commit itself takes time.
@@ -138,7 +138,10 @@ impl ProductLocks {
     }
 
     /// Plays the pause `stall_next_acquisition` asked for, once.
-    pub(super) async fn stall_if_asked(&self, held: &HeldLocks) {
+    pub(super) async fn stall_if_asked<'a>(
+        &self,
+        watchdogs: impl Iterator<Item = &'a tokio::task::JoinHandle<()>>,
+    ) {
         let stall = self
             .inner
             .stall_after_acquire
@@ -146,8 +149,8 @@ impl ProductLocks {
             .unwrap_or_else(|p| p.into_inner())
             .take();
         if let Some(pause) = stall {
-            for lock in &held.locks {
-                lock.watchdog.abort();
+            for watchdog in watchdogs {
+                watchdog.abort();
             }
             tokio::time::sleep(pause).await;
         }

@@ -181,7 +181,8 @@ impl ProductLocks {
         }
         held.acquired_at = Instant::now();
         metrics::lock_wait(held.acquired_at - queued_at, true);
-        self.stall_if_asked(&held).await;
+        self.stall_if_asked(held.locks.iter().map(|lock| &lock.watchdog))
+            .await;
         Ok(held)
     }
 }
