@@ -19,6 +19,17 @@ pub struct SavedResponse {
     pub body: Option<String>,
 }
 
+impl SavedResponse {
+    /// A purchase keeps its answer as the order it made: see that order.
+    pub fn order(order: OrderId) -> SavedResponse {
+        SavedResponse {
+            status: 303,
+            location: Some(format!("/orders/{order}")),
+            body: None,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Claim {
     /// The key is new: this request runs.
@@ -119,12 +130,7 @@ pub async fn claim(
         Ok(if stored_fingerprint != fingerprint {
             Claim::Mismatch
         } else if let Some(order) = order {
-            // A purchase keeps its answer as the order it made: see that order.
-            Claim::Replay(SavedResponse {
-                status: 303,
-                location: Some(format!("/orders/{}", OrderId(order))),
-                body: None,
-            })
+            Claim::Replay(SavedResponse::order(OrderId(order)))
         } else if let Some(status) = status {
             Claim::Replay(SavedResponse {
                 status: status as u16,

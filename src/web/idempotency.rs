@@ -95,7 +95,7 @@ where
                 looked_for_abandoned = true;
                 let longest = shop.settings.longest_purchase();
                 match take_over_abandoned(&shop.bookkeeping, customer, &key, longest).await? {
-                    Abandoned::Ordered(order) => return Ok(replay(order_answer(order))),
+                    Abandoned::Ordered(order) => return Ok(replay(SavedResponse::order(order))),
                     Abandoned::TakenOver => break,
                     Abandoned::NotYet => {}
                 }
@@ -117,7 +117,7 @@ where
         // nothing was bought.
         if intent.names_order {
             match order_after_uncertain_commit(shop, customer, &key).await {
-                Some(Some(order)) => return Ok(replay(order_answer(order))),
+                Some(Some(order)) => return Ok(replay(SavedResponse::order(order))),
                 Some(None) => release(&shop.bookkeeping, customer, &key).await?,
                 None => {}
             }
@@ -181,14 +181,6 @@ async fn order_after_uncertain_commit(
         }
     }
     None
-}
-
-fn order_answer(order: OrderId) -> SavedResponse {
-    SavedResponse {
-        status: 303,
-        location: Some(format!("/orders/{order}")),
-        body: None,
-    }
 }
 
 fn replay(saved: SavedResponse) -> HttpResponse {
