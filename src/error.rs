@@ -26,6 +26,18 @@ pub enum AppError {
         title: &'static str,
         message: String,
     },
+    /// The request's idempotency key was already used for a different request.
+    #[error("idempotency key reused for a different request")]
+    KeyReused,
+    /// The first request under this idempotency key has not finished (or
+    /// was interrupted and cannot be taken over yet).
+    #[error("a request under this idempotency key is still in progress")]
+    KeyInProgress,
+    /// An order's transaction found its idempotency key already taken (by
+    /// an earlier order, or a claim): it rolled back, and the purchase looks
+    /// up what the key names.
+    #[error("an order already names this idempotency key")]
+    KeyTaken,
     /// Too many unsuccessful sign-ins for the account or from the address;
     /// refused before the password is looked at.
     #[error("too many sign-in attempts")]

@@ -37,6 +37,11 @@ pub struct Settings {
     pub jobs_interval: Duration,
     /// How long an idempotency key and its answer are kept.
     pub idempotency_retention: Duration,
+    /// How long the stock gate remembers a refused purchase under its
+    /// idempotency key, so a resend gets the same answer. A refusal changed
+    /// nothing, so a resend after this is simply decided again; kept short
+    /// because a crowd's refusals are many (`REFUSAL_RETENTION_SECS`).
+    pub refusal_retention: Duration,
     /// Whether the Redis stock gate turns away sold-out buyers before the lock.
     pub stock_gate: bool,
     /// Serve queued buyers of one product in one transaction per lock hold
@@ -104,6 +109,7 @@ impl Settings {
             idempotency_retention: Duration::from_secs(
                 3600 * parse_var("IDEMPOTENCY_RETENTION_HOURS", 24)?,
             ),
+            refusal_retention: Duration::from_secs(parse_var("REFUSAL_RETENTION_SECS", 600)?),
             session_key: match var("SESSION_KEY") {
                 Some(key) => hex::decode(key.trim()).context("SESSION_KEY must be hex")?,
                 None => {
@@ -152,6 +158,7 @@ impl Settings {
             gate_pending_ttl: None,
             inject_fault_after_admission: false,
             idempotency_retention: Duration::from_secs(24 * 3600),
+            refusal_retention: Duration::from_secs(600),
             session_key: random_session_key(),
             cookie_secure: false,
             security: SecuritySettings::default(),
@@ -197,6 +204,9 @@ impl Settings {
         // after start-up said all was well.
         if self.reconcile_interval.is_zero() {
             bail!("RECONCILE_INTERVAL must be at least one second");
+        }
+        if self.refusal_retention.is_zero() {
+            bail!("REFUSAL_RETENTION_SECS must be at least 1");
         }
         if self.gate_pending_ttl().is_zero() {
             bail!("GATE_PENDING_TTL_MS must be at least 1");

@@ -2,7 +2,7 @@
 //! without any wording, so the web layer decides how a customer is told.
 
 /// Where a sale stands at a given instant.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum SaleState {
     Upcoming,
     Live,
@@ -12,7 +12,7 @@ pub enum SaleState {
 
 /// Why a purchase was refused. Refusals are ordinary outcomes of a sale, not
 /// failures: nothing was written, nothing was reserved.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Refusal {
     /// Fewer than the asked-for units are left (`available` may be 0).
     /// `product` is the product's name, or `None` where the refusal was

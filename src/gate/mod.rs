@@ -13,7 +13,7 @@ use redis::Script;
 
 mod scripts;
 
-use crate::domain::{CustomerId, ProductId, Quantity};
+use crate::domain::{CustomerId, ProductId, Quantity, Refusal};
 use crate::error::AppError;
 use crate::metrics;
 use crate::redis_node::{RedisConnection, RedisNode};
@@ -39,7 +39,7 @@ pub struct Settled<'a> {
     pub quantity: Quantity,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Admission {
     Admitted,
     /// This key was admitted before with the same request: no stock taken again.
@@ -55,6 +55,16 @@ pub enum Admission {
     Conflict,
     /// The gate has no stock key for the product (never seeded, or lost).
     Unknown,
+    /// The request's idempotency key was used for a different request.
+    KeyReused,
+    /// The request under this key was refused before: the same answer again.
+    RefusedBefore(Refusal),
+    /// The request under this key was admitted `age` ago as `admission`: its
+    /// order is in Postgres, on its way there, or was abandoned.
+    AdmittedBefore {
+        admission: String,
+        age: Duration,
+    },
 }
 
 impl Admission {
@@ -67,6 +77,9 @@ impl Admission {
             Admission::LimitReached { .. } => "limit_reached",
             Admission::Conflict => "conflict",
             Admission::Unknown => "unknown",
+            Admission::KeyReused => "key_reused",
+            Admission::RefusedBefore(_) => "refused_before",
+            Admission::AdmittedBefore { .. } => "admitted_before",
         }
     }
 }
@@ -83,6 +96,8 @@ struct Inner {
     /// Longer than any live admission can take to be written or given back.
     pending_ttl: Duration,
     admit: Script,
+    record_refusal: Script,
+    forget_admission: Script,
     give_back: Script,
     resync: Script,
     /// One lazy seeding at a time in this process, so a burst of buyers of an
@@ -132,6 +147,8 @@ impl StockGate {
                 marker_ttl,
                 pending_ttl,
                 admit: Script::new(scripts::ADMIT),
+                record_refusal: Script::new(scripts::RECORD_REFUSAL),
+                forget_admission: Script::new(scripts::FORGET_ADMISSION),
                 give_back: Script::new(scripts::GIVE_BACK),
                 resync: Script::new(scripts::RESYNC),
                 seeding: tokio::sync::Mutex::new(()),
@@ -187,12 +204,17 @@ impl StockGate {
         }
     }
 
+    /// Admits `quantity` units for `customer` as `admission`. With `answer`
+    /// (the request's idempotency key), the gate also keeps the request's
+    /// answer: a refusal is recorded in the same step, and a repeat of the
+    /// key is answered from that record (see `ADMIT`).
     pub async fn admit(
         &self,
         product: ProductId,
         customer: CustomerId,
         quantity: Quantity,
         admission: &str,
+        answer: Option<&AnswerRecord<'_>>,
     ) -> Result<Admission, AppError> {
         let mut invocation = self.inner.admit.prepare_invoke();
         invocation
@@ -206,15 +228,28 @@ impl StockGate {
             .arg(customer.get())
             .arg(self.inner.marker_ttl.as_millis() as u64)
             .arg(admission);
-        let answer: Result<(i64, i64, i64), AppError> =
+        if let Some(answer) = answer {
+            invocation
+                .key(self.answer_key(product, customer, answer.key))
+                .arg(answer.fingerprint)
+                .arg(answer.refusal_retention.as_millis().max(1) as u64)
+                .arg(self.inner.marker_ttl.as_millis() as u64);
+        }
+        let answer: Result<(i64, i64, i64, String), AppError> =
             with_retry!(self, connection => invocation.invoke_async(&mut connection));
-        let admission = answer.and_then(|(code, value, limit)| match code {
+        let admission = answer.and_then(|(code, value, limit, text)| match code {
             0 => Ok(Admission::Admitted),
             1 => Ok(Admission::Repeat),
             2 => Ok(Admission::SoldOut { available: value }),
             3 => Ok(Admission::LimitReached { held: value, limit }),
             4 => Ok(Admission::Conflict),
             5 => Ok(Admission::Unknown),
+            6 => Ok(Admission::KeyReused),
+            7 => recorded_refusal(&text).map(Admission::RefusedBefore),
+            8 => Ok(Admission::AdmittedBefore {
+                admission: text,
+                age: Duration::from_millis(value.max(0) as u64),
+            }),
             _ => Err(AppError::Internal(anyhow::anyhow!(
                 "the gate refused its arguments"
             ))),
@@ -224,6 +259,53 @@ impl StockGate {
             Err(_) => "error",
         });
         admission
+    }
+
+    fn answer_key(&self, product: ProductId, customer: CustomerId, key: &str) -> String {
+        self.key(product, &format!("ans:{customer}:{key}"))
+    }
+
+    /// The request admitted as `admission` under `answer` was refused in
+    /// Postgres: its replays get `refusal` too. Does nothing once the record
+    /// names another admission.
+    pub async fn record_refusal(
+        &self,
+        product: ProductId,
+        customer: CustomerId,
+        answer: &AnswerRecord<'_>,
+        admission: &str,
+        refusal: &Refusal,
+    ) -> Result<bool, AppError> {
+        let json = serde_json::to_string(refusal)
+            .map_err(|e| AppError::Internal(anyhow::anyhow!("refusal as JSON: {e}")))?;
+        let mut invocation = self.inner.record_refusal.prepare_invoke();
+        invocation
+            .key(self.answer_key(product, customer, answer.key))
+            .arg(admission)
+            .arg(json)
+            .arg(answer.refusal_retention.as_millis().max(1) as u64);
+        let recorded: i64 =
+            with_retry!(self, connection => invocation.invoke_async(&mut connection))?;
+        Ok(recorded == 1)
+    }
+
+    /// The request admitted as `admission` under `key` changed nothing: its
+    /// answer record goes, so the same form may be sent again. Does nothing
+    /// once the record names another admission.
+    pub async fn forget_admission(
+        &self,
+        product: ProductId,
+        customer: CustomerId,
+        key: &str,
+        admission: &str,
+    ) -> Result<bool, AppError> {
+        let mut invocation = self.inner.forget_admission.prepare_invoke();
+        invocation
+            .key(self.answer_key(product, customer, key))
+            .arg(admission);
+        let forgotten: i64 =
+            with_retry!(self, connection => invocation.invoke_async(&mut connection))?;
+        Ok(forgotten == 1)
     }
 
     /// Gives an admission's units back, to the stock and from the holdings
@@ -314,7 +396,8 @@ impl StockGate {
             .arg(stock)
             .arg(limit.unwrap_or(0))
             .arg(self.inner.pending_ttl.as_millis() as u64)
-            .arg(self.inner.marker_ttl.as_millis() as u64);
+            .arg(self.inner.marker_ttl.as_millis() as u64)
+            .arg(self.key(product, "ret:"));
         for (customer, units) in held {
             invocation.arg(customer.get()).arg(*units);
         }
@@ -336,6 +419,38 @@ impl StockGate {
     pub async fn stock(&self, product: ProductId) -> Result<Option<i64>, AppError> {
         let key = self.key(product, "stock");
         with_retry!(self, connection => redis::cmd("GET").arg(&key).query_async(&mut connection))
+    }
+}
+
+/// A request's idempotency key as the gate keeps its answer: the key, the
+/// request's fingerprint (keyed, see `services::idempotency`), and how long a
+/// refusal is remembered.
+#[derive(Debug, Clone, Copy)]
+pub struct AnswerRecord<'a> {
+    pub key: &'a str,
+    pub fingerprint: &'a str,
+    pub refusal_retention: Duration,
+}
+
+/// The refusal part of an answer record, as `ADMIT` and `RECORD_REFUSAL` write it.
+fn recorded_refusal(text: &str) -> Result<Refusal, AppError> {
+    let broken = || AppError::Internal(anyhow::anyhow!("unreadable answer record {text:?}"));
+    let (kind, rest) = text.split_once('|').ok_or_else(broken)?;
+    match kind {
+        "S" => Ok(Refusal::SoldOut {
+            product: None,
+            available: rest.parse().map_err(|_| broken())?,
+        }),
+        "L" => {
+            let (held, limit) = rest.split_once('|').ok_or_else(broken)?;
+            Ok(Refusal::LimitReached {
+                product: None,
+                limit: limit.parse().map_err(|_| broken())?,
+                already: held.parse().map_err(|_| broken())?,
+            })
+        }
+        "J" => serde_json::from_str(rest).map_err(|_| broken()),
+        _ => Err(broken()),
     }
 }
 

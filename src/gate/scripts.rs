@@ -2,53 +2,135 @@
 //! a script touches carries the product's hash tag), so an admission, a
 //! give-back or a resync is never seen half done by another instance.
 
-/// Admit, in this order: a repeat of an admitted key gets its earlier answer
-/// (before any stock check, so a repeat never takes stock); the customer's
-/// limit; an unknown stock key means no; too little stock means no; else take
-/// the units, remember the admission with its fingerprint, and list it as
-/// pending (admitted, not yet written to Postgres nor given back) with the
-/// time it was admitted. Pending members read `admission|customer|units`, so
-/// a resync can tell whose units are still on their way.
+/// Admit, in this order. First the request's answer record, when the
+/// request carries an idempotency key: a key used for a different request is
+/// refused; a key whose request was refused gets that refusal again; a key
+/// whose request was admitted says so (its purchase is on its way to
+/// Postgres, or there). Then: a repeat of an admitted admission gets its
+/// earlier answer (before any stock check, so a repeat never takes stock);
+/// the customer's limit; an unknown stock key means no; too little stock
+/// means no; else take the units, remember the admission with its
+/// fingerprint, and list it as pending (admitted, not yet written to
+/// Postgres nor given back) with the time it was admitted. Pending members
+/// read `admission|customer|units`, so a resync can tell whose units are
+/// still on their way. A refusal here is recorded under the request's key in
+/// the same step, so its replay needs nothing but this script.
+///
+/// Answer records read `R|fingerprint|S|available` (sold out),
+/// `R|fingerprint|L|held|limit` (limit reached), `R|fingerprint|J|json` (a
+/// refusal decided in Postgres, see RECORD_REFUSAL) and
+/// `A|fingerprint|admission|admitted at (ms)`.
 ///
 /// KEYS: stock, limit, the admission's marker, the per-customer holdings
-/// hash, the pending set, the admission's return marker.
+/// hash, the pending set, the admission's return marker, and optionally the
+/// request's answer record.
+/// ARGV: units, customer, marker TTL, admission, and with an answer record:
+/// the request's fingerprint, how long a refusal is kept, how long an
+/// admission is kept (ms).
+/// Returns {code, a, b, text}: 0 admitted, 1 repeat, 2 sold out (a =
+/// available), 3 limit reached (a = held, b = limit), 4 admission conflict,
+/// 5 unknown product, 6 key used for another request, 7 refused before
+/// (text = the record's refusal part), 8 admitted before (a = age in ms,
+/// text = that admission).
 pub(super) const ADMIT: &str = r#"
 local qty = tonumber(ARGV[1])
 local customer = ARGV[2]
 local ttl = tonumber(ARGV[3])
 local admission = ARGV[4]
 if qty == nil or qty < 1 or qty ~= math.floor(qty) or ttl == nil or ttl < 1 or customer == nil or customer == '' or admission == nil or admission == '' then
-  return {-1, 0}
+  return {-1, 0, 0, ''}
+end
+local recorded = #KEYS >= 7
+local request = ARGV[5]
+local refusal_ttl = tonumber(ARGV[6])
+local admitted_ttl = tonumber(ARGV[7])
+local now = redis.call('TIME')
+local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+if recorded then
+  if request == nil or request == '' or refusal_ttl == nil or refusal_ttl < 1 or admitted_ttl == nil or admitted_ttl < 1 then
+    return {-1, 0, 0, ''}
+  end
+  local record = redis.call('GET', KEYS[7])
+  if record then
+    local kind, fingerprint, rest = string.match(record, '^(%a)|([^|]*)|(.*)$')
+    if fingerprint ~= request then return {6, 0, 0, ''} end
+    if kind == 'R' then return {7, 0, 0, rest} end
+    local earlier, at = string.match(rest, '^([^|]*)|(%d+)$')
+    return {8, now_ms - (tonumber(at) or now_ms), 0, earlier or ''}
+  end
 end
 local fingerprint = customer .. ':' .. qty
 -- A give-back that overtook its own admission (the admission's reply timed
 -- out, so it was given back on another connection) left a tombstone: the
 -- late admission must not take units nobody will return.
-if redis.call('EXISTS', KEYS[6]) == 1 then return {4, 0, 0} end
+if redis.call('EXISTS', KEYS[6]) == 1 then return {4, 0, 0, ''} end
 local earlier = redis.call('GET', KEYS[3])
 if earlier then
-  if earlier == fingerprint then return {1, 0, 0} end
-  return {4, 0, 0}
+  if earlier == fingerprint then return {1, 0, 0, ''} end
+  return {4, 0, 0, ''}
 end
 local limit = tonumber(redis.call('GET', KEYS[2]) or '0')
 if limit > 0 then
   local held = tonumber(redis.call('HGET', KEYS[4], customer) or '0')
-  if held + qty > limit then return {3, held, limit} end
+  if held + qty > limit then
+    if recorded then
+      redis.call('SET', KEYS[7], 'R|' .. request .. '|L|' .. held .. '|' .. limit, 'PX', refusal_ttl)
+    end
+    return {3, held, limit, ''}
+  end
 end
 local stock = redis.call('GET', KEYS[1])
-if not stock then return {5, 0, 0} end
+if not stock then return {5, 0, 0, ''} end
 stock = tonumber(stock)
-if stock < qty then return {2, stock, 0} end
+if stock < qty then
+  if recorded then
+    redis.call('SET', KEYS[7], 'R|' .. request .. '|S|' .. stock, 'PX', refusal_ttl)
+  end
+  return {2, stock, 0, ''}
+end
 redis.call('DECRBY', KEYS[1], qty)
 redis.call('SET', KEYS[3], fingerprint, 'PX', ttl)
-local now = redis.call('TIME')
-redis.call('ZADD', KEYS[5], tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000), admission .. '|' .. customer .. '|' .. qty)
+redis.call('ZADD', KEYS[5], now_ms, admission .. '|' .. customer .. '|' .. qty)
 redis.call('PEXPIRE', KEYS[5], ttl)
 if limit > 0 then
   redis.call('HINCRBY', KEYS[4], customer, qty)
   redis.call('PEXPIRE', KEYS[4], ttl)
 end
-return {0, stock - qty, 0}
+if recorded then
+  redis.call('SET', KEYS[7], 'A|' .. request .. '|' .. admission .. '|' .. now_ms, 'PX', admitted_ttl)
+end
+return {0, stock - qty, 0, ''}
+"#;
+
+/// A request admitted under its key was refused in Postgres (the sale not
+/// open, fewer units than the gate thought, the limit over live orders):
+/// its answer record becomes that refusal, so a replay gets it again. Only
+/// while the record still names this admission: a record that has moved on
+/// (taken over by a resend) is not this request's to change.
+///
+/// KEYS: the answer record. ARGV: the admission, the refusal as JSON, how
+/// long it is kept (ms). Returns 1 if recorded, 0 if not.
+pub(super) const RECORD_REFUSAL: &str = r#"
+local record = redis.call('GET', KEYS[1])
+if not record then return 0 end
+local fingerprint, admission = string.match(record, '^A|([^|]*)|([^|]*)|%d+$')
+if admission ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], 'R|' .. fingerprint .. '|J|' .. ARGV[2], 'PX', tonumber(ARGV[3]))
+return 1
+"#;
+
+/// A request admitted under its key changed nothing (it failed closed, or
+/// its admission was abandoned): its answer record goes, so the same form
+/// can be sent again. Only while the record still names this admission.
+///
+/// KEYS: the answer record. ARGV: the admission. Returns 1 if forgotten.
+pub(super) const FORGET_ADMISSION: &str = r#"
+local record = redis.call('GET', KEYS[1])
+if not record then return 0 end
+local admission = string.match(record, '^A|[^|]*|([^|]*)|%d+$')
+if admission ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
+return 1
 "#;
 
 /// Give back an admission's units, once: only if the admission marker exists
@@ -91,8 +173,9 @@ return qty
 /// of admissions still pending, after dropping pending admissions older than
 /// the longest a live one can take (their buyer is gone: a crash, a lost
 /// give-back), so their units come back. With a limit, each customer's
-/// holdings become what their live orders hold (ARGV from the fifth on:
-/// customer, units, ...) plus their pending admissions, so a lost give-back
+/// holdings become what their live orders hold (ARGV from the sixth on:
+/// customer, units, ...; the fifth is the start of the return markers'
+/// names) plus their pending admissions, so a lost give-back
 /// cannot lock a customer out. Returns the stock before (-1 if there was
 /// none), the stock now, the pending units counted, and how many customers'
 /// holdings were corrected.
@@ -106,6 +189,14 @@ local ttl = tonumber(ARGV[4])
 if stock == nil or limit == nil or stale == nil or ttl == nil or ttl < 1 then return {-2, 0, 0, 0} end
 local now = redis.call('TIME')
 local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+-- An admission dropped here is counted as given back (its units return
+-- with the database's stock), so its own give-back, if it ever comes, must
+-- not return them a second time: it finds its return marker.
+local ret_prefix = ARGV[5]
+for _, member in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', '(' .. (now_ms - stale))) do
+  local dropped = string.match(member, '^([^|]*)|')
+  if dropped then redis.call('SET', ret_prefix .. dropped, '1', 'PX', ttl) end
+end
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. (now_ms - stale))
 local pending = 0
 local held = {}
@@ -126,7 +217,7 @@ for i = 1, #flat, 2 do was[flat[i]] = tonumber(flat[i + 1]) end
 redis.call('DEL', KEYS[4])
 local corrected = 0
 if limit > 0 then
-  for i = 5, #ARGV, 2 do
+  for i = 6, #ARGV, 2 do
     held[ARGV[i]] = (held[ARGV[i]] or 0) + (tonumber(ARGV[i + 1]) or 0)
   end
   for customer, units in pairs(held) do

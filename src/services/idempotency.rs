@@ -184,6 +184,35 @@ pub async fn order_named(
     .await
 }
 
+/// A key's row as a purchase's transaction left it: what request it was
+/// used for, and the order it names, if any.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyUse {
+    pub fingerprint: String,
+    pub order: Option<OrderId>,
+}
+
+/// What `key` was used for, if it has a row.
+pub async fn key_use(
+    pool: &PgPool,
+    customer: CustomerId,
+    key: &IdempotencyKey,
+) -> Result<Option<KeyUse>, AppError> {
+    let key = key.as_str().to_string();
+    db::run(pool, move |conn| {
+        let found: Option<(String, Option<i64>)> = idempotency_keys::table
+            .find((customer.get(), &key))
+            .select((idempotency_keys::fingerprint, idempotency_keys::order_id))
+            .first(conn)
+            .optional()?;
+        Ok(found.map(|(fingerprint, order)| KeyUse {
+            fingerprint,
+            order: order.map(OrderId),
+        }))
+    })
+    .await
+}
+
 /// What a purchase's claim that has been in progress longer than any request
 /// can run comes to.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -16,7 +16,7 @@ use super::{html, see_other};
 use crate::domain::{ProductId, Quantity};
 use crate::error::AppError;
 use crate::services::catalog::find_product;
-use crate::services::checkout::{purchase, Line};
+use crate::services::checkout::{purchase, AnswerKey, Line};
 use crate::services::Shop;
 
 const CART_KEY: &str = "cart";
@@ -170,7 +170,7 @@ pub async fn checkout(
                     })
                 })
                 .collect::<Result<Vec<_>, AppError>>()?;
-            purchase(&shop, account.id, lines, key).await
+            purchase(&shop, account.id, lines, key.map(AnswerKey::Claimed)).await
         })
         .await?;
         store(&session, &Vec::new())?;

@@ -33,6 +33,14 @@ fn title_and_message(error: &AppError) -> (&'static str, String) {
         ),
         AppError::Refused(refusal) => refusal_in_words(refusal),
         AppError::Conflict { title, message } => (title, message.clone()),
+        AppError::KeyReused => (
+            "Conflicting reuse of key",
+            "This form's one-time key was already used for a different request, so nothing was done. Reload the page and try again.".into(),
+        ),
+        AppError::KeyInProgress | AppError::KeyTaken => (
+            "Already in progress",
+            "This request is still being processed (or was interrupted). Check My orders before trying again.".into(),
+        ),
         AppError::TooManyAttempts { retry_after } => (
             "Too many sign-in attempts",
             format!(
@@ -127,7 +135,11 @@ impl ResponseError for AppError {
             AppError::NotFound(_) => StatusCode::NOT_FOUND,
             AppError::Forbidden(_) | AppError::BadCsrf => StatusCode::FORBIDDEN,
             AppError::SignInRequired => StatusCode::SEE_OTHER,
-            AppError::Conflict { .. } | AppError::Refused(_) => StatusCode::CONFLICT,
+            AppError::Conflict { .. }
+            | AppError::Refused(_)
+            | AppError::KeyReused
+            | AppError::KeyInProgress
+            | AppError::KeyTaken => StatusCode::CONFLICT,
             AppError::TooManyAttempts { .. } => StatusCode::TOO_MANY_REQUESTS,
             AppError::Busy
             | AppError::Unavailable(_)

@@ -43,6 +43,49 @@ pub struct Intent<'a> {
     pub names_order: bool,
 }
 
+impl Intent<'_> {
+    /// The key the request carries (form field first, then header), parsed,
+    /// with the keyed fingerprint of what it asks for.
+    pub fn key(&self, shop: &Shop) -> Result<Option<(IdempotencyKey, String)>, AppError> {
+        let Some(raw) = self.raw_key() else {
+            return Ok(None);
+        };
+        let key = IdempotencyKey::parse(raw)?;
+        Ok(Some((
+            key,
+            fingerprint(&shop.fingerprint_key, &request_text(self)),
+        )))
+    }
+
+    fn raw_key(&self) -> Option<&str> {
+        let header_key = self
+            .request
+            .headers()
+            .get("Idempotency-Key")
+            .map(|v| v.to_str().unwrap_or(""));
+        self.form_key.or(header_key)
+    }
+}
+
+/// What a fingerprint covers: the method, the path and the fields that matter.
+fn request_text(intent: &Intent<'_>) -> String {
+    format!(
+        "{} {}\n{}",
+        intent.request.method(),
+        intent.request.path(),
+        intent.fields
+    )
+}
+
+/// Marks `response` as a repeat's answer.
+pub fn replayed(mut response: HttpResponse) -> HttpResponse {
+    response.headers_mut().insert(
+        header::HeaderName::from_static("idempotent-replayed"),
+        header::HeaderValue::from_static("true"),
+    );
+    response
+}
+
 pub async fn once<F, Fut>(
     shop: &Shop,
     customer: CustomerId,
@@ -53,21 +96,11 @@ where
     F: FnOnce(Option<IdempotencyKey>) -> Fut,
     Fut: Future<Output = Result<HttpResponse, AppError>>,
 {
-    let header_key = intent
-        .request
-        .headers()
-        .get("Idempotency-Key")
-        .map(|v| v.to_str().unwrap_or(""));
-    let Some(raw_key) = intent.form_key.or(header_key) else {
+    let Some(raw_key) = intent.raw_key() else {
         return action(None).await;
     };
     let key = IdempotencyKey::parse(raw_key)?;
-    let request_text = format!(
-        "{} {}\n{}",
-        intent.request.method(),
-        intent.request.path(),
-        intent.fields
-    );
+    let request_text = request_text(&intent);
     let mut print = fingerprint(&shop.fingerprint_key, &request_text);
 
     // A repeat that arrives while the first is running waits for its answer,
@@ -83,12 +116,7 @@ where
             Claim::Mismatch if print != legacy_fingerprint(&request_text) => {
                 print = legacy_fingerprint(&request_text);
             }
-            Claim::Mismatch => {
-                return Err(AppError::conflict(
-                    "Conflicting reuse of key",
-                    "This form's one-time key was already used for a different request, so nothing was done. Reload the page and try again.",
-                ))
-            }
+            Claim::Mismatch => return Err(AppError::KeyReused),
             // A claim kept because its outcome could not be learned: once no
             // request can still commit under it, its order_id is final.
             Claim::InProgress if intent.names_order && !looked_for_abandoned => {
@@ -100,13 +128,10 @@ where
                     Abandoned::NotYet => {}
                 }
             }
-            Claim::InProgress if tokio::time::Instant::now() < patience => tokio::time::sleep(POLL).await,
-            Claim::InProgress => {
-                return Err(AppError::conflict(
-                    "Already in progress",
-                    "This request is still being processed (or was interrupted). Check My orders before trying again.",
-                ))
+            Claim::InProgress if tokio::time::Instant::now() < patience => {
+                tokio::time::sleep(POLL).await
             }
+            Claim::InProgress => return Err(AppError::KeyInProgress),
         }
     }
 

@@ -2,11 +2,11 @@ use std::future::Future;
 
 use actix_session::Session;
 use actix_web::http::StatusCode;
-use actix_web::{get, post, web, HttpRequest, HttpResponse};
+use actix_web::{get, post, web, HttpRequest, HttpResponse, ResponseError};
 use chrono::Utc;
 
 use super::forms::{parse_product_id, BuyForm};
-use super::idempotency::{answer_kept, once, Intent};
+use super::idempotency::{answer_kept, once, replayed, Intent};
 use super::session::{verify_csrf, SignedIn};
 use super::views::shop::{ProductPage, SaleListPage, SaleView};
 use super::views::{render, Nav};
@@ -15,7 +15,9 @@ use crate::domain::OrderId;
 use crate::error::AppError;
 use crate::metrics;
 use crate::services::catalog::{find_product, list_products};
-use crate::services::checkout::{purchase, Line, PurchaseOutcome};
+use crate::services::checkout::{
+    keeps_answers_at_gate, purchase, AnswerKey, Line, PurchaseOutcome,
+};
 use crate::services::Shop;
 
 pub fn routes(cfg: &mut web::ServiceConfig) {
@@ -67,10 +69,28 @@ pub async fn buy(
         fields: format!("quantity={}", form.quantity),
         names_order: true,
     };
+    if keeps_answers_at_gate(&shop) {
+        // The gate keeps the key's answer: a refusal costs no database write,
+        // and a repeat is answered from the gate (or the order it names).
+        let product = parse_product_id(&path)?;
+        let quantity = form.quantity()?;
+        let answer_key = intent
+            .key(&shop)?
+            .map(|(key, fingerprint)| AnswerKey::AtGate { key, fingerprint });
+        let line = Line { product, quantity };
+        let outcome = counted(purchase(&shop, account.id, vec![line], answer_key).await);
+        let replay = matches!(&outcome, Ok(outcome) if outcome.is_replay());
+        let response = match outcome.and_then(PurchaseOutcome::into_result) {
+            Ok(order) => see_other(&format!("/orders/{order}")),
+            Err(error) => error.error_response(),
+        };
+        return Ok(if replay { replayed(response) } else { response });
+    }
     once(&shop, account.id, intent, |key| async {
         let order = counted_purchase(async {
             let product = parse_product_id(&path)?;
             let quantity = form.quantity()?;
+            let key = key.map(AnswerKey::Claimed);
             purchase(&shop, account.id, vec![Line { product, quantity }], key).await
         })
         .await?;
@@ -85,9 +105,12 @@ pub async fn buy(
 pub(super) async fn counted_purchase(
     attempt: impl Future<Output = Result<PurchaseOutcome, AppError>>,
 ) -> Result<OrderId, AppError> {
-    let attempt = attempt.await;
+    counted(attempt.await)?.into_result()
+}
+
+fn counted(attempt: Result<PurchaseOutcome, AppError>) -> Result<PurchaseOutcome, AppError> {
     metrics::purchase_outcome(outcome_label(&attempt));
-    attempt?.into_result()
+    attempt
 }
 
 fn outcome_label(attempt: &Result<PurchaseOutcome, AppError>) -> &'static str {

@@ -11,6 +11,7 @@ mod e2e_browser;
 mod fail_closed;
 mod fault_matrix;
 mod form_parsers;
+mod gate_answers;
 mod hostile_input;
 mod hot_product;
 mod lab;

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::helpers::*;
-use flashsale::domain::{CustomerId, ProductId, Quantity};
-use flashsale::gate::{Admission, Settled, StockGate};
+use flashsale::domain::{CustomerId, ProductId, Quantity, Refusal, SaleState};
+use flashsale::gate::{Admission, AnswerRecord, Settled, StockGate};
 use flashsale::redis_node::RedisNode;
 use flashsale::services::stock_gate::reconcile_once;
 use reqwest::StatusCode;
@@ -61,7 +61,7 @@ async fn scripts_follow_their_rules(gate: StockGate) {
 
     // Unknown means no, never unlimited.
     assert_eq!(
-        gate.admit(product, alice, one, "k0").await.unwrap(),
+        gate.admit(product, alice, one, "k0", None).await.unwrap(),
         Admission::Unknown
     );
     assert!(gate.seed_if_absent(product, 3, Some(2)).await.unwrap());
@@ -72,30 +72,30 @@ async fn scripts_follow_their_rules(gate: StockGate) {
     assert_eq!(gate.stock(product).await.unwrap(), Some(3));
 
     assert_eq!(
-        gate.admit(product, alice, one, "k1").await.unwrap(),
+        gate.admit(product, alice, one, "k1", None).await.unwrap(),
         Admission::Admitted
     );
     // A repeat is recognised before stock is looked at, and takes nothing.
     assert_eq!(
-        gate.admit(product, alice, one, "k1").await.unwrap(),
+        gate.admit(product, alice, one, "k1", None).await.unwrap(),
         Admission::Repeat
     );
     assert_eq!(
-        gate.admit(product, alice, two, "k1").await.unwrap(),
+        gate.admit(product, alice, two, "k1", None).await.unwrap(),
         Admission::Conflict
     );
     assert_eq!(gate.stock(product).await.unwrap(), Some(2));
     // Alice holds 1 of her limit of 2.
     assert_eq!(
-        gate.admit(product, alice, two, "k2").await.unwrap(),
+        gate.admit(product, alice, two, "k2", None).await.unwrap(),
         Admission::LimitReached { held: 1, limit: 2 }
     );
     assert_eq!(
-        gate.admit(product, bob, two, "k3").await.unwrap(),
+        gate.admit(product, bob, two, "k3", None).await.unwrap(),
         Admission::Admitted
     );
     assert_eq!(
-        gate.admit(product, alice, one, "k4").await.unwrap(),
+        gate.admit(product, alice, one, "k4", None).await.unwrap(),
         Admission::SoldOut { available: 0 }
     );
 
@@ -105,7 +105,7 @@ async fn scripts_follow_their_rules(gate: StockGate) {
     assert_eq!(gate.give_back(product, "never-admitted").await.unwrap(), 0);
     assert_eq!(gate.stock(product).await.unwrap(), Some(2));
     assert_eq!(
-        gate.admit(product, bob, two, "k5").await.unwrap(),
+        gate.admit(product, bob, two, "k5", None).await.unwrap(),
         Admission::Admitted
     );
     assert_eq!(gate.stock(product).await.unwrap(), Some(0));
@@ -134,7 +134,7 @@ async fn scripts_follow_their_rules(gate: StockGate) {
     assert_eq!((resynced.after, resynced.pending), (0, 2));
     assert_eq!(resynced.customers_corrected, 0);
     assert_eq!(
-        gate.admit(product, alice, two, "k6").await.unwrap(),
+        gate.admit(product, alice, two, "k6", None).await.unwrap(),
         Admission::LimitReached { held: 1, limit: 2 }
     );
     // k5 is given back: its 2 units are free, and nothing is pending.
@@ -151,7 +151,7 @@ async fn scripts_follow_their_rules(gate: StockGate) {
     // While bob's admission may still be on its way, a resync keeps both
     // its units and his allowance taken.
     assert_eq!(
-        gate.admit(product, bob, two, "k7").await.unwrap(),
+        gate.admit(product, bob, two, "k7", None).await.unwrap(),
         Admission::Admitted
     );
     let resynced = gate
@@ -160,7 +160,7 @@ async fn scripts_follow_their_rules(gate: StockGate) {
         .unwrap();
     assert_eq!((resynced.after, resynced.pending), (0, 2));
     assert_eq!(
-        gate.admit(product, bob, one, "k8").await.unwrap(),
+        gate.admit(product, bob, one, "k8", None).await.unwrap(),
         Admission::LimitReached { held: 2, limit: 2 }
     );
     // Holdings the gate never saw (orders written while Redis had lost its
@@ -172,7 +172,7 @@ async fn scripts_follow_their_rules(gate: StockGate) {
         .unwrap();
     assert_eq!(resynced.customers_corrected, 1);
     assert_eq!(
-        gate.admit(product, carol, one, "k9").await.unwrap(),
+        gate.admit(product, carol, one, "k9", None).await.unwrap(),
         Admission::LimitReached { held: 2, limit: 2 }
     );
 
@@ -182,12 +182,130 @@ async fn scripts_follow_their_rules(gate: StockGate) {
     let stock_before = gate.stock(product).await.unwrap();
     assert_eq!(gate.give_back(product, "k10").await.unwrap(), 0);
     assert_eq!(
-        gate.admit(product, CustomerId(4), one, "k10")
+        gate.admit(product, CustomerId(4), one, "k10", None)
             .await
             .unwrap(),
         Admission::Conflict
     );
     assert_eq!(gate.stock(product).await.unwrap(), stock_before);
+
+    answer_records_follow_their_rules(&gate).await;
+}
+
+/// A request's answer record lives in its product's slot, beside the stock,
+/// so this holds on a cluster too.
+async fn answer_records_follow_their_rules(gate: &StockGate) {
+    let (product, alice, bob) = (ProductId(8), CustomerId(1), CustomerId(2));
+    let one = Quantity::new(1).unwrap();
+    let minute = Duration::from_secs(60);
+    let click = AnswerRecord {
+        key: "click",
+        fingerprint: "h1:aa",
+        refusal_retention: minute,
+    };
+    assert!(gate.seed_if_absent(product, 1, None).await.unwrap());
+    assert_eq!(
+        gate.admit(product, alice, one, "a1", Some(&click))
+            .await
+            .unwrap(),
+        Admission::Admitted
+    );
+    match gate
+        .admit(product, alice, one, "a2", Some(&click))
+        .await
+        .unwrap()
+    {
+        Admission::AdmittedBefore { admission, age } => {
+            assert_eq!(admission, "a1", "the repeat learns the first admission");
+            assert!(age < minute);
+        }
+        other => panic!("a repeat of an admitted key got {other:?}"),
+    }
+    let other_request = AnswerRecord {
+        fingerprint: "h1:bb",
+        ..click
+    };
+    assert_eq!(
+        gate.admit(product, alice, one, "a3", Some(&other_request))
+            .await
+            .unwrap(),
+        Admission::KeyReused
+    );
+    assert_eq!(
+        gate.stock(product).await.unwrap(),
+        Some(0),
+        "repeats took nothing"
+    );
+
+    // Refused in Postgres after admission: the record becomes that refusal,
+    // but only the admission it names can change it.
+    let not_open = Refusal::SaleNotOpen {
+        product: "Thing".into(),
+        state: SaleState::Upcoming,
+    };
+    assert!(!gate
+        .record_refusal(product, alice, &click, "a2", &not_open)
+        .await
+        .unwrap());
+    assert!(gate
+        .record_refusal(product, alice, &click, "a1", &not_open)
+        .await
+        .unwrap());
+    assert_eq!(gate.give_back(product, "a1").await.unwrap(), 1);
+    assert_eq!(
+        gate.admit(product, alice, one, "a4", Some(&click))
+            .await
+            .unwrap(),
+        Admission::RefusedBefore(not_open)
+    );
+    assert!(
+        !gate
+            .forget_admission(product, alice, "click", "a1")
+            .await
+            .unwrap(),
+        "a refusal is an answer, not an admission to forget"
+    );
+
+    // The same key of another customer is another request; a refusal the
+    // gate decides is recorded in the same step.
+    assert_eq!(
+        gate.admit(product, bob, Quantity::new(2).unwrap(), "b1", Some(&click))
+            .await
+            .unwrap(),
+        Admission::SoldOut { available: 1 }
+    );
+    assert_eq!(
+        gate.admit(product, bob, Quantity::new(2).unwrap(), "b2", Some(&click))
+            .await
+            .unwrap(),
+        Admission::RefusedBefore(Refusal::SoldOut {
+            product: None,
+            available: 1
+        })
+    );
+
+    // An admission that changed nothing is forgotten: the key runs again.
+    let retry = AnswerRecord {
+        key: "retry",
+        ..click
+    };
+    assert_eq!(
+        gate.admit(product, bob, one, "c1", Some(&retry))
+            .await
+            .unwrap(),
+        Admission::Admitted
+    );
+    assert!(gate
+        .forget_admission(product, bob, "retry", "c1")
+        .await
+        .unwrap());
+    assert_eq!(gate.give_back(product, "c1").await.unwrap(), 1);
+    assert_eq!(
+        gate.admit(product, bob, one, "c2", Some(&retry))
+            .await
+            .unwrap(),
+        Admission::Admitted
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -393,6 +511,7 @@ async fn a_failure_after_admission_gives_the_units_back() {
             CustomerId(999),
             Quantity::new(2).unwrap(),
             "lost-admission",
+            None,
         )
         .await
         .unwrap();
@@ -450,6 +569,7 @@ async fn a_restart_keeps_what_the_gate_has_sold() {
         CustomerId(1),
         Quantity::new(1).unwrap(),
         "in-flight",
+        None,
     )
     .await
     .unwrap();

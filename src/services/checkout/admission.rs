@@ -2,6 +2,8 @@
 //! from Redis alone), or, with the gate off, a plain read of the product
 //! turns away buyers the locked check would refuse anyway.
 
+use std::time::Duration;
+
 use chrono::Utc;
 use diesel::prelude::*;
 
@@ -12,7 +14,7 @@ use crate::db::models::Product;
 use crate::db::schema::products;
 use crate::domain::{CustomerId, Refusal};
 use crate::error::AppError;
-use crate::gate::{Admission, StockGate};
+use crate::gate::{Admission, AnswerRecord, StockGate};
 use crate::services::stock_gate::{give_back_all, seed_if_absent};
 use crate::services::Shop;
 
@@ -31,7 +33,7 @@ pub(super) async fn admit_all(
     let mut admitted = Vec::with_capacity(lines.len());
     for line in lines {
         let mut answer = gate
-            .admit(line.product, customer, line.quantity, &key)
+            .admit(line.product, customer, line.quantity, &key, None)
             .await;
         if let Ok(Admission::Unknown) = answer {
             // Created after this instance seeded, or lost with a Redis restart:
@@ -41,7 +43,7 @@ pub(super) async fn admit_all(
                 return Err(error);
             }
             answer = gate
-                .admit(line.product, customer, line.quantity, &key)
+                .admit(line.product, customer, line.quantity, &key, None)
                 .await;
         }
         let refusal = match answer {
@@ -66,7 +68,12 @@ pub(super) async fn admit_all(
                 limit: limit as i32,
                 already: held,
             },
-            Ok(Admission::Conflict) => {
+            Ok(
+                Admission::Conflict
+                | Admission::KeyReused
+                | Admission::RefusedBefore(_)
+                | Admission::AdmittedBefore { .. },
+            ) => {
                 give_back_all(gate, &key, &admitted).await;
                 return Err(AppError::Internal(anyhow::anyhow!(
                     "a fresh admission key was already in the gate"
@@ -82,6 +89,88 @@ pub(super) async fn admit_all(
         return Ok(Err(refusal));
     }
     Ok(Ok(key))
+}
+
+/// What the gate says to a one-product purchase that carries its
+/// idempotency key, whose answer the gate keeps.
+pub(super) enum KeyedAdmission {
+    Admitted,
+    /// Refused now; the refusal is recorded under the key.
+    Refused(Refusal),
+    /// The key's request was refused before: the same refusal.
+    RefusedBefore(Refusal),
+    /// The key's request was admitted `age` ago as `admission`.
+    AdmittedBefore {
+        admission: String,
+        age: Duration,
+    },
+}
+
+/// Admits `line` as `admission` with the request's answer record. A call
+/// that failed may still have run in Redis: its units are given back and
+/// its record forgotten, both of which do nothing if it did not.
+pub(super) async fn admit_keyed(
+    shop: &Shop,
+    gate: &StockGate,
+    customer: CustomerId,
+    line: &Line,
+    admission: &str,
+    record: &AnswerRecord<'_>,
+) -> Result<KeyedAdmission, AppError> {
+    let admit = || {
+        gate.admit(
+            line.product,
+            customer,
+            line.quantity,
+            admission,
+            Some(record),
+        )
+    };
+    let mut answer = admit().await;
+    if let Ok(Admission::Unknown) = answer {
+        // See `admit_all`: seed from the database, then ask once more.
+        answer = match seed_if_absent(shop, vec![line.product]).await {
+            Ok(()) => admit().await,
+            Err(error) => Err(error),
+        };
+    }
+    let refusal = match answer {
+        Ok(Admission::Admitted | Admission::Repeat) => return Ok(KeyedAdmission::Admitted),
+        Ok(Admission::SoldOut { available }) => Refusal::SoldOut {
+            product: None,
+            available: available as i32,
+        },
+        Ok(Admission::LimitReached { held, limit }) => Refusal::LimitReached {
+            product: None,
+            limit: limit as i32,
+            already: held,
+        },
+        Ok(Admission::RefusedBefore(refusal)) => return Ok(KeyedAdmission::RefusedBefore(refusal)),
+        Ok(Admission::AdmittedBefore { admission, age }) => {
+            return Ok(KeyedAdmission::AdmittedBefore { admission, age })
+        }
+        Ok(Admission::KeyReused) => return Err(AppError::KeyReused),
+        Ok(Admission::Unknown) => {
+            return Err(AppError::NotFound(format!(
+                "There is no product with id {}.",
+                line.product
+            )))
+        }
+        Ok(Admission::Conflict) => Err(AppError::Internal(anyhow::anyhow!(
+            "a fresh admission key was already in the gate"
+        )))?,
+        Err(error) => {
+            give_back_all(gate, admission, &[line.product]).await;
+            if let Err(error) = gate
+                .forget_admission(line.product, customer, record.key, admission)
+                .await
+            {
+                tracing::warn!(%error, "could not forget a failed admission's answer record");
+            }
+            return Err(error);
+        }
+    };
+    Ok(KeyedAdmission::Refused(refusal))
 }
 
 /// Turns away, without queueing for the lock, a buyer that the locked check

@@ -284,6 +284,11 @@ fn serve_batch(
             tracing::warn!(%error, %product, "a batch's rows were refused; serving its buyers one by one");
             db::transaction(conn, |conn| serve_one_by_one(conn, lease, product, buyers))
         }
+        Err(BatchError::KeyTaken) => {
+            // A resend whose first request's order already stands: only that
+            // buyer is refused, one by one finds out which.
+            db::transaction(conn, |conn| serve_one_by_one(conn, lease, product, buyers))
+        }
         Err(BatchError::Failed(error)) => Err(error),
     }
 }
@@ -291,6 +296,8 @@ fn serve_batch(
 enum BatchError {
     /// The combined write broke a constraint: some buyer's rows are at fault.
     RowsRefused(diesel::result::Error),
+    /// Some buyer's idempotency key was already taken by an earlier order.
+    KeyTaken,
     /// Anything else fails the whole batch.
     Failed(AppError),
 }
@@ -386,6 +393,9 @@ fn serve_at_once(
         if written.first().and_then(|w| w.stock).is_none() {
             return Err(fence::refused(conn, product_id)?.into());
         }
+        if written.iter().any(|w| !w.named) {
+            return Err(BatchError::KeyTaken);
+        }
         let mut orders = written.into_iter();
         for answer in answers.iter_mut().filter(|a| a.is_none()) {
             let order = orders.next().ok_or_else(|| {
@@ -440,7 +450,7 @@ fn serve_one_by_one(
                 &[(&tally.product, buyer.quantity, stock_after)],
                 buyer.payment_deadline,
                 buyer.gate_key.as_deref(),
-                buyer.answer_key.as_deref(),
+                buyer.answer_key.as_ref(),
             )
         });
         match written {

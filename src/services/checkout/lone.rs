@@ -5,7 +5,7 @@
 
 use chrono::{DateTime, Utc};
 
-use super::order_rows::write_order;
+use super::order_rows::{write_order, KeyRow};
 use super::outcome::{Line, PurchaseOutcome};
 use super::rules::{check_buyer, held_by_customers, lock_product};
 use crate::db::fence::change_stock;
@@ -26,7 +26,7 @@ pub(super) async fn buy_alone(
     lines: Vec<Line>,
     payment_deadline: DateTime<Utc>,
     gate_key: Option<String>,
-    answer_key: Option<String>,
+    answer_key: Option<KeyRow>,
 ) -> Result<PurchaseOutcome, AppError> {
     let products: Vec<ProductId> = lines.iter().map(|l| l.product).collect();
     let pool = shop.pool.clone();
@@ -46,7 +46,7 @@ pub(super) async fn buy_alone(
                         &lines,
                         payment_deadline,
                         gate_key.as_deref(),
-                        answer_key.as_deref(),
+                        answer_key.as_ref(),
                     )?;
                     lease.ensure_valid()?;
                     Ok(outcome)
@@ -79,7 +79,7 @@ fn purchase_in_transaction(
     lines: &[Line],
     payment_deadline: DateTime<Utc>,
     gate_key: Option<&str>,
-    answer_key: Option<&str>,
+    answer_key: Option<&KeyRow>,
 ) -> Result<PurchaseOutcome, AppError> {
     let now = Utc::now();
     let mut checked: Vec<(Product, Quantity)> = Vec::with_capacity(lines.len());

@@ -23,24 +23,69 @@ use tracing::Instrument;
 // A batch is reachable on its own so tests can queue buyers that no form
 // would produce (an account that does not exist).
 pub use batch::{buy_in_batch, Combiner};
-pub use order_rows::Buyer;
+pub use order_rows::{Buyer, KeyRow};
 pub use outcome::{Line, PurchaseOutcome};
 
-use crate::domain::{CustomerId, IdempotencyKey, ProductId};
+use std::time::Duration;
+
+use crate::domain::{CustomerId, IdempotencyKey, OrderId, ProductId};
 use crate::error::AppError;
+use crate::gate::{AnswerRecord, StockGate};
+use crate::services::idempotency::{key_use, order_named, KeyUse};
 use crate::services::stock_gate::give_back_all;
 use crate::services::Shop;
-use admission::{admit_all, refusal_before_locking};
+use admission::{admit_all, admit_keyed, refusal_before_locking, KeyedAdmission};
 use lone::buy_alone;
 
+/// The idempotency key a purchase answers under, and who holds it.
+#[derive(Debug, Clone)]
+pub enum AnswerKey {
+    /// Claimed in Postgres before the purchase (a cart, or the gate off):
+    /// the order is named on that claim in its own transaction.
+    Claimed(IdempotencyKey),
+    /// Kept by the stock gate with the request's fingerprint: a refusal is
+    /// recorded there, where it is decided, and the order's transaction
+    /// writes the key's row. Only for one product (one gate slot).
+    AtGate {
+        key: IdempotencyKey,
+        fingerprint: String,
+    },
+}
+
+impl AnswerKey {
+    fn key(&self) -> &IdempotencyKey {
+        match self {
+            AnswerKey::Claimed(key) | AnswerKey::AtGate { key, .. } => key,
+        }
+    }
+
+    fn row(&self) -> KeyRow {
+        match self {
+            AnswerKey::Claimed(key) => KeyRow {
+                key: key.as_str().to_string(),
+                fingerprint: None,
+            },
+            AnswerKey::AtGate { key, fingerprint } => KeyRow {
+                key: key.as_str().to_string(),
+                fingerprint: Some(fingerprint.clone()),
+            },
+        }
+    }
+}
+
+/// Whether a one-product purchase's key can be kept at the gate (so a
+/// refusal costs no Postgres write at all).
+pub fn keeps_answers_at_gate(shop: &Shop) -> bool {
+    shop.gate.is_some()
+}
+
 /// Buys `lines` (one order, all lines or none) for `customer`. The order is
-/// named on `answer_key` (an idempotency key this request has claimed) in
-/// the order's own transaction, so a replay finds it.
+/// named on `answer_key` in the order's own transaction, so a replay finds it.
 pub async fn purchase(
     shop: &Shop,
     customer: CustomerId,
     mut lines: Vec<Line>,
-    answer_key: Option<IdempotencyKey>,
+    answer_key: Option<AnswerKey>,
 ) -> Result<PurchaseOutcome, AppError> {
     // Lock order and row-lock order are both ascending product id.
     lines.sort_by_key(|l| l.product);
@@ -49,9 +94,17 @@ pub async fn purchase(
             "An order needs each product once, with a quantity.".into(),
         ));
     }
+    if matches!(answer_key, Some(AnswerKey::AtGate { .. }))
+        && (lines.len() != 1 || shop.gate.is_none())
+    {
+        return Err(AppError::Internal(anyhow::anyhow!(
+            "a key kept at the gate needs the gate and one product"
+        )));
+    }
     // From admission on, the purchase runs on a task of its own: a buyer who
     // hangs up cancels the request, and with it anything awaited there, but
-    // not the give-back of what the gate admitted for them.
+    // not the give-back of what the gate admitted for them, nor the answer
+    // recorded under their key.
     let served = shop.clone();
     let purchase = async move { admit_and_buy(&served, customer, lines, answer_key).await };
     tokio::spawn(purchase.instrument(tracing::Span::current()))
@@ -59,29 +112,31 @@ pub async fn purchase(
         .map_err(|e| AppError::Internal(anyhow::anyhow!("purchase task failed: {e}")))?
 }
 
+/// How a purchase got past the gate.
+enum Admitted {
+    /// The gate admitted it under this admission key.
+    Gate(String),
+    /// There is no gate: the locked check decides alone.
+    NoGate,
+}
+
 async fn admit_and_buy(
     shop: &Shop,
     customer: CustomerId,
     lines: Vec<Line>,
-    answer_key: Option<IdempotencyKey>,
+    answer_key: Option<AnswerKey>,
 ) -> Result<PurchaseOutcome, AppError> {
-    let products: Vec<ProductId> = lines.iter().map(|l| l.product).collect();
-    let admission = match &shop.gate {
-        Some(gate) => match admit_all(shop, gate, customer, &lines).await? {
-            Ok(admission) => Some(admission),
-            Err(refusal) => return Ok(PurchaseOutcome::Refused(refusal)),
-        },
-        None => {
-            if let Some(refusal) = refusal_before_locking(shop, &lines).await? {
-                return Ok(PurchaseOutcome::Refused(refusal));
-            }
-            None
-        }
+    let admitted = match admit(shop, customer, &lines, answer_key.as_ref()).await? {
+        Ok(admitted) => admitted,
+        Err(answered) => return Ok(answered),
     };
-    let gate_key = admission.clone();
-    let admitted_products = products.clone();
+    let gate_key = match &admitted {
+        Admitted::Gate(key) => Some(key.clone()),
+        Admitted::NoGate => None,
+    };
+    let products: Vec<ProductId> = lines.iter().map(|l| l.product).collect();
     let payment_deadline = Utc::now() + shop.settings.payment_timeout;
-    let answer_key = answer_key.map(|key| key.as_str().to_string());
+    let key_row = answer_key.as_ref().map(AnswerKey::row);
     let result = if shop.settings.inject_fault_after_admission {
         Err(AppError::Internal(anyhow::anyhow!(
             "injected fault between admission and the database"
@@ -91,8 +146,8 @@ async fn admit_and_buy(
             customer,
             quantity: line.quantity,
             payment_deadline,
-            gate_key,
-            answer_key,
+            gate_key: gate_key.clone(),
+            answer_key: key_row,
         };
         buy_in_batch(shop, line.product, buyer).await
     } else {
@@ -101,20 +156,212 @@ async fn admit_and_buy(
             customer,
             lines,
             payment_deadline,
-            gate_key,
-            answer_key,
+            gate_key.clone(),
+            key_row,
         )
         .await
     };
-    // Whatever kept the order from being written hands the admitted units back.
-    if let (Some(gate), Some(admission)) = (&shop.gate, &admission) {
-        if !matches!(result, Ok(PurchaseOutcome::Purchased(_))) {
-            give_back_all(gate, admission, &admitted_products).await;
-        }
+    let result = resolve_key(shop, customer, answer_key.as_ref(), result).await;
+    if let (Some(gate), Admitted::Gate(admission)) = (&shop.gate, &admitted) {
+        let retention = shop.settings.refusal_retention;
+        hand_back(
+            gate,
+            customer,
+            &products,
+            admission,
+            answer_key.as_ref(),
+            retention,
+            &result,
+        )
+        .await;
     }
     match result {
         Err(AppError::Busy) => Ok(PurchaseOutcome::Busy),
         Err(AppError::Unavailable(reason)) => Ok(PurchaseOutcome::Unavailable(reason)),
         other => other,
+    }
+}
+
+/// Gets the purchase past the gate: `Ok` to go on to the lock, or `Err`
+/// with the answer already decided (a refusal, or a repeat's answer).
+async fn admit(
+    shop: &Shop,
+    customer: CustomerId,
+    lines: &[Line],
+    answer_key: Option<&AnswerKey>,
+) -> Result<Result<Admitted, PurchaseOutcome>, AppError> {
+    let Some(gate) = &shop.gate else {
+        return Ok(match refusal_before_locking(shop, lines).await? {
+            Some(refusal) => Err(PurchaseOutcome::Refused(refusal)),
+            None => Ok(Admitted::NoGate),
+        });
+    };
+    if let (Some(AnswerKey::AtGate { key, fingerprint }), [line]) = (answer_key, lines) {
+        return admit_under_key(shop, gate, customer, line, key, fingerprint).await;
+    }
+    Ok(match admit_all(shop, gate, customer, lines).await? {
+        Ok(admission) => Ok(Admitted::Gate(admission)),
+        Err(refusal) => Err(PurchaseOutcome::Refused(refusal)),
+    })
+}
+
+/// How often a repeat looks again at a request still in flight under its key.
+const POLL: Duration = Duration::from_millis(25);
+
+/// The gate's answer for a purchase whose key it keeps. A repeat of a
+/// request still in flight waits for it, about as long as that one can take
+/// to get its lock; one whose first request can no longer commit (older than
+/// any purchase runs) and bought nothing is taken over.
+async fn admit_under_key(
+    shop: &Shop,
+    gate: &StockGate,
+    customer: CustomerId,
+    line: &Line,
+    key: &IdempotencyKey,
+    fingerprint: &str,
+) -> Result<Result<Admitted, PurchaseOutcome>, AppError> {
+    let record = AnswerRecord {
+        key: key.as_str(),
+        fingerprint,
+        refusal_retention: shop.settings.refusal_retention,
+    };
+    let patience = tokio::time::Instant::now() + shop.settings.lock_wait * 2;
+    loop {
+        let admission = uuid::Uuid::new_v4().simple().to_string();
+        match admit_keyed(shop, gate, customer, line, &admission, &record).await? {
+            KeyedAdmission::Admitted => return Ok(Ok(Admitted::Gate(admission))),
+            KeyedAdmission::Refused(refusal) => return Ok(Err(PurchaseOutcome::Refused(refusal))),
+            KeyedAdmission::RefusedBefore(refusal) => {
+                return Ok(Err(PurchaseOutcome::RefusedBefore(refusal)))
+            }
+            KeyedAdmission::AdmittedBefore { admission, age } => {
+                if let Some(order) = order_named(&shop.bookkeeping, customer, key).await? {
+                    return Ok(Err(PurchaseOutcome::AlreadyOrdered(order)));
+                }
+                if age > shop.settings.longest_purchase() {
+                    // No request can still commit under it, and none did:
+                    // its units come back (unless a resync already counted
+                    // them back) and the key is free for this one.
+                    give_back_all(gate, &admission, &[line.product]).await;
+                    gate.forget_admission(line.product, customer, key.as_str(), &admission)
+                        .await?;
+                } else if tokio::time::Instant::now() < patience {
+                    tokio::time::sleep(POLL).await;
+                } else {
+                    return Err(AppError::KeyInProgress);
+                }
+            }
+        }
+    }
+}
+
+/// What the key says when the purchase could not tell: after a COMMIT whose
+/// answer was lost, the key's row says whether the order landed (it is
+/// written in the order's transaction); a key an earlier order took names
+/// that order, which is the answer to this repeat.
+async fn resolve_key(
+    shop: &Shop,
+    customer: CustomerId,
+    answer_key: Option<&AnswerKey>,
+    result: Result<PurchaseOutcome, AppError>,
+) -> Result<PurchaseOutcome, AppError> {
+    let Some(answer_key) = answer_key else {
+        return result;
+    };
+    match result {
+        Err(AppError::KeyTaken) => {
+            let used = key_use(&shop.bookkeeping, customer, answer_key.key()).await?;
+            match (used, answer_key) {
+                // The key was used for another request (another product, say).
+                (Some(used), AnswerKey::AtGate { fingerprint, .. })
+                    if &used.fingerprint != fingerprint =>
+                {
+                    Err(AppError::KeyReused)
+                }
+                (
+                    Some(KeyUse {
+                        order: Some(order), ..
+                    }),
+                    _,
+                ) => Ok(PurchaseOutcome::AlreadyOrdered(order)),
+                _ => Err(AppError::KeyInProgress),
+            }
+        }
+        Err(AppError::OutcomeUnknown(reason)) => {
+            match order_after_uncertain_commit(shop, customer, answer_key.key()).await {
+                Some(Some(order)) => Ok(PurchaseOutcome::Purchased(order)),
+                // Provably nothing committed.
+                Some(None) => Err(AppError::Unavailable(reason)),
+                None => Err(AppError::OutcomeUnknown(reason)),
+            }
+        }
+        other => other,
+    }
+}
+
+/// The order the key names after a COMMIT lost its answer: `Some(Some)`, none
+/// (`Some(None)`: nothing was bought), or `None` when the database does not
+/// answer either, and nobody can tell yet.
+async fn order_after_uncertain_commit(
+    shop: &Shop,
+    customer: CustomerId,
+    key: &IdempotencyKey,
+) -> Option<Option<OrderId>> {
+    for attempt in 0..3 {
+        if attempt > 0 {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        match order_named(&shop.bookkeeping, customer, key).await {
+            Ok(order) => return Some(order),
+            Err(error) => tracing::warn!(%error, "looking up an uncertain purchase"),
+        }
+    }
+    None
+}
+
+/// Whatever kept the order from being written hands the admitted units back,
+/// and the key's record at the gate becomes the answer (a refusal) or goes
+/// (nothing happened, so the same form may be sent again). An outcome still
+/// unknown does neither: the order may stand, and the record keeps a resend
+/// from buying again until the database can say.
+async fn hand_back(
+    gate: &StockGate,
+    customer: CustomerId,
+    products: &[ProductId],
+    admission: &str,
+    answer_key: Option<&AnswerKey>,
+    refusal_retention: Duration,
+    result: &Result<PurchaseOutcome, AppError>,
+) {
+    if matches!(
+        result,
+        Ok(PurchaseOutcome::Purchased(_)) | Err(AppError::OutcomeUnknown(_))
+    ) {
+        return;
+    }
+    give_back_all(gate, admission, products).await;
+    let (Some(AnswerKey::AtGate { key, fingerprint }), [product]) = (answer_key, products) else {
+        return;
+    };
+    let kept = match result {
+        Ok(PurchaseOutcome::Refused(refusal)) => {
+            let record = AnswerRecord {
+                key: key.as_str(),
+                fingerprint,
+                refusal_retention,
+            };
+            gate.record_refusal(*product, customer, &record, admission, refusal)
+                .await
+                .map(|_| ())
+        }
+        // The order a repeat found stands under its own admission.
+        Ok(PurchaseOutcome::AlreadyOrdered(_) | PurchaseOutcome::RefusedBefore(_)) => Ok(()),
+        _ => gate
+            .forget_admission(*product, customer, key.as_str(), admission)
+            .await
+            .map(|_| ()),
+    };
+    if let Err(error) = kept {
+        tracing::warn!(%error, %product, "could not update a purchase's answer record at the gate");
     }
 }

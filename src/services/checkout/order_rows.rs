@@ -19,8 +19,20 @@ pub struct Buyer {
     pub payment_deadline: DateTime<Utc>,
     /// The stock gate's admission key, kept on the order for give-backs.
     pub gate_key: Option<String>,
-    /// The idempotency key this request claimed: the order is named on it.
-    pub answer_key: Option<String>,
+    /// The idempotency key the order is named on, if the request had one.
+    pub answer_key: Option<KeyRow>,
+}
+
+/// The idempotency key an order is named on, in the order's own transaction.
+#[derive(Debug, Clone)]
+pub struct KeyRow {
+    pub key: String,
+    /// With a fingerprint the key has no row yet (the stock gate kept the
+    /// request's answer): the order's statement inserts it, and a key some
+    /// earlier order already took refuses the order (`AppError::KeyTaken`).
+    /// Without, the request claimed the key's row before: the order is
+    /// named on that row.
+    pub fingerprint: Option<String>,
 }
 
 /// The order, its items and their purchase ledger rows, and the order named
@@ -43,16 +55,25 @@ WITH new_order AS (
     INSERT INTO stock_history (product_id, order_id, delta, stock_after, reason, note)
     SELECT line.product_id, new_order.id, -line.quantity, line.stock_after, $10, ''
     FROM new_order, lines AS line
-), answered AS (
+), claimed AS (
     UPDATE idempotency_keys SET order_id = new_order.id
-    FROM new_order WHERE customer_id = $1 AND key = $11
+    FROM new_order WHERE $12::text IS NULL AND customer_id = $1 AND key = $11
+), recorded AS (
+    INSERT INTO idempotency_keys (customer_id, key, fingerprint, order_id)
+    SELECT $1, $11, $12, new_order.id FROM new_order WHERE $12::text IS NOT NULL
+    ON CONFLICT DO NOTHING
+    RETURNING order_id
 )
-SELECT id FROM new_order";
+SELECT id, $12::text IS NULL OR EXISTS (SELECT 1 FROM recorded) AS named FROM new_order";
 
 #[derive(QueryableByName)]
 struct Written {
     #[diesel(sql_type = diesel::sql_types::BigInt)]
     id: i64,
+    /// Whether the order is named on its idempotency key (false: the key
+    /// was already taken, and the order must not stand).
+    #[diesel(sql_type = diesel::sql_types::Bool)]
+    named: bool,
 }
 
 /// A checked order's rows: the order, one item and one purchase ledger row
@@ -64,7 +85,7 @@ pub(super) fn write_order(
     lines: &[(&Product, Quantity, i32)],
     payment_deadline: DateTime<Utc>,
     gate_key: Option<&str>,
-    answer_key: Option<&str>,
+    answer_key: Option<&KeyRow>,
 ) -> Result<OrderId, AppError> {
     use diesel::sql_types::{Array, BigInt, Int4, Nullable, Text, Timestamptz};
     let total = lines
@@ -87,8 +108,12 @@ pub(super) fn write_order(
         )
         .bind::<Array<Int4>, _>(lines.iter().map(|(_, _, after)| *after).collect::<Vec<_>>())
         .bind::<Text, _>(StockReason::Purchase.as_str())
-        .bind::<Nullable<Text>, _>(answer_key)
+        .bind::<Nullable<Text>, _>(answer_key.map(|k| k.key.as_str()))
+        .bind::<Nullable<Text>, _>(answer_key.and_then(|k| k.fingerprint.as_deref()))
         .get_result(conn)?;
+    if !written.named {
+        return Err(AppError::KeyTaken);
+    }
     Ok(OrderId(written.id))
 }
 
@@ -100,8 +125,8 @@ pub(super) fn write_order(
 const WRITE_BATCH: &str = "
 WITH buyer AS MATERIALIZED (
     SELECT nextval('orders_id_seq') AS order_id, b.*
-    FROM unnest($1::bigint[], $2::int[], $3::bigint[], $4::timestamptz[], $5::text[], $6::int[], $13::text[])
-        WITH ORDINALITY AS b(customer_id, quantity, total_cents, payment_deadline, gate_key, stock_after, answer_key, arrival)
+    FROM unnest($1::bigint[], $2::int[], $3::bigint[], $4::timestamptz[], $5::text[], $6::int[], $13::text[], $14::text[])
+        WITH ORDINALITY AS b(customer_id, quantity, total_cents, payment_deadline, gate_key, stock_after, answer_key, answer_fingerprint, arrival)
 ), new_orders AS (
     INSERT INTO orders (id, customer_id, status, total_cents, payment_deadline, gate_key)
     SELECT order_id, customer_id, $7, total_cents, payment_deadline, gate_key
@@ -116,11 +141,21 @@ WITH buyer AS MATERIALIZED (
     UPDATE products SET stock = stock - $11, fence = $12, updated_at = now()
     WHERE id = $8 AND fence < $12
     RETURNING stock
-), answered AS (
+), claimed AS (
     UPDATE idempotency_keys k SET order_id = buyer.order_id
-    FROM buyer WHERE k.customer_id = buyer.customer_id AND k.key = buyer.answer_key
+    FROM buyer WHERE buyer.answer_fingerprint IS NULL
+        AND k.customer_id = buyer.customer_id AND k.key = buyer.answer_key
+), recorded AS (
+    INSERT INTO idempotency_keys (customer_id, key, fingerprint, order_id)
+    SELECT customer_id, answer_key, answer_fingerprint, order_id FROM buyer
+    WHERE answer_fingerprint IS NOT NULL ORDER BY arrival
+    ON CONFLICT DO NOTHING
+    RETURNING order_id
 )
-SELECT buyer.order_id, (SELECT stock FROM stock) AS stock FROM buyer ORDER BY arrival";
+SELECT buyer.order_id, (SELECT stock FROM stock) AS stock,
+    buyer.answer_fingerprint IS NULL
+        OR EXISTS (SELECT 1 FROM recorded WHERE recorded.order_id = buyer.order_id) AS named
+FROM buyer ORDER BY arrival";
 
 #[derive(QueryableByName)]
 pub(super) struct WrittenBuyer {
@@ -129,6 +164,9 @@ pub(super) struct WrittenBuyer {
     #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Integer>)]
     /// None when the fencing token refused the stock update.
     pub stock: Option<i32>,
+    /// False when the buyer's idempotency key was already taken.
+    #[diesel(sql_type = diesel::sql_types::Bool)]
+    pub named: bool,
 }
 
 /// Writes every buyer in `taking` (each with the stock left after them, in
@@ -184,7 +222,13 @@ pub(super) fn write_batch(
         .bind::<Array<Nullable<Text>>, _>(
             taking
                 .iter()
-                .map(|(b, _)| b.answer_key.clone())
+                .map(|(b, _)| b.answer_key.as_ref().map(|k| k.key.clone()))
+                .collect::<Vec<_>>(),
+        )
+        .bind::<Array<Nullable<Text>>, _>(
+            taking
+                .iter()
+                .map(|(b, _)| b.answer_key.as_ref().and_then(|k| k.fingerprint.clone()))
                 .collect::<Vec<_>>(),
         )
         .load(conn)

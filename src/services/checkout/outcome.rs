@@ -18,13 +18,19 @@ pub enum PurchaseOutcome {
     Refused(Refusal),
     Busy,
     Unavailable(String),
+    /// A repeat of a request that bought this order: nothing bought again.
+    AlreadyOrdered(OrderId),
+    /// A repeat of a request that was refused: the same refusal again.
+    RefusedBefore(Refusal),
 }
 
 impl PurchaseOutcome {
     pub fn into_result(self) -> Result<OrderId, AppError> {
         match self {
-            PurchaseOutcome::Purchased(order) => Ok(order),
-            PurchaseOutcome::Refused(refusal) => Err(AppError::Refused(refusal)),
+            PurchaseOutcome::Purchased(order) | PurchaseOutcome::AlreadyOrdered(order) => Ok(order),
+            PurchaseOutcome::Refused(refusal) | PurchaseOutcome::RefusedBefore(refusal) => {
+                Err(AppError::Refused(refusal))
+            }
             PurchaseOutcome::Busy => Err(AppError::Busy),
             PurchaseOutcome::Unavailable(reason) => Err(AppError::Unavailable(reason)),
         }
@@ -37,6 +43,15 @@ impl PurchaseOutcome {
             PurchaseOutcome::Refused(refusal) => refusal.kind(),
             PurchaseOutcome::Busy => "busy",
             PurchaseOutcome::Unavailable(_) => "unavailable",
+            PurchaseOutcome::AlreadyOrdered(_) | PurchaseOutcome::RefusedBefore(_) => "replayed",
         }
+    }
+
+    /// Whether this answers a repeat with the first request's outcome.
+    pub fn is_replay(&self) -> bool {
+        matches!(
+            self,
+            PurchaseOutcome::AlreadyOrdered(_) | PurchaseOutcome::RefusedBefore(_)
+        )
     }
 }
