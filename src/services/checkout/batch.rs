@@ -87,9 +87,17 @@ pub async fn buy_in_batch(shop: &Shop, product: ProductId, buyer: Buyer) -> Answ
         // Its own task: a buyer who disconnects cannot cancel a batch half way.
         tokio::spawn(lead(shop.clone(), product, queue, combiner.max_batch));
     }
-    answered
-        .await
-        .unwrap_or_else(|_| Err(AppError::Internal(anyhow::anyhow!("the batch was lost"))))
+    // The leader's every step is bounded (the lock wait, the statement
+    // timeout, the lease), so a buyer still unanswered after the longest a
+    // purchase can take has a leader stuck past all of them: by then nothing
+    // can commit for this buyer any more, so looking the key up tells.
+    match tokio::time::timeout(shop.settings.longest_purchase(), answered).await {
+        Ok(Ok(answer)) => answer,
+        Ok(Err(_)) => Err(AppError::Internal(anyhow::anyhow!("the batch was lost"))),
+        Err(_) => Err(AppError::OutcomeUnknown(
+            "the batch did not answer within the longest a purchase can take".into(),
+        )),
+    }
 }
 
 fn lock(queue: &Mutex<Queue>) -> std::sync::MutexGuard<'_, Queue> {
@@ -166,9 +174,21 @@ async fn lead(shop: Shop, product: ProductId, queue: Arc<Mutex<Queue>>, max_batc
         };
         let batch: Vec<Waiting> = {
             let mut queue = lock(&leadership.queue);
+            // A buyer who stopped waiting (see `buy_in_batch`) is not served:
+            // they were told the outcome is unknown, and their admission is
+            // handed back on their side once the key shows no order.
+            queue.waiting.retain(|w| !w.answer.is_closed());
             let take = queue.waiting.len().min(max_batch);
             queue.waiting.drain(..take).collect()
         };
+        if batch.is_empty() {
+            if !leadership.still_needed() {
+                held.release().await;
+                return;
+            }
+            kept = Some(held);
+            continue;
+        }
         let (buyers, answers): (Vec<Buyer>, Vec<_>) =
             batch.into_iter().map(|w| (w.buyer, w.answer)).unzip();
         let admissions: Vec<Option<(String, CustomerId, Quantity)>> = buyers
