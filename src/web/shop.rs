@@ -100,8 +100,8 @@ pub async fn buy(
 }
 
 /// Runs a purchase attempt (parsing included, so refused input counts too)
-/// and counts what it came to in `flashsale_purchases_total`. Idempotent
-/// replays never get here, so each attempt is counted once.
+/// and counts what it came to in `flashsale_purchases_total`. Replays of a
+/// claim in Postgres never get here; replays the gate answers count as such.
 pub(super) async fn counted_purchase(
     attempt: impl Future<Output = Result<PurchaseOutcome, AppError>>,
 ) -> Result<OrderId, AppError> {
