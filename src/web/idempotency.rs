@@ -9,12 +9,11 @@ use actix_web::body::to_bytes;
 use actix_web::http::{header, StatusCode};
 use actix_web::{HttpRequest, HttpResponse, ResponseError};
 
-use crate::domain::OrderId;
 use crate::domain::{CustomerId, IdempotencyKey};
 use crate::error::AppError;
 use crate::services::idempotency::{
-    claim, fingerprint, legacy_fingerprint, order_named, release, save, take_over_abandoned,
-    Abandoned, Claim, SavedResponse,
+    claim, fingerprint, legacy_fingerprint, release, save, take_over_abandoned, Abandoned, Claim,
+    SavedResponse,
 };
 use crate::services::Shop;
 
@@ -118,10 +117,17 @@ where
             }
             Claim::Mismatch => return Err(AppError::KeyReused),
             // A claim kept because its outcome could not be learned: once no
-            // request can still commit under it, its order_id is final.
-            Claim::InProgress if intent.names_order && !looked_for_abandoned => {
+            // request can still commit under it, its order_id is final, and
+            // a claim without an order or an answer did nothing that the
+            // action itself would not see (pay and refund check the order's
+            // state, a purchase is named on the key), so it runs again.
+            Claim::InProgress if !looked_for_abandoned => {
                 looked_for_abandoned = true;
-                let longest = shop.settings.longest_purchase();
+                let longest = if intent.names_order {
+                    shop.settings.longest_purchase()
+                } else {
+                    shop.settings.longest_purchase() + shop.settings.payment_provider_timeout
+                };
                 match take_over_abandoned(&shop.bookkeeping, customer, &key, longest).await? {
                     Abandoned::Ordered(order) => return Ok(replay(SavedResponse::order(order))),
                     Abandoned::TakenOver => break,
@@ -138,15 +144,9 @@ where
     let result = action(Some(key.clone())).await;
     if let Err(AppError::OutcomeUnknown(_)) = &result {
         // The COMMIT may have landed: releasing the key now would let the
-        // resend buy a second time. Keep the claim unless the database shows
-        // nothing was bought.
-        if intent.names_order {
-            match order_after_uncertain_commit(shop, customer, &key).await {
-                Some(Some(order)) => return Ok(replay(SavedResponse::order(order))),
-                Some(None) => release(&shop.bookkeeping, customer, &key).await?,
-                None => {}
-            }
-        }
+        // resend act a second time. A purchase has already looked its key up
+        // (checkout answers "nothing committed" as unavailable), so the claim
+        // stays until the database can say, or no request can still commit.
         return result;
     }
     let (status, location, body) = match &result {
@@ -186,26 +186,6 @@ where
         .await?;
     }
     result
-}
-
-/// What the key says after a purchase's COMMIT lost its answer: the order
-/// it named (`Some(Some)`), none, so nothing was bought (`Some(None)`), or
-/// `None` when the database does not answer either, and nobody can tell yet.
-async fn order_after_uncertain_commit(
-    shop: &Shop,
-    customer: CustomerId,
-    key: &IdempotencyKey,
-) -> Option<Option<OrderId>> {
-    for attempt in 0..3 {
-        if attempt > 0 {
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-        match order_named(&shop.bookkeeping, customer, key).await {
-            Ok(order) => return Some(order),
-            Err(error) => tracing::warn!(%error, "looking up an uncertain purchase"),
-        }
-    }
-    None
 }
 
 fn replay(saved: SavedResponse) -> HttpResponse {

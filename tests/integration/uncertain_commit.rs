@@ -202,3 +202,71 @@ async fn a_kept_claim_that_bought_nothing_runs_again_once_no_request_can_still_c
     assert_eq!(app.db.stock(product), 4);
     app.db.assert_audit_clean();
 }
+
+/// A payment's claim kept because its outcome was unknown (its COMMIT lost
+/// its answer) is held while a request could still be running under it, then
+/// taken over: the payment's own checks decide again, and it is paid once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_kept_payment_claim_is_taken_over_once_no_request_can_still_run() {
+    let app = spawn_app_with(|settings| {
+        settings.lock_wait = Duration::from_millis(300);
+        settings.payment_provider_timeout = Duration::from_secs(1);
+    })
+    .await;
+    let product = app.product(5, None).await;
+    let buyer = app.customer("kept-pay@example.com").await;
+    let order = order_id_from(&buyer.buy(product, 1).await);
+    let customer = app
+        .db
+        .count("SELECT id AS n FROM customers WHERE email = 'kept-pay@example.com'");
+    let fingerprint = flashsale::services::idempotency::fingerprint(
+        &app.shop.fingerprint_key,
+        &format!("POST /orders/{order}/pay\ncard_number={GOOD_CARD}"),
+    );
+    app.db.count(&format!(
+        "WITH k AS (INSERT INTO idempotency_keys (customer_id, key, fingerprint) VALUES ({customer}, 'pay-kept', '{fingerprint}') RETURNING 1) SELECT count(*) AS n FROM k"
+    ));
+    let pay = || {
+        let buyer = buyer.clone();
+        async move {
+            let token = buyer.csrf().await;
+            buyer
+                .post(
+                    &format!("/orders/{order}/pay"),
+                    &[
+                        ("card_number", GOOD_CARD),
+                        ("csrf_token", &token),
+                        ("idempotency_key", "pay-kept"),
+                    ],
+                )
+                .await
+        }
+    };
+    expect_page(pay().await, StatusCode::CONFLICT, "Already in progress").await;
+    assert_eq!(app.db.count("SELECT count(*) AS n FROM payments"), 0);
+
+    app.db.count(
+        "WITH k AS (UPDATE idempotency_keys SET created_at = now() - interval '1 hour' WHERE key = 'pay-kept' RETURNING 1) SELECT count(*) AS n FROM k",
+    );
+    expect_redirect(&pay().await, &format!("/orders/{order}"));
+    let again = pay().await;
+    assert_eq!(
+        again
+            .headers()
+            .get("Idempotent-Replayed")
+            .map(|v| v.to_str().unwrap()),
+        Some("true")
+    );
+    expect_redirect(&again, &format!("/orders/{order}"));
+    assert_eq!(
+        app.db
+            .count("SELECT count(*) AS n FROM payments WHERE outcome = 'approved'"),
+        1
+    );
+    assert_eq!(
+        app.db.count(&format!(
+            "SELECT count(*) AS n FROM orders WHERE id = {order} AND status = 'paid'"
+        )),
+        1
+    );
+}
