@@ -2,14 +2,12 @@
 //! sign-out), the admin audit log, secure cookies, and secrets kept out of
 //! logs and pages.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::helpers::*;
 use flashsale::domain::{Email, Password, Role};
 use flashsale::services::accounts::sign_up;
 use flashsale::services::jobs::run_once;
-use reqwest::cookie::{CookieStore, Jar};
 use reqwest::redirect::Policy;
 use reqwest::StatusCode;
 
@@ -29,38 +27,6 @@ fn retry_after(response: &reqwest::Response) -> u64 {
         .to_str()
         .unwrap()
         .parse()
-        .unwrap()
-}
-
-/// A browser whose cookies the test can read, as someone copying them would.
-fn browser_with_jar(app: &TestApp) -> (Browser, Arc<Jar>) {
-    let jar = Arc::new(Jar::default());
-    let client = reqwest::Client::builder()
-        .cookie_provider(jar.clone())
-        .redirect(Policy::none())
-        .build()
-        .unwrap();
-    (Browser::with_client(&app.address, client), jar)
-}
-
-fn cookie_header(jar: &Jar, app: &TestApp) -> String {
-    jar.cookies(&app.address.parse().unwrap())
-        .expect("the shop set a cookie")
-        .to_str()
-        .unwrap()
-        .to_string()
-}
-
-/// A request carrying exactly `cookie`: a replayed copy.
-async fn get_with_cookie(app: &TestApp, path: &str, cookie: &str) -> reqwest::Response {
-    reqwest::Client::builder()
-        .redirect(Policy::none())
-        .build()
-        .unwrap()
-        .get(format!("{}{path}", app.address))
-        .header("Cookie", cookie)
-        .send()
-        .await
         .unwrap()
 }
 
