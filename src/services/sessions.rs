@@ -238,9 +238,10 @@ impl Revocations {
                 polled_at: None,
                 fresh_as_of: None,
             }),
-            pool: db::build_pool(
+            // Connects on the first poll, not before: a `Shop` built for a
+            // command that never serves pages opens nothing here.
+            pool: db::build_one_shot_pool(
                 &settings.database_url,
-                2,
                 settings.db_statement_timeout,
                 settings.db_connect_timeout,
             ),
