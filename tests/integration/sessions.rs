@@ -290,3 +290,100 @@ async fn a_deleted_account_signs_in_no_one() {
         1
     );
 }
+
+/// A cookie as the shop wrote it before cookies carried their session's
+/// expiry: the token and the account only, sealed with the shop's key.
+fn cookie_without_expiry(app: &TestApp, token: &str, account: serde_json::Value) -> String {
+    use actix_web::cookie::{Cookie, CookieJar, Key};
+    let state: std::collections::HashMap<&str, String> = [
+        ("session_token", serde_json::to_string(token).unwrap()),
+        ("account", account.to_string()),
+    ]
+    .into();
+    let mut jar = CookieJar::new();
+    jar.private_mut(&Key::from(&app.settings.session_key))
+        .add(Cookie::new(
+            "flashsale_session",
+            serde_json::to_string(&state).unwrap(),
+        ));
+    format!(
+        "flashsale_session={}",
+        jar.get("flashsale_session").unwrap().value()
+    )
+}
+
+/// What a session cookie holds, opened with the shop's key.
+fn sealed_state(app: &TestApp, cookie: &str) -> std::collections::HashMap<String, String> {
+    use actix_web::cookie::{Cookie, CookieJar, Key};
+    // Set-Cookie percent-encodes the sealed value.
+    let sealed = Cookie::parse_encoded(cookie.to_string()).unwrap();
+    let name = sealed.name().to_string();
+    let mut jar = CookieJar::new();
+    jar.add_original(sealed);
+    let opened = jar
+        .private(&Key::from(&app.settings.session_key))
+        .get(&name)
+        .expect("a cookie sealed with the shop's key");
+    serde_json::from_str(opened.value()).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cookie_from_before_the_expiry_was_kept_in_it_still_signs_in_until_revoked() {
+    let app = spawn_app().await;
+    let account = flashsale::services::accounts::sign_up(
+        &app.shop.pool,
+        Email::parse("veteran@example.com").unwrap(),
+        Password::parse(PASSWORD).unwrap(),
+        flashsale::domain::Role::Customer,
+    )
+    .await
+    .unwrap();
+    let (token, _) = flashsale::services::sessions::start(
+        &app.shop.pool,
+        account.id,
+        app.settings.security.session_ttl,
+    )
+    .await
+    .unwrap();
+    let old = cookie_without_expiry(
+        &app,
+        token.as_str(),
+        serde_json::json!({"id": account.id.get(), "email": "veteran@example.com", "role": "customer"}),
+    );
+
+    // Checked against the table once, and given its expiry for next time.
+    let first = get_with_cookie(&app, "/orders", &old).await;
+    assert_eq!(first.status(), StatusCode::OK);
+    let upgraded = first
+        .headers()
+        .get("set-cookie")
+        .expect("the cookie is rewritten with its expiry")
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_string();
+    let expires = sealed_state(&app, &upgraded)["session_expires"].clone();
+    assert_eq!(
+        expires.parse::<i64>().unwrap(),
+        app.db
+            .count("SELECT (extract(epoch FROM expires_at) * 1000000)::int8 AS n FROM sessions"),
+        "the rewritten cookie carries the session's expiry"
+    );
+    let again = get_with_cookie(&app, "/orders", &upgraded).await;
+    assert_eq!(again.status(), StatusCode::OK);
+    assert!(
+        again.headers().get("set-cookie").is_none(),
+        "an upgraded cookie is not rewritten again"
+    );
+
+    app.db.count(
+        "WITH revoked AS (UPDATE sessions SET revoked_at = now() RETURNING 1) \
+         SELECT count(*) AS n FROM revoked",
+    );
+    poll_revocations(&app.shop).await.unwrap();
+    for cookie in [&old, &upgraded] {
+        expect_redirect(&get_with_cookie(&app, "/orders", cookie).await, "/login");
+    }
+}
