@@ -252,11 +252,7 @@ impl Revocations {
     /// copy is too old to say.
     fn is_revoked(&self, digest: &[u8; 32]) -> Option<bool> {
         let known = self.state.read().unwrap_or_else(|e| e.into_inner());
-        let fresh = known
-            .fresh_as_of
-            .is_some_and(|at| at.elapsed() <= FRESHNESS);
-        // The set is read under the same lock as the freshness it relies on.
-        fresh.then(|| known.revoked.contains_key(digest))
+        known.is_fresh().then(|| known.revoked.contains_key(digest))
     }
 
     fn insert(&self, digest: [u8; 32], expires_at: DateTime<Utc>) {
@@ -266,10 +262,16 @@ impl Revocations {
 
     /// Whether a poll succeeded within the last second (pages trust cookies).
     pub fn is_fresh(&self) -> bool {
-        let known = self.state.read().unwrap_or_else(|e| e.into_inner());
-        known
-            .fresh_as_of
-            .is_some_and(|at| at.elapsed() <= FRESHNESS)
+        self.state
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_fresh()
+    }
+}
+
+impl Known {
+    fn is_fresh(&self) -> bool {
+        self.fresh_as_of.is_some_and(|at| at.elapsed() <= FRESHNESS)
     }
 }
 
