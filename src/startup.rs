@@ -28,12 +28,20 @@ impl Application {
         let listener = TcpListener::bind(&settings.bind)?;
         let port = listener.local_addr()?.port();
         let shop = Shop::new(settings).await?;
+        // Before the first page, so cookies are trusted from the start; if
+        // Postgres cannot answer yet, pages ask the sessions table meanwhile.
+        if let Err(error) = crate::services::sessions::poll_revocations(&shop).await {
+            tracing::warn!(%error, "could not load revoked sessions at start-up");
+        }
         let server = serve(listener, shop.clone())?;
         crate::services::stock_gate::seed_all(&shop).await;
         let mut jobs = vec![crate::services::jobs::spawn(
             shop.clone(),
             shop.settings.jobs_interval,
         )];
+        jobs.push(crate::services::sessions::spawn_revocation_poller(
+            shop.clone(),
+        ));
         jobs.extend(crate::services::jobs::spawn_reconcile(
             shop.clone(),
             shop.settings.reconcile_interval,

@@ -15,6 +15,10 @@ pub struct SecuritySettings {
     pub trusted_proxies: TrustedProxies,
     /// How long a signed-in session lasts, however active it is.
     pub session_ttl: Duration,
+    /// How often each process asks Postgres for newly revoked sessions.
+    /// Under a second, or the copy is never fresh enough to trust and every
+    /// page asks the sessions table.
+    pub session_poll_interval: Duration,
 }
 
 /// How many unsuccessful sign-ins are allowed within `window`, per account
@@ -36,14 +40,15 @@ impl Default for SecuritySettings {
             },
             trusted_proxies: TrustedProxies::default(),
             session_ttl: Duration::from_secs(12 * 3600),
+            session_poll_interval: Duration::from_millis(250),
         }
     }
 }
 
 impl SecuritySettings {
     /// `LOGIN_FAILURES_PER_EMAIL`, `LOGIN_FAILURES_PER_IP`,
-    /// `LOGIN_THROTTLE_WINDOW_SECS`, `TRUSTED_PROXY`, `SESSION_TTL_HOURS`;
-    /// anything unset keeps its default.
+    /// `LOGIN_THROTTLE_WINDOW_SECS`, `TRUSTED_PROXY`, `SESSION_TTL_HOURS`,
+    /// `SESSION_POLL_MS`; anything unset keeps its default.
     pub fn from_env() -> anyhow::Result<SecuritySettings> {
         let defaults = SecuritySettings::default();
         let settings = SecuritySettings {
@@ -62,6 +67,10 @@ impl SecuritySettings {
             session_ttl: Duration::from_secs(
                 3600 * parse_var("SESSION_TTL_HOURS", defaults.session_ttl.as_secs() / 3600)?,
             ),
+            session_poll_interval: Duration::from_millis(parse_var(
+                "SESSION_POLL_MS",
+                defaults.session_poll_interval.as_millis() as u64,
+            )?),
         };
         let limits = settings.login_limits;
         if limits.per_email == 0 || limits.per_ip == 0 || limits.window.is_zero() {
@@ -69,6 +78,11 @@ impl SecuritySettings {
         }
         if settings.session_ttl.is_zero() {
             bail!("SESSION_TTL_HOURS must be at least 1");
+        }
+        // A copy older than a second is not trusted (`services::sessions`).
+        let poll = settings.session_poll_interval;
+        if poll.is_zero() || poll >= Duration::from_secs(1) {
+            bail!("SESSION_POLL_MS must be between 1 and 999");
         }
         Ok(settings)
     }

@@ -118,7 +118,7 @@ diesel::table! {
 diesel::table! {
     sessions (id_hash) {
         id_hash -> Bytea,
-        customer_id -> Int8,
+        customer_id -> Nullable<Int8>,
         created_at -> Timestamptz,
         last_seen_at -> Timestamptz,
         expires_at -> Timestamptz,

@@ -52,6 +52,8 @@ pub struct Shop {
     pub combiner: Option<Arc<checkout::Combiner>>,
     /// When the gate was last reconciled and what drift was found (admin dashboard).
     pub last_reconcile: Arc<Mutex<Option<LastReconcile>>>,
+    /// The revoked sessions, polled from Postgres, so a page trusts its cookie.
+    pub revocations: Arc<sessions::Revocations>,
 }
 
 impl Shop {
@@ -120,6 +122,7 @@ impl Shop {
             gate,
             combiner,
             last_reconcile: Arc::new(Mutex::new(None)),
+            revocations: Arc::new(sessions::Revocations::new(&settings)),
             fingerprint_key: Arc::new(idempotency::FingerprintKey::derive(&settings.session_key)),
             payment_provider,
             settings: Arc::new(settings),

@@ -1,7 +1,9 @@
 //! Who is asking, and whether their form came from us. The session cookie is
 //! signed and encrypted; it carries a session token, a copy of the account
-//! for the page header, and the CSRF token. The token is checked against the
-//! `sessions` table once per request (`check_session`), so a signed-out or
+//! for the page header, when the session expires, and the CSRF token.
+//! `check_session` verifies it once per request (`sessions::verify`): from
+//! the cookie and this process's list of revoked sessions, or from the
+//! `sessions` table when that list is not known to be fresh. A signed-out or
 //! revoked cookie signs in no one, wherever a copy of it turns up.
 
 use actix_session::{Session, SessionExt};
@@ -15,12 +17,14 @@ use subtle::ConstantTimeEq;
 use crate::domain::Role;
 use crate::error::AppError;
 use crate::services::accounts::Account;
-use crate::services::sessions::{self, SessionToken};
+use crate::services::sessions::{self, SessionClaim, SessionToken};
 use crate::services::Shop;
 
 const ACCOUNT_KEY: &str = "account";
 const CSRF_KEY: &str = "csrf";
 const TOKEN_KEY: &str = "session_token";
+/// Microseconds since the epoch, as Postgres keeps `sessions.expires_at`.
+const EXPIRES_KEY: &str = "session_expires";
 
 #[derive(serde::Serialize, serde::Deserialize)]
 struct StoredAccount {
@@ -39,8 +43,8 @@ impl From<&Account> for StoredAccount {
     }
 }
 
-/// The account shown in the page header. `check_session` has already held
-/// the cookie against the sessions table for this request.
+/// The account shown in the page header. `check_session` has already
+/// verified the cookie for this request.
 pub fn current_account(session: &Session) -> Option<Account> {
     session
         .get::<StoredAccount>(ACCOUNT_KEY)
@@ -61,9 +65,20 @@ fn session_token(session: &Session) -> Option<SessionToken> {
         .map(SessionToken::from_cookie)
 }
 
-fn store_account(session: &Session, account: &Account) -> Result<(), AppError> {
+/// The session as the cookie describes it; `None` for a cookie from before
+/// cookies carried their expiry.
+fn stored_claim(session: &Session) -> Option<SessionClaim> {
+    let expires = session.get::<i64>(EXPIRES_KEY).ok().flatten()?;
+    Some(SessionClaim {
+        account: current_account(session)?,
+        expires_at: chrono::DateTime::from_timestamp_micros(expires)?,
+    })
+}
+
+fn store_claim(session: &Session, claim: &SessionClaim) -> Result<(), AppError> {
     session
-        .insert(ACCOUNT_KEY, StoredAccount::from(account))
+        .insert(ACCOUNT_KEY, StoredAccount::from(&claim.account))
+        .and_then(|()| session.insert(EXPIRES_KEY, claim.expires_at.timestamp_micros()))
         .map_err(|e| AppError::Internal(anyhow::anyhow!("session: {e}")))
 }
 
@@ -72,11 +87,18 @@ fn store_account(session: &Session, account: &Account) -> Result<(), AppError> {
 /// after it. A session this cookie already held is revoked.
 pub async fn sign_in(shop: &Shop, session: &Session, account: &Account) -> Result<(), AppError> {
     if let Some(previous) = session_token(session) {
-        sessions::revoke(&shop.pool, &previous).await?;
+        sessions::revoke(shop, &previous).await?;
     }
-    let token = sessions::start(&shop.pool, account.id, shop.settings.security.session_ttl).await?;
+    let (token, expires_at) =
+        sessions::start(&shop.pool, account.id, shop.settings.security.session_ttl).await?;
     session.clear();
-    store_account(session, account)?;
+    store_claim(
+        session,
+        &SessionClaim {
+            account: account.clone(),
+            expires_at,
+        },
+    )?;
     session
         .insert(TOKEN_KEY, token.as_str())
         .map_err(|e| AppError::Internal(anyhow::anyhow!("session: {e}")))?;
@@ -88,7 +110,7 @@ pub async fn sign_in(shop: &Shop, session: &Session, account: &Account) -> Resul
 /// Revokes the server-side session, then drops the cookie.
 pub async fn sign_out(shop: &Shop, session: &Session) -> Result<(), AppError> {
     if let Some(token) = session_token(session) {
-        sessions::revoke(&shop.pool, &token).await?;
+        sessions::revoke(shop, &token).await?;
     }
     session.purge();
     Ok(())
@@ -125,38 +147,41 @@ pub fn verify_csrf(session: &Session, submitted: &str) -> Result<(), AppError> {
 #[derive(Clone)]
 struct Verified(Option<Account>);
 
-/// The signed-in account behind `req`, per the sessions table. A cookie
-/// whose session is revoked, expired or unknown is emptied, so nothing later
-/// in the request (the page header, the CSRF token) trusts it either.
+/// The signed-in account behind `req`. A cookie whose session is revoked,
+/// expired or unknown is emptied, so nothing later in the request (the page
+/// header, the CSRF token) trusts it either.
 async fn verified_account(req: &HttpRequest) -> Result<Option<Account>, AppError> {
     if let Some(Verified(account)) = req.extensions().get::<Verified>() {
         return Ok(account.clone());
     }
     let session = req.get_session();
-    let account = match session_token(&session) {
+    let stored = stored_claim(&session);
+    let live = match session_token(&session) {
         Some(token) => {
             let shop = req
                 .app_data::<web::Data<Shop>>()
                 .ok_or_else(|| AppError::Internal(anyhow::anyhow!("no Shop in app data")))?;
-            sessions::find(&shop.pool, &token).await?
+            sessions::verify(shop, &token, stored.clone()).await?
         }
         None => None,
     };
-    let stored = current_account(&session);
-    match &account {
-        // Refresh the header's copy only when the account changed (its role,
-        // say), so an unchanged session sends no new cookie.
-        Some(live) if stored.as_ref() != Some(live) => store_account(&session, live)?,
+    match &live {
+        // Rewrite the copy only when the table said otherwise (a cookie from
+        // before it carried its expiry), so an unchanged session sends no new cookie.
+        Some(live) if stored.as_ref() != Some(live) => store_claim(&session, live)?,
         Some(_) => {}
-        None if stored.is_some() || session_token(&session).is_some() => session.clear(),
+        None if current_account(&session).is_some() || session_token(&session).is_some() => {
+            session.clear()
+        }
         None => {}
     }
+    let account = live.map(|claim| claim.account);
     req.extensions_mut().insert(Verified(account.clone()));
     Ok(account)
 }
 
 /// Middleware: checks the session before any handler runs. Static files are
-/// the same for everyone and skip the lookup. If the check itself fails (the
+/// the same for everyone and skip the check. If the check itself fails (the
 /// database is down), the request goes on unverified: a page that needs the
 /// account asks again through `SignedIn`/`Admin` and answers that error,
 /// while pages that do not (sign-in, health) still work.

@@ -22,6 +22,7 @@ mod race_command;
 mod redis_namespace;
 mod restore_race;
 mod security;
+mod sessions;
 mod shop_pages;
 mod stock_gate;
 mod uncertain_commit;
