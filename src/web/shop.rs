@@ -72,13 +72,17 @@ pub async fn buy(
     if keeps_answers_at_gate(&shop) {
         // The gate keeps the key's answer: a refusal costs no database write,
         // and a repeat is answered from the gate (or the order it names).
-        let product = parse_product_id(&path)?;
-        let quantity = form.quantity()?;
-        let answer_key = intent
-            .key(&shop)?
-            .map(|(key, fingerprint)| AnswerKey::AtGate { key, fingerprint });
-        let line = Line { product, quantity };
-        let outcome = counted(purchase(&shop, account.id, vec![line], answer_key).await);
+        let attempt = async {
+            let line = Line {
+                product: parse_product_id(&path)?,
+                quantity: form.quantity()?,
+            };
+            let answer_key = intent
+                .key(&shop)?
+                .map(|(key, fingerprint)| AnswerKey::AtGate { key, fingerprint });
+            purchase(&shop, account.id, vec![line], answer_key).await
+        };
+        let outcome = counted(attempt.await);
         let replay = matches!(&outcome, Ok(outcome) if outcome.is_replay());
         let response = match outcome.and_then(PurchaseOutcome::into_result) {
             Ok(order) => see_other(&format!("/orders/{order}")),
