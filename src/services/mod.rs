@@ -11,6 +11,7 @@ pub mod ledger_audit;
 pub mod orders;
 pub mod payment;
 pub mod restore;
+pub mod sale_cache;
 pub mod seed;
 pub mod sessions;
 pub mod stock;
@@ -52,6 +53,8 @@ pub struct Shop {
     pub combiner: Option<Arc<checkout::Combiner>>,
     /// When the gate was last reconciled and what drift was found (admin dashboard).
     pub last_reconcile: Arc<Mutex<Option<LastReconcile>>>,
+    /// The sale rows the shop pages are built from, at most a second old.
+    pub sale_cache: Arc<sale_cache::SaleCache>,
 }
 
 impl Shop {
@@ -120,6 +123,7 @@ impl Shop {
             gate,
             combiner,
             last_reconcile: Arc::new(Mutex::new(None)),
+            sale_cache: Arc::new(sale_cache::SaleCache::new()),
             fingerprint_key: Arc::new(idempotency::FingerprintKey::derive(&settings.session_key)),
             payment_provider,
             settings: Arc::new(settings),
