@@ -461,9 +461,9 @@ async fn page_views_cost_postgres_no_read_of_products_each() {
                 });
                 // The same crowd inside the process, all asking before any answer.
                 let readers = (0..64).map(|_| shop.sale_cache.shelf(&shop.pool));
-                let (statuses, shelves) = futures::future::join(
-                    futures::future::join_all(crowd),
+                let (shelves, statuses) = futures::future::join(
                     futures::future::join_all(readers),
+                    futures::future::join_all(crowd),
                 )
                 .await;
                 assert!(
