@@ -416,6 +416,19 @@ impl StockGate {
         })
     }
 
+    /// The gate's stock of each product, in the same order, in one round
+    /// trip (for the shop pages); `None` where the gate holds no stock key.
+    pub async fn stocks(&self, products: &[ProductId]) -> Result<Vec<Option<i64>>, AppError> {
+        if products.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut command = redis::cmd("MGET");
+        for &product in products {
+            command.arg(self.key(product, "stock"));
+        }
+        with_retry!(self, connection => command.query_async(&mut connection))
+    }
+
     pub async fn stock(&self, product: ProductId) -> Result<Option<i64>, AppError> {
         let key = self.key(product, "stock");
         with_retry!(self, connection => redis::cmd("GET").arg(&key).query_async(&mut connection))

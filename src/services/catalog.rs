@@ -1,5 +1,8 @@
 //! Flash-sale products: creating them and reading them for the shop pages.
 
+use std::sync::Arc;
+use std::time::Duration;
+
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 
@@ -9,7 +12,7 @@ use crate::db::{self, PgPool};
 use crate::domain::{check_plain_text, CustomerId, InvalidInput, Lines, Money, ProductId};
 use crate::error::AppError;
 use crate::services::action_log::{self, ActionKind, AdminAction};
-use crate::services::Shop;
+use crate::services::{sale_cache, Shop};
 
 /// A flash sale as an admin describes it, already checked.
 #[derive(Debug, Clone)]
@@ -112,7 +115,7 @@ async fn insert_sale(
     admin: Option<CustomerId>,
 ) -> Result<Product, AppError> {
     let spec = spec.validate()?;
-    db::run(pool, move |conn| {
+    let inserted = db::run(pool, move |conn| {
         conn.transaction(|conn| {
             let product = diesel::insert_into(products::table)
                 .values(NewProduct {
@@ -140,7 +143,10 @@ async fn insert_sale(
             Ok(product)
         })
     })
-    .await
+    .await;
+    // Even after an error: the commit may have gone through unanswered.
+    sale_cache::invalidate();
+    inserted
 }
 
 /// Rewrites a sale's terms (not its stock: that goes through adjustments),
@@ -155,7 +161,7 @@ pub async fn update_sale(
     admin: CustomerId,
 ) -> Result<Product, AppError> {
     let terms = terms.validate()?;
-    let product = db::run(&shop.pool, move |conn| {
+    let updated = db::run(&shop.pool, move |conn| {
         conn.transaction(|conn| {
             let before: Product = products::table
                 .find(id.get())
@@ -182,7 +188,9 @@ pub async fn update_sale(
             Ok(after)
         })
     })
-    .await?;
+    .await;
+    sale_cache::invalidate();
+    let product = updated?;
     if let Err(error) = super::stock_gate::resync(shop, id).await {
         tracing::warn!(%id, %error, "sale updated, but the stock gate could not be resynced; reconcile will do it");
     }
@@ -257,7 +265,65 @@ pub async fn find_product(pool: &PgPool, id: ProductId) -> Result<Product, AppEr
             .select(Product::as_select())
             .first(conn)
             .optional()?
-            .ok_or_else(|| AppError::NotFound(format!("There is no product with id {id}.")))
+            .ok_or_else(|| no_such_product(id))
     })
     .await
+}
+
+fn no_such_product(id: ProductId) -> AppError {
+    AppError::NotFound(format!("There is no product with id {id}."))
+}
+
+/// A sale as the shop pages show it: its row from the sale cache (at most
+/// `sale_cache::SERVE_AT_MOST` old) and the units left as the stock gate
+/// counts them at this moment.
+pub struct ShownSale {
+    pub product: Arc<Product>,
+    pub units_left: i32,
+}
+
+/// Every sale for the sale list, without a Postgres read per view.
+pub async fn sales_on_show(shop: &Shop) -> Result<Vec<ShownSale>, AppError> {
+    let shelf = shop.sale_cache.shelf(&shop.pool).await?;
+    Ok(with_units_left(shop, shelf.products()).await)
+}
+
+/// One sale for its product page; an id the cache lacks is not a product,
+/// so a crowd asking for one costs Postgres nothing either.
+pub async fn sale_on_show(shop: &Shop, id: ProductId) -> Result<ShownSale, AppError> {
+    let shelf = shop.sale_cache.shelf(&shop.pool).await?;
+    let product = shelf.product(id).ok_or_else(|| no_such_product(id))?;
+    let mut shown = with_units_left(shop, std::slice::from_ref(product)).await;
+    shown.pop().ok_or_else(|| no_such_product(id))
+}
+
+/// How long a page waits for the gate's counts before showing the cached
+/// rows' own: a page view is never worth an error page or a long wait.
+const GATE_READ_WAIT: Duration = Duration::from_millis(250);
+
+/// Units left from the gate (one MGET), which buyers change without
+/// touching the cached rows; the cached stock where the gate is off, does
+/// not know the product, or does not answer in time.
+async fn with_units_left(shop: &Shop, products: &[Arc<Product>]) -> Vec<ShownSale> {
+    let mut counted = vec![None; products.len()];
+    if let Some(gate) = &shop.gate {
+        let ids: Vec<ProductId> = products.iter().map(|p| p.product_id()).collect();
+        match tokio::time::timeout(GATE_READ_WAIT, gate.stocks(&ids)).await {
+            Ok(Ok(stocks)) if stocks.len() == products.len() => counted = stocks,
+            // Per view, so not worth a warning each: readiness reports a gate that is down.
+            Ok(Ok(_)) => tracing::debug!("the gate answered a different number of counts"),
+            Ok(Err(error)) => tracing::debug!(%error, "units left from the cached rows"),
+            Err(_) => tracing::debug!("the gate was slow; units left from the cached rows"),
+        }
+    }
+    products
+        .iter()
+        .zip(counted)
+        .map(|(product, gate_stock)| ShownSale {
+            product: product.clone(),
+            units_left: gate_stock.map_or(product.stock, |units| {
+                units.clamp(0, i64::from(i32::MAX)) as i32
+            }),
+        })
+        .collect()
 }

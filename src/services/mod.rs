@@ -11,6 +11,7 @@ pub mod ledger_audit;
 pub mod orders;
 pub mod payment;
 pub mod restore;
+pub mod sale_cache;
 pub mod seed;
 pub mod sessions;
 pub mod stock;
@@ -54,6 +55,8 @@ pub struct Shop {
     pub last_reconcile: Arc<Mutex<Option<LastReconcile>>>,
     /// The revoked sessions, polled from Postgres, so a page trusts its cookie.
     pub revocations: Arc<sessions::Revocations>,
+    /// The sale rows the shop pages are built from, at most a second old.
+    pub sale_cache: Arc<sale_cache::SaleCache>,
 }
 
 impl Shop {
@@ -123,6 +126,7 @@ impl Shop {
             combiner,
             last_reconcile: Arc::new(Mutex::new(None)),
             revocations: Arc::new(sessions::Revocations::new(&settings)),
+            sale_cache: Arc::new(sale_cache::SaleCache::new()),
             fingerprint_key: Arc::new(idempotency::FingerprintKey::derive(&settings.session_key)),
             payment_provider,
             settings: Arc::new(settings),

@@ -62,7 +62,8 @@ pub async fn adjust_stock(
 ) -> Result<i32, AppError> {
     let pool = shop.pool.clone();
     let gate = shop.gate.clone();
-    shop.locks
+    let adjusted = shop
+        .locks
         .with_locks(vec![product], move |lease| async move {
             let started = std::time::Instant::now();
             let stock_after = db::run(&pool, move |conn| {
@@ -120,7 +121,10 @@ pub async fn adjust_stock(
             resync_locked(gate.as_ref(), &pool, product).await?;
             Ok(stock_after)
         })
-        .await
+        .await;
+    // Even after an error: the commit may have gone through unanswered.
+    super::sale_cache::invalidate();
+    adjusted
 }
 
 /// One page of a product's ledger, newest first, and how many rows it has.

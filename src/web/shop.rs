@@ -1,6 +1,7 @@
 use std::future::Future;
 
-use actix_session::Session;
+use actix_session::{Session, SessionStatus};
+use actix_web::http::header::{self, HeaderValue};
 use actix_web::http::StatusCode;
 use actix_web::{get, post, web, HttpRequest, HttpResponse, ResponseError};
 use chrono::Utc;
@@ -14,7 +15,7 @@ use super::{html, see_other};
 use crate::domain::OrderId;
 use crate::error::AppError;
 use crate::metrics;
-use crate::services::catalog::{find_product, list_products};
+use crate::services::catalog::{sale_on_show, sales_on_show};
 use crate::services::checkout::{
     keeps_answers_at_gate, purchase, AnswerKey, Line, PurchaseOutcome,
 };
@@ -26,17 +27,16 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
 
 #[get("/")]
 pub async fn sale_list(shop: web::Data<Shop>, session: Session) -> Result<HttpResponse, AppError> {
+    let shown = sales_on_show(&shop).await?;
     let now = Utc::now();
-    let sales = list_products(&shop.pool)
-        .await?
-        .iter()
-        .map(|p| SaleView::new(p, now))
-        .collect();
     let page = SaleListPage {
-        nav: Nav::from_session(&session),
-        sales,
+        nav: Nav::for_shared_page(&session),
+        sales: shown
+            .iter()
+            .map(|s| SaleView::showing(&s.product, s.units_left, now))
+            .collect(),
     };
-    Ok(html(StatusCode::OK, render(&page)?))
+    Ok(shared_page(&session, &page.nav, render(&page)?))
 }
 
 #[get("/products/{id}")]
@@ -45,12 +45,31 @@ pub async fn product_page(
     session: Session,
     path: web::Path<String>,
 ) -> Result<HttpResponse, AppError> {
-    let product = find_product(&shop.pool, parse_product_id(&path)?).await?;
+    let shown = sale_on_show(&shop, parse_product_id(&path)?).await?;
     let page = ProductPage {
-        nav: Nav::from_session(&session),
-        sale: SaleView::new(&product, Utc::now()),
+        nav: Nav::for_shared_page(&session),
+        sale: SaleView::showing(&shown.product, shown.units_left, Utc::now()),
     };
-    Ok(html(StatusCode::OK, render(&page)?))
+    Ok(shared_page(&session, &page.nav, render(&page)?))
+}
+
+/// A stranger's copy of a shop page is the same for every stranger, so a
+/// CDN may keep it for a second (as old as the page's own data may be);
+/// one that names an account or carries a cookie change is nobody else's.
+fn shared_page(session: &Session, nav: &Nav, body: String) -> HttpResponse {
+    let shareable = nav.account.is_none() && session.status() == SessionStatus::Unchanged;
+    let mut response = html(StatusCode::OK, body);
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static(if shareable {
+            "public, max-age=1"
+        } else {
+            "private, no-store"
+        }),
+    );
+    headers.insert(header::VARY, HeaderValue::from_static("Cookie"));
+    response
 }
 
 #[post("/products/{id}/buy")]

@@ -33,6 +33,22 @@ impl Nav {
         }
     }
 
+    /// For pages a CDN may share between strangers: a stranger's copy has no
+    /// form token (their pages have no form that needs one), so viewing it
+    /// starts no session and sets no cookie.
+    pub fn for_shared_page(session: &Session) -> Nav {
+        match current_account(session) {
+            Some(account) => Nav {
+                account: Some(account),
+                csrf_token: csrf_token(session),
+            },
+            None => Nav {
+                account: None,
+                csrf_token: String::new(),
+            },
+        }
+    }
+
     /// A one-time key for a state-changing form: a double click or a resend
     /// of the same rendered form carries the same key, so it runs once.
     pub fn idempotency_key(&self) -> String {

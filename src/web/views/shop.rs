@@ -29,24 +29,34 @@ pub struct SaleView {
 
 impl SaleView {
     pub fn new(product: &Product, now: DateTime<Utc>) -> SaleView {
-        let offered = product.initial_stock.max(product.stock);
-        let max_quantity = product
-            .stock
+        SaleView::showing(product, product.stock, now)
+    }
+
+    /// `product` with `units_left` counted elsewhere (the stock gate) instead
+    /// of its row's stock. The state comes from `now`, never from a cache.
+    pub fn showing(product: &Product, units_left: i32, now: DateTime<Utc>) -> SaleView {
+        let offered = product.initial_stock.max(units_left);
+        let max_quantity = units_left
             .min(product.per_customer_limit.unwrap_or(i32::MAX))
             .min(Quantity::MAX);
+        let state = match product.sale_state(now) {
+            SaleState::Live | SaleState::SoldOut if units_left == 0 => SaleState::SoldOut,
+            SaleState::Live | SaleState::SoldOut => SaleState::Live,
+            timed => timed,
+        };
         SaleView {
             id: product.id,
             name: product.name.clone(),
             description: product.description.clone(),
             price: product.price().to_string(),
-            stock: product.stock,
+            stock: units_left,
             offered,
             percent_left: if offered == 0 {
                 0
             } else {
-                i64::from(product.stock) * 100 / i64::from(offered)
+                i64::from(units_left) * 100 / i64::from(offered)
             },
-            state: product.sale_state(now),
+            state,
             starts_at: product.sale_starts_at,
             ends_at: product.sale_ends_at,
             per_customer_limit: product.per_customer_limit,
