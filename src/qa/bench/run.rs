@@ -221,9 +221,14 @@ impl Bench<'_> {
         let transactions = probe.transactions()? - transactions;
         let orders = probe.orders_between(from, to)?;
         self.baseline = Some(probe.transactions()?);
-        let expected = match requests {
-            Requests::Plain { .. } => run.requests - run.failing,
-            _ => run.count(expect),
+        let counted = !matches!(
+            requests,
+            Requests::Plain { .. } | Requests::Get { count: false, .. }
+        );
+        let expected = if counted {
+            run.count(expect)
+        } else {
+            run.requests - run.failing
         };
         let mut unexpected: Vec<(u16, u64)> = run
             .statuses
@@ -231,7 +236,7 @@ impl Bench<'_> {
             .filter(|(status, _)| **status != expect)
             .map(|(s, n)| (*s, *n))
             .collect();
-        if matches!(requests, Requests::Plain { .. }) && run.failing > 0 {
+        if !counted && run.failing > 0 {
             unexpected.push((400, run.failing));
         }
         let batch = "flashsale_purchase_batch_size";
@@ -334,6 +339,7 @@ pub async fn run_bench(config: &BenchConfig) -> anyhow::Result<BenchReport> {
     let get = |path: String, customers| Requests::Get {
         paths: vec![path],
         customers,
+        count: false,
     };
 
     runs.push(
@@ -353,7 +359,11 @@ pub async fn run_bench(config: &BenchConfig) -> anyhow::Result<BenchReport> {
         bench
             .measure(
                 HEALTHZ_SCRIPTED,
-                get("/healthz".into(), anonymous),
+                Requests::Get {
+                    paths: vec!["/healthz".into()],
+                    customers: anonymous,
+                    count: true,
+                },
                 64,
                 200,
                 String::new(),
@@ -367,6 +377,7 @@ pub async fn run_bench(config: &BenchConfig) -> anyhow::Result<BenchReport> {
         (PRODUCT_ANON, product.clone(), anonymous),
         (PRODUCT_SIGNED, product.clone(), signed),
     ] {
+        check_page(&bench.address(), &path, who.first()).await?;
         runs.push(
             bench
                 .measure(scenario, get(path, who), 64, 200, String::new())
@@ -453,6 +464,27 @@ pub async fn run_bench(config: &BenchConfig) -> anyhow::Result<BenchReport> {
         pgbench_spread,
         runs,
     })
+}
+
+/// The page runs tell answers apart only as below 400 or not, so before
+/// them: the page is a 200, and signed in or not as the run means it to be.
+async fn check_page(address: &str, path: &str, who: Option<&Customer>) -> anyhow::Result<()> {
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()?;
+    let mut request = client.get(format!("{address}{path}"));
+    if let Some(customer) = who {
+        request = request.header(reqwest::header::COOKIE, &customer.cookie);
+    }
+    let response = request.send().await?;
+    let status = response.status();
+    let signed_in = response.text().await?.contains("action=\"/logout\"");
+    anyhow::ensure!(
+        status == reqwest::StatusCode::OK && signed_in == who.is_some(),
+        "GET {path} answered {status}, signed in: {signed_in}, expected 200 and {}",
+        who.is_some()
+    );
+    Ok(())
 }
 
 /// The settings the shop ran with: its defaults unless the environment
