@@ -36,6 +36,7 @@ struct Metrics {
     job_runs: IntCounterVec,
     restores: IntCounterVec,
     lock_handover: Histogram,
+    db_statements: IntCounter,
 }
 
 const PURCHASES: &str = "flashsale_purchases_total";
@@ -50,6 +51,7 @@ const RECONCILE_RUNS: &str = "flashsale_reconcile_runs_total";
 const JOB_RUNS: &str = "flashsale_job_runs_total";
 const RESTORES: &str = "flashsale_restores_total";
 const LOCK_HANDOVER: &str = "flashsale_lock_handover_seconds";
+const DB_STATEMENTS: &str = "flashsale_db_statements_total";
 
 static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::register);
 
@@ -116,6 +118,13 @@ impl Metrics {
                 LOCK_HANDOVER,
                 "Gap between a lock release and the next holder taking it.",
                 SECONDS_BUCKETS,
+            ),
+            db_statements: registered(
+                &registry,
+                IntCounter::new(
+                    DB_STATEMENTS,
+                    "SQL statements sent to Postgres by pooled connections (BEGIN and COMMIT included).",
+                ),
             ),
             registry,
         }
@@ -189,6 +198,11 @@ pub fn restored(reason: &'static str, orders: u64) {
 
 pub fn lock_handover(gap: Duration) {
     METRICS.lock_handover.observe(gap.as_secs_f64());
+}
+
+/// A pooled connection is about to send one statement to Postgres.
+pub fn db_statement() {
+    METRICS.db_statements.inc();
 }
 
 /// The Prometheus text exposition format (version 0.0.4) of every metric.

@@ -9,7 +9,7 @@ pub mod schema;
 
 use std::time::Duration;
 
-use diesel::connection::SimpleConnection;
+use diesel::connection::{InstrumentationEvent, SimpleConnection};
 use diesel::pg::PgConnection;
 use diesel::r2d2::{
     ConnectionManager, CustomizeConnection, ManageConnection, Pool, PooledConnection,
@@ -81,6 +81,15 @@ struct SessionDefaults {
 
 impl CustomizeConnection<PooledPg, diesel::r2d2::Error> for SessionDefaults {
     fn on_acquire(&self, conn: &mut PooledPg) -> Result<(), diesel::r2d2::Error> {
+        // Counted in the shop rather than by pg_stat_statements, which needs
+        // a server restart to load: the benchmark reports statements per
+        // answer from this counter.
+        conn.conn
+            .set_instrumentation(|event: InstrumentationEvent<'_>| {
+                if matches!(event, InstrumentationEvent::StartQuery { .. }) {
+                    crate::metrics::db_statement();
+                }
+            });
         let ms = self.statement_timeout.as_millis();
         let commit = if self.wait_for_flush { "on" } else { "off" };
         conn.batch_execute(&format!(

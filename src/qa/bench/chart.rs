@@ -1,77 +1,100 @@
-//! `docs/bench.svg`: purchases per second against concurrent buyers.
+//! `docs/bench.svg`: the pgbench sweeps against client count, and the
+//! shop's purchases/s at its connection counts beside them.
 
 use std::path::Path;
 
 use super::*;
 
+const XS: [usize; 8] = [1, 2, 4, 8, 16, 32, 64, 256];
+
 pub fn chart(report: &BenchReport, path: &Path) -> anyhow::Result<()> {
     use plotters::prelude::*;
-    let series = [
-        (HOT, RED),
-        (HOT_ONE_BY_ONE, MAGENTA),
-        (SPREAD, BLUE),
-        (PGBENCH, BLACK),
+    let sweeps = [
+        ("pgbench, one hot row", &report.pgbench_hot, BLACK),
+        (
+            "pgbench, 100 rows",
+            &report.pgbench_spread,
+            RGBColor(120, 120, 120),
+        ),
     ];
-    let top = report
-        .points
+    let shop: Vec<(&str, Option<&Measured>, RGBColor)> = vec![
+        (
+            "shop: hot product (median of 64-buyer runs, and 256)",
+            report.median(HOT_64),
+            RED,
+        ),
+        ("shop: 100 products", report.find(SPREAD), BLUE),
+        (
+            "shop: one customer, 64 buys",
+            report.find(ONE_CUSTOMER),
+            MAGENTA,
+        ),
+    ];
+    let x_of = |c: usize| XS.iter().position(|&x| x == c).map(|i| i as f64);
+    let top = sweeps
         .iter()
-        .filter(|p| series.iter().any(|(s, _)| *s == p.scenario))
-        .map(|p| p.per_second)
+        .flat_map(|(_, points, _)| points.iter().filter_map(|p| p.tps))
+        .chain(report.runs.iter().map(Measured::orders_per_second))
         .fold(1.0, f64::max)
         * 1.15;
-    let xs: Vec<usize> = {
-        let mut xs: Vec<usize> = report
-            .points
-            .iter()
-            .filter(|p| p.scenario == HOT)
-            .map(|p| p.concurrency)
-            .collect();
-        xs.sort_unstable();
-        xs
-    };
-    // The concurrency steps grow by 4x to 16x: evenly spaced points read better than a linear axis.
-    let x_of = |c: usize| xs.iter().position(|&x| x == c).unwrap_or(0) as f64;
-    let x_max = xs.len().max(1) as f64 - 0.5;
     let root = SVGBackend::new(path, (800, 480)).into_drawing_area();
     root.fill(&WHITE)?;
     let mut chart = ChartBuilder::on(&root)
         .caption(
-            "Purchases per second vs concurrent buyers",
+            "Purchases per second vs concurrent clients",
             ("sans-serif", 22),
         )
         .margin(16)
         .x_label_area_size(40)
         .y_label_area_size(60)
-        .build_cartesian_2d(-0.5f64..x_max, 0f64..top)?;
+        .build_cartesian_2d(-0.5f64..XS.len() as f64 - 0.5, 0f64..top)?;
+    // The client counts double: evenly spaced points read better than a linear axis.
     chart
         .configure_mesh()
-        .x_desc("concurrent buyers")
+        .x_desc("concurrent clients (pgbench) / connections (wrk)")
         .y_desc("purchases / s")
-        .x_labels(xs.len().max(2))
+        .x_labels(XS.len())
         .x_label_formatter(&|x| {
             let i = x.round();
-            match xs.get(i as usize) {
+            match XS.get(i as usize) {
                 Some(c) if (x - i).abs() < 1e-6 && i >= 0.0 => c.to_string(),
                 _ => String::new(),
             }
         })
         .draw()?;
-    for (scenario, color) in series {
-        let points: Vec<(f64, f64)> = xs
+    for (label, points, color) in sweeps {
+        let line: Vec<(f64, f64)> = points
             .iter()
-            .filter_map(|&c| report.find(scenario, c).map(|p| (x_of(c), p.per_second)))
+            .filter_map(|p| Some((x_of(p.clients)?, p.tps?)))
             .collect();
         chart
-            .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))?
-            .label(scenario)
+            .draw_series(LineSeries::new(line.clone(), color.stroke_width(2)))?
+            .label(label)
             .legend(move |(x, y)| {
                 PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
             });
-        chart.draw_series(
-            points
-                .into_iter()
-                .map(|p| Circle::new(p, 4, color.filled())),
-        )?;
+        chart.draw_series(line.into_iter().map(|p| Circle::new(p, 3, color.filled())))?;
+    }
+    for (label, run, color) in shop {
+        let mut points: Vec<(f64, f64)> = run
+            .into_iter()
+            .filter_map(|r| Some((x_of(r.connections)?, r.orders_per_second())))
+            .collect();
+        if label.starts_with("shop: hot") {
+            points.extend(
+                report
+                    .find(HOT_256)
+                    .and_then(|r| Some((x_of(r.connections)?, r.orders_per_second()))),
+            );
+        }
+        chart
+            .draw_series(
+                points
+                    .into_iter()
+                    .map(|p| Circle::new(p, 6, color.filled())),
+            )?
+            .label(label)
+            .legend(move |(x, y)| Circle::new((x + 10, y), 5, color.filled()));
     }
     chart
         .configure_series_labels()

@@ -1,17 +1,21 @@
-//! `flashsale bench`: closed-loop load against a shop served in this process,
-//! side by side with `pgbench` running the purchase transaction's SQL on the
-//! same database, so the ratio app / ceiling comes from one run. Here: what
-//! a run measures; `run` drives it, `load` is the buyers' closed loop,
-//! `pgbench` the ceiling, `handover` the lock's gaps, `machine` what it ran
-//! on, `render` and `chart` the report.
+//! `flashsale bench`: the shop served as its own release process, loaded by
+//! Debian's `wrk`, beside `pgbench` running the purchase transaction's SQL
+//! on the same Postgres. Purchases are counted in the database, Postgres
+//! work from its own counters and the shop's statement counter. Here: what
+//! a run measures and the targets; `run` drives it, `process` serves the
+//! shop, `customers` signs buyers in, `wrk` and `pgbench` make the load,
+//! `probe` reads the costs, `machine` what it ran on, `render` and `chart`
+//! the report.
 
 mod chart;
-mod handover;
-mod load;
+mod customers;
 mod machine;
 mod pgbench;
+mod probe;
+mod process;
 mod render;
 mod run;
+mod wrk;
 
 use std::path::PathBuf;
 
@@ -20,84 +24,207 @@ use serde::Serialize;
 use super::Latency;
 
 pub use chart::chart;
+pub use probe::CpuShare;
 pub use render::render;
 pub use run::run_bench;
 
 #[derive(Debug, Clone)]
 pub struct BenchConfig {
     pub database_url: String,
+    /// Seconds of load per app scenario.
     pub seconds: f64,
-    pub concurrency: Vec<usize>,
-    /// pgbench clients never exceed this: the Postgres server is shared and has a connection cap.
-    pub pgbench_max_clients: usize,
+    /// Seconds per pgbench point.
+    pub pgbench_seconds: f64,
+    /// Client counts pgbench is swept over; its best is the ceiling.
+    pub pgbench_clients: Vec<usize>,
+    /// Signed-in customers rotated across requests.
     pub customers: usize,
+    /// How many times the hot product at 64 buyers is measured.
+    pub hot_repeats: usize,
     pub output: Option<PathBuf>,
     pub chart: Option<PathBuf>,
 }
 
+/// One pgbench point.
 #[derive(Debug, Clone, Serialize)]
-pub struct Point {
-    pub scenario: String,
-    pub concurrency: usize,
-    pub ok: u64,
-    pub other: u64,
-    pub per_second: f64,
-    pub latency: Latency,
+pub struct Ceiling {
+    pub clients: usize,
+    pub tps: Option<f64>,
+    pub latency_ms: f64,
+    pub error: Option<String>,
+}
+
+pub fn best(points: &[Ceiling]) -> Option<&Ceiling> {
+    points
+        .iter()
+        .filter(|p| p.tps.is_some())
+        .max_by(|a, b| a.tps.unwrap_or(0.0).total_cmp(&b.tps.unwrap_or(0.0)))
+}
+
+/// One wrk run against the shop.
+#[derive(Debug, Clone, Serialize)]
+pub struct Measured {
+    pub scenario: &'static str,
     pub note: String,
+    pub connections: usize,
+    /// Distinct signed-in customers the requests rotated over (0: anonymous).
+    pub customers: usize,
+    pub seconds: f64,
+    /// Answers wrk received.
+    pub answers: u64,
+    /// Answers with the scenario's expected status.
+    pub expected: u64,
+    /// Answers of any other status, and requests with no answer.
+    pub unexpected: Vec<(u16, u64)>,
+    pub socket_errors: u64,
+    pub latency: Latency,
+    /// Orders whose transaction began within the run, from the database.
+    pub orders: u64,
+    pub pg_transactions: i64,
+    pub statements: f64,
+    /// Mean buyers per combined purchase transaction, from `/metrics`.
+    pub batch_mean: Option<f64>,
+    pub batches: f64,
+    /// Mean lock wait and purchase-transaction time in ms, from `/metrics`.
+    pub lock_wait_ms: Option<f64>,
+    pub batch_tx_ms: Option<f64>,
+    /// Average Postgres backends by state / wait event while it ran.
+    pub activity: Vec<(String, f64)>,
+    pub cpu: CpuShare,
+}
+
+impl Measured {
+    pub fn per_second(&self) -> f64 {
+        self.expected as f64 / self.seconds.max(1e-9)
+    }
+
+    pub fn orders_per_second(&self) -> f64 {
+        self.orders as f64 / self.seconds.max(1e-9)
+    }
+
+    pub fn per_answer(&self, cost: f64) -> f64 {
+        cost / self.answers.max(1) as f64
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
 pub struct BenchReport {
-    pub points: Vec<Point>,
     pub machine: Vec<(String, String)>,
-    /// Whether the shop ran with the Redis stock gate (`STOCK_GATE`).
-    pub stock_gate: bool,
-    pub handover: Vec<Handover>,
-    pub lock_overhead: Vec<LockOverhead>,
-}
-
-/// Purchases/s at 64 buyers with and without the Redis lock, measured in
-/// alternating slices.
-#[derive(Debug, Clone, Serialize)]
-pub struct LockOverhead {
-    pub combining: bool,
-    pub with_lock: f64,
-    pub without_lock: f64,
-}
-
-/// How long a product's lock sits free between one holder's release and the
-/// next holder's start, while others are waiting for it.
-#[derive(Debug, Clone, Serialize)]
-pub struct Handover {
-    pub scope: String,
-    pub holds: u64,
-    pub handovers: u64,
-    pub gap: Latency,
+    pub shop: Vec<(String, String)>,
+    pub pgbench_hot: Vec<Ceiling>,
+    pub pgbench_spread: Vec<Ceiling>,
+    pub runs: Vec<Measured>,
 }
 
 impl BenchReport {
-    fn find(&self, scenario: &str, concurrency: usize) -> Option<&Point> {
-        self.points
-            .iter()
-            .find(|p| p.scenario == scenario && p.concurrency == concurrency)
+    pub fn all(&self, scenario: &'static str) -> impl Iterator<Item = &Measured> {
+        self.runs.iter().filter(move |r| r.scenario == scenario)
     }
 
-    /// Purchases/s of `scenario` over the pgbench ceiling at the same concurrency.
-    pub fn ratio(&self, scenario: &str, concurrency: usize) -> Option<f64> {
-        let app = self.find(scenario, concurrency)?;
-        let ceiling = self.find(PGBENCH, concurrency)?;
-        (ceiling.per_second > 0.0).then(|| app.per_second / ceiling.per_second)
+    pub fn find(&self, scenario: &'static str) -> Option<&Measured> {
+        self.all(scenario).next()
+    }
+
+    /// The median run of a repeated scenario by orders/s (the lower middle one
+    /// of an even count), so one lucky or unlucky run does not decide.
+    pub fn median(&self, scenario: &'static str) -> Option<&Measured> {
+        let mut runs: Vec<&Measured> = self.all(scenario).collect();
+        runs.sort_by(|a, b| a.orders_per_second().total_cmp(&b.orders_per_second()));
+        runs.get(runs.len().saturating_sub(1) / 2).copied()
+    }
+
+    pub fn targets(&self) -> Vec<Target> {
+        let mut out = Vec::new();
+        let healthz = self.find(HEALTHZ).map(Measured::per_second);
+        let ratio_to_healthz = |scenario: &'static str| {
+            Some(self.find(scenario)?.per_second() / healthz.filter(|h| *h > 0.0)?)
+        };
+        out.push(Target::at_least(
+            "sold-out answers / `/healthz`",
+            ratio_to_healthz(SOLD_OUT),
+            0.25,
+        ));
+        out.push(Target::at_most(
+            "Postgres transactions per 1,000 sold-out answers",
+            self.find(SOLD_OUT)
+                .map(|r| 1000.0 * r.per_answer(r.pg_transactions as f64)),
+            1.0,
+        ));
+        for page in [LIST_ANON, LIST_SIGNED, PRODUCT_ANON, PRODUCT_SIGNED] {
+            out.push(Target::at_least(
+                format!("{page} / `/healthz`"),
+                ratio_to_healthz(page),
+                0.25,
+            ));
+        }
+        let hot_best = best(&self.pgbench_hot).and_then(|c| c.tps);
+        out.push(Target::at_least(
+            "hot product, 64 buyers (median run) / pgbench best on one row",
+            self.median(HOT_64)
+                .zip(hot_best)
+                .map(|(r, c)| r.orders_per_second() / c),
+            3.0,
+        ));
+        out.push(Target::below(
+            "hot product, 256 buyers: p99 ms",
+            self.find(HOT_256).map(|r| r.latency.p99_ms),
+            250.0,
+        ));
+        let spread_best = best(&self.pgbench_spread).and_then(|c| c.tps);
+        out.push(Target::at_least(
+            "100 products, 64 buyers / pgbench best over 100 rows",
+            self.find(SPREAD)
+                .zip(spread_best)
+                .map(|(r, c)| r.orders_per_second() / c),
+            0.7,
+        ));
+        out
     }
 }
 
-pub const HOT: &str = "app: hot product, combining on";
-pub const HOT_ONE_BY_ONE: &str = "app: hot product, combining off";
-pub const SPREAD: &str = "app: 100 products";
-pub const PGBENCH: &str = "pgbench: same SQL, hot row";
-pub const SOLD_OUT: &str = "app: sold-out rejections";
-pub const HEALTHZ: &str = "app: /healthz";
-pub const SALE_LIST: &str = "app: sale list page";
-pub const PRODUCT_PAGE: &str = "app: product page";
+#[derive(Debug, Clone, Serialize)]
+pub struct Target {
+    pub what: String,
+    pub value: Option<f64>,
+    pub bound: &'static str,
+    pub limit: f64,
+    pub pass: bool,
+}
 
-/// The concurrency at which the headline ratios and the lock overhead are taken.
-pub const HEADLINE_BUYERS: usize = 64;
+impl Target {
+    fn new(what: impl Into<String>, value: Option<f64>, bound: &'static str, limit: f64) -> Target {
+        let pass = value.is_some_and(|v| match bound {
+            ">=" => v >= limit,
+            "<=" => v <= limit,
+            _ => v < limit,
+        });
+        Target {
+            what: what.into(),
+            value,
+            bound,
+            limit,
+            pass,
+        }
+    }
+    fn at_least(what: impl Into<String>, value: Option<f64>, limit: f64) -> Target {
+        Target::new(what, value, ">=", limit)
+    }
+    fn at_most(what: impl Into<String>, value: Option<f64>, limit: f64) -> Target {
+        Target::new(what, value, "<=", limit)
+    }
+    fn below(what: impl Into<String>, value: Option<f64>, limit: f64) -> Target {
+        Target::new(what, value, "<", limit)
+    }
+}
+
+pub const HEALTHZ: &str = "`/healthz` (wrk's own request loop)";
+pub const HEALTHZ_SCRIPTED: &str = "`/healthz` through the rotating Lua script";
+pub const LIST_ANON: &str = "sale list, anonymous";
+pub const LIST_SIGNED: &str = "sale list, signed in";
+pub const PRODUCT_ANON: &str = "product page, anonymous";
+pub const PRODUCT_SIGNED: &str = "product page, signed in";
+pub const SOLD_OUT: &str = "sold-out buys";
+pub const HOT_64: &str = "hot product, 64 buyers";
+pub const HOT_256: &str = "hot product, 256 buyers";
+pub const ONE_CUSTOMER: &str = "hot product, one customer, 64 concurrent buys";
+pub const SPREAD: &str = "100 products, 64 buyers";

@@ -1,42 +1,33 @@
-//! One benchmark run: the ceiling first, then the shop with combining off
-//! and on, with and without the Redis lock, then pages and hand-overs.
+//! One benchmark run: the pgbench ceilings first (on a database of their
+//! own, while no shop holds connections), then the shop served as its own
+//! process under wrk, scenario by scenario.
 
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
-use diesel::RunQueryDsl;
-use reqwest::StatusCode;
+use chrono::Utc;
+use diesel::{Connection, PgConnection};
 
-use super::handover::handover;
-use super::load::{closed_loop, sign_up, Buyer, Load};
+use super::customers::{seed, sign_in_all};
 use super::machine::{machine, pg_settings};
-use super::pgbench::{pgbench, PGBENCH_SCRIPT};
+use super::pgbench::{pgbench, Rows, PGBENCH_SCRIPT};
+use super::probe::{load_average, wait_until_up, Cpu, Probe, STATS_SETTLE};
+use super::process::ShopProcess;
+use super::wrk::{wrk, Customer, Requests};
 use super::*;
-use crate::config::Settings;
 use crate::domain::Money;
-use crate::qa::harness::{ScratchDb, ServedShop};
-use crate::qa::Latency;
+use crate::qa::harness::ScratchDb;
 use crate::services::catalog::{create_product, SaleSpec};
 
-/// Alternating with/without-lock slices of half a point's duration each.
-const LOCK_ROUNDS: usize = 4;
+/// Stock no run can sell out.
+const BOTTOMLESS: i32 = 10_000_000;
+/// Sales on the list besides the hot and the sold-out one, so the list
+/// page is a list.
+const CATALOGUE: usize = 8;
+const SPREAD_PRODUCTS: usize = 100;
 
-/// A shop served in this process for the benchmark, with its buyers and hot product.
-struct BenchShop {
-    served: ServedShop,
-    buyers: Vec<Buyer>,
-    hot: i64,
-}
-
-impl BenchShop {
-    fn hot_load(&self) -> Arc<Load> {
-        Arc::new(Load::Buy {
-            products: vec![self.hot],
-        })
-    }
-}
-
-/// A sale that opened a minute ago, at one dollar a unit.
+/// A sale that opened a minute ago, at one dollar a unit, with no
+/// per-customer limit.
 fn sale(name: String, stock: i32) -> SaleSpec {
     SaleSpec {
         name,
@@ -44,214 +35,489 @@ fn sale(name: String, stock: i32) -> SaleSpec {
         price: Money::from_cents(100).expect("valid price"),
         stock,
         per_customer_limit: None,
-        starts_at: chrono::Utc::now() - chrono::Duration::minutes(1),
+        starts_at: Utc::now() - chrono::Duration::minutes(1),
         ends_at: None,
     }
 }
 
-async fn start_shop(
-    settings: Settings,
+async fn products(
     pool: &crate::db::PgPool,
-    name: String,
-    customers: usize,
-) -> anyhow::Result<BenchShop> {
-    let served = ServedShop::start(settings).await?;
-    let hot = create_product(pool, sale(name.clone(), 10_000_000))
-        .await?
-        .id;
-    let tag: String = name.chars().filter(char::is_ascii_alphanumeric).collect();
-    let mut buyers = Vec::with_capacity(customers);
-    for b in 0..customers.max(1) {
-        buyers.push(sign_up(&served.address, &format!("{tag}-{b}@flashsale.test")).await?);
-    }
-    Ok(BenchShop {
-        served,
-        buyers,
-        hot,
-    })
-}
-
-pub async fn run_bench(config: &BenchConfig) -> anyhow::Result<BenchReport> {
-    let db = ScratchDb::create(&config.database_url, "bench")?;
-    let prefix = format!("bench:{}:", uuid::Uuid::new_v4().simple());
-    let pool = crate::db::build_pool(&db.url, 4, Duration::from_secs(5), Duration::from_secs(3));
-    let ceiling = create_product(&pool, sale("pgbench".into(), 10_000_000))
-        .await?
-        .id;
-    let sold_out = create_product(&pool, sale("gone".into(), 0)).await?.id;
-    let mut spread = Vec::with_capacity(100);
-    for n in 0..100 {
-        spread.push(
-            create_product(&pool, sale(format!("spread {n}"), 10_000_000))
+    tag: &str,
+    count: usize,
+    stock: i32,
+) -> anyhow::Result<Vec<i64>> {
+    let mut ids = Vec::with_capacity(count);
+    for n in 0..count {
+        ids.push(
+            create_product(pool, sale(format!("{tag} {n}"), stock))
                 .await?
                 .id,
         );
     }
+    Ok(ids)
+}
 
-    let mut report = BenchReport {
-        points: Vec::new(),
-        machine: machine(),
-        stock_gate: Settings::for_tests(&db.url, &prefix).stock_gate,
-        handover: Vec::new(),
-        lock_overhead: Vec::new(),
-    };
-    report.machine.extend(pg_settings(&db.url));
-    let seconds = config.seconds;
-    let mut push =
-        |scenario: &str, concurrency: usize, result: (u64, u64, f64, Latency), note: String| {
-            let (ok, other, per_second, latency) = result;
-            eprintln!(
-                "{scenario:<44} c={concurrency:<4} {per_second:>9.1}/s  p99 {:.1} ms  {note}",
-                latency.p99_ms
-            );
-            report.points.push(Point {
-                scenario: scenario.into(),
-                concurrency,
-                ok,
-                other,
-                per_second,
-                latency,
-                note,
-            });
-        };
+fn pool(url: &str) -> crate::db::PgPool {
+    crate::db::build_one_shot_pool(url, Duration::from_secs(30), Duration::from_secs(5))
+}
 
-    // pgbench's orders need customers 1..=N; they never sign in.
-    let customers = config.customers.max(1) as i64;
-    crate::db::run(&pool, move |conn| {
-        Ok(diesel::sql_query(
-            "INSERT INTO customers (email, password_hash, role) \
-             SELECT 'pgbench' || n || '@flashsale.test', '!', 'customer' FROM generate_series(1, $1) AS n",
-        )
-        .bind::<diesel::sql_types::BigInt, _>(customers)
-        .execute(conn)?)
-    })
-    .await?;
-    // The ceiling first, while no shop holds connections of the shared server.
-    let script = std::env::temp_dir().join(format!("{}.pgbench.sql", prefix.replace(':', "_")));
-    std::fs::write(&script, PGBENCH_SCRIPT)?;
-    for &c in &config.concurrency {
-        let clients = c.min(config.pgbench_max_clients);
-        let (url, script, customers) = (
-            db.url.clone(),
-            script.clone(),
-            config.customers.max(1) as i64,
-        );
-        let (tps, avg) = tokio::task::spawn_blocking(move || {
-            pgbench(&url, &script, ceiling, customers, clients, seconds)
-        })
-        .await??;
-        let note = if clients < c {
-            format!("{clients} clients (connection cap); average latency {avg:.1} ms")
-        } else {
-            format!("average latency {avg:.1} ms")
-        };
-        push(PGBENCH, c, (0, 0, tps, Latency::default()), note);
-    }
-    let _ = std::fs::remove_file(&script);
-
-    for combining in [false, true] {
-        let hot_name = if combining { HOT } else { HOT_ONE_BY_ONE };
-        let start = |redis_lock: bool, tag: String| {
-            let mut settings = Settings::for_tests(&db.url, &prefix);
-            settings.combining = combining;
-            settings.redis_lock = redis_lock;
-            start_shop(settings, &pool, tag, config.customers)
-        };
-        let locked = start(true, hot_name.to_string()).await?;
-        let unlocked = start(false, format!("{hot_name}, no Redis lock")).await?;
-        for &c in &config.concurrency {
-            let result = closed_loop(
-                &locked.buyers,
-                locked.hot_load(),
-                c,
-                seconds,
-                StatusCode::SEE_OTHER,
-            )
-            .await;
-            push(hot_name, c, result, String::new());
-            if combining {
-                let spread_load = Arc::new(Load::Buy {
-                    products: spread.clone(),
-                });
-                let result = closed_loop(
-                    &locked.buyers,
-                    spread_load,
-                    c,
-                    seconds,
-                    StatusCode::SEE_OTHER,
-                )
-                .await;
-                push(SPREAD, c, result, String::new());
-            }
-        }
-        // What the lock costs: the same load with and without it, in
-        // alternating slices so that drift in the machine's load hits both.
-        let (mut with, mut without) = ((0, 0.0), (0, 0.0));
-        for _ in 0..LOCK_ROUNDS {
-            for (shop, total) in [(&locked, &mut with), (&unlocked, &mut without)] {
-                let began = Instant::now();
-                let (ok, ..) = closed_loop(
-                    &shop.buyers,
-                    shop.hot_load(),
-                    HEADLINE_BUYERS,
-                    seconds / 2.0,
-                    StatusCode::SEE_OTHER,
-                )
-                .await;
-                total.0 += ok;
-                total.1 += began.elapsed().as_secs_f64();
-            }
-        }
-        let overhead = LockOverhead {
-            combining,
-            with_lock: with.0 as f64 / with.1,
-            without_lock: without.0 as f64 / without.1,
-        };
-        eprintln!(
-            "lock overhead, combining {combining}: {:.1}/s with, {:.1}/s without",
-            overhead.with_lock, overhead.without_lock
-        );
-        report.lock_overhead.push(overhead);
-        if combining {
-            let page_concurrency = 64.min(*config.concurrency.iter().max().unwrap_or(&64));
-            let gets: [(&str, String, StatusCode); 4] = [
-                (SOLD_OUT, String::new(), StatusCode::CONFLICT),
-                (HEALTHZ, "/healthz".into(), StatusCode::OK),
-                (SALE_LIST, "/".into(), StatusCode::OK),
-                (
-                    PRODUCT_PAGE,
-                    format!("/products/{}", locked.hot),
-                    StatusCode::OK,
+/// pgbench swept over `config.pgbench_clients` on `rows`.
+fn sweep(config: &BenchConfig, url: &str, script: &Path, rows: Rows, what: &str) -> Vec<Ceiling> {
+    config
+        .pgbench_clients
+        .iter()
+        .map(|&clients| {
+            let point = match pgbench(url, script, rows, clients, config.pgbench_seconds) {
+                Ok((tps, latency_ms)) => Ceiling {
+                    clients,
+                    tps: Some(tps),
+                    latency_ms,
+                    error: None,
+                },
+                Err(error) => Ceiling {
+                    clients,
+                    tps: None,
+                    latency_ms: 0.0,
+                    error: Some(format!("{error:#}")),
+                },
+            };
+            match (&point.tps, &point.error) {
+                (Some(tps), _) => eprintln!(
+                    "pgbench {what:<9} c={clients:<3} {tps:>8.0} tps  avg {:.2} ms",
+                    point.latency_ms
                 ),
-            ];
-            for (scenario, path, expect) in gets {
-                let load = if path.is_empty() {
-                    Arc::new(Load::Buy {
-                        products: vec![sold_out],
-                    })
-                } else {
-                    Arc::new(Load::Get { path })
-                };
-                let result =
-                    closed_loop(&locked.buyers, load, page_concurrency, seconds, expect).await;
-                push(scenario, page_concurrency, result, String::new());
+                (None, Some(error)) => eprintln!("pgbench {what} c={clients}: {error}"),
+                _ => {}
             }
-        }
-        locked.served.server.stop(true).await;
-        unlocked.served.server.stop(true).await;
+            point
+        })
+        .collect()
+}
+
+/// Same server, same schema and settings as the shop's database, but a
+/// database of its own, so pgbench's rows never show on the shop's pages.
+async fn ceilings(
+    config: &BenchConfig,
+    scratch: &Path,
+) -> anyhow::Result<(Vec<Ceiling>, Vec<Ceiling>)> {
+    let db = ScratchDb::create(&config.database_url, "bench_pgbench")?;
+    let pool = pool(&db.url);
+    let hot = products(&pool, "pgbench hot", 1, BOTTOMLESS).await?[0];
+    let spread = products(&pool, "pgbench spread", SPREAD_PRODUCTS, BOTTOMLESS).await?;
+    let (low, high) = (spread[0], spread[SPREAD_PRODUCTS - 1]);
+    anyhow::ensure!(
+        high - low + 1 == SPREAD_PRODUCTS as i64,
+        "pgbench's rows are not contiguous"
+    );
+    let customers = seed(&mut PgConnection::establish(&db.url)?, config.customers)?;
+    let script = scratch.join("purchase.pgbench.sql");
+    std::fs::write(&script, PGBENCH_SCRIPT)?;
+    let hot = sweep(
+        config,
+        &db.url,
+        &script,
+        Rows {
+            products: (hot, hot),
+            customers,
+        },
+        "hot row",
+    );
+    let spread = sweep(
+        config,
+        &db.url,
+        &script,
+        Rows {
+            products: (low, high),
+            customers,
+        },
+        "100 rows",
+    );
+    Ok((hot, spread))
+}
+
+/// The shop under test and what measuring it needs.
+struct Bench<'a> {
+    config: &'a BenchConfig,
+    db_url: String,
+    prefix: String,
+    session_key: String,
+    scratch: PathBuf,
+    shop: Option<ShopProcess>,
+    starts: usize,
+    probe: Option<Probe>,
+    /// The transaction count as the last run left it, while nothing has
+    /// run since: the next run starts from it instead of settling again.
+    baseline: Option<i64>,
+    runs: usize,
+}
+
+impl Bench<'_> {
+    fn address(&self) -> String {
+        self.shop
+            .as_ref()
+            .map(|s| s.address.clone())
+            .unwrap_or_default()
     }
 
-    let redis_urls = Settings::for_tests(&db.url, &prefix).redis_urls;
-    for (scope, instances, tasks) in [("one instance, 8 buyers", 1, 8), ("two instances", 2, 1)] {
-        let figure = handover(&redis_urls, &prefix, instances, tasks, seconds).await?;
-        eprintln!(
-            "hand-over {scope}: {} hand-overs, p50 {:.3} ms, p99 {:.3} ms",
-            figure.handovers, figure.gap.p50_ms, figure.gap.p99_ms
-        );
-        report.handover.push(Handover {
-            scope: scope.into(),
-            ..figure
-        });
+    /// A fresh shop process; cookies stay valid across restarts since
+    /// every process gets the same session key.
+    async fn restart(&mut self) -> anyhow::Result<()> {
+        self.probe = None;
+        self.shop = None;
+        self.baseline = None;
+        self.starts += 1;
+        let log = self.scratch.join(format!("shop-{}.log", self.starts));
+        let shop = ShopProcess::start(&self.db_url, &self.prefix, &self.session_key, &log)?;
+        wait_until_up(&shop.address).await?;
+        self.probe = Some(Probe::new(&self.db_url, &shop.address)?);
+        self.shop = Some(shop);
+        Ok(())
     }
-    Ok(report)
+
+    /// Load without measuring: seeds the gate's counts, fills the pools.
+    async fn warm(&mut self, requests: &Requests<'_>, connections: usize) -> anyhow::Result<()> {
+        let script = self.scratch.join("warm.lua");
+        self.baseline = None;
+        wrk(&self.address(), requests, connections, 1.0, &script).await?;
+        Ok(())
+    }
+
+    async fn measure(
+        &mut self,
+        scenario: &'static str,
+        requests: Requests<'_>,
+        connections: usize,
+        expect: u16,
+        note: String,
+    ) -> anyhow::Result<Measured> {
+        self.runs += 1;
+        let script = self.scratch.join(format!("run-{}.lua", self.runs));
+        let address = self.address();
+        let seconds = self.config.seconds;
+        let probe = self.probe.as_mut().expect("a running shop");
+        let customers = match &requests {
+            Requests::Plain { .. } => 0,
+            Requests::Get { customers, .. } | Requests::Buy { customers, .. } => customers.len(),
+        };
+        let transactions = match self.baseline.take() {
+            Some(count) => count,
+            None => {
+                tokio::time::sleep(STATS_SETTLE).await;
+                probe.transactions()?
+            }
+        };
+        let metrics = probe.metrics().await?;
+        let sampler = probe.sample_activity()?;
+        let pid = self.shop.as_ref().map_or(0, ShopProcess::pid);
+        let (load, cpu) = (load_average(), Cpu::now(pid));
+        let from = Utc::now();
+        let run = wrk(&address, &requests, connections, seconds, &script).await;
+        let cpu = Cpu::now(pid).share_since(&cpu, load);
+        let activity = sampler.finish();
+        let run = run?;
+        let to = from + chrono::Duration::microseconds((run.seconds * 1e6) as i64);
+        tokio::time::sleep(STATS_SETTLE).await;
+        let metrics = probe.metrics().await?.since(&metrics);
+        let transactions = probe.transactions()? - transactions;
+        let orders = probe.orders_between(from, to)?;
+        self.baseline = Some(probe.transactions()?);
+        let counted = !matches!(
+            requests,
+            Requests::Plain { .. } | Requests::Get { count: false, .. }
+        );
+        let expected = if counted {
+            run.count(expect)
+        } else {
+            run.requests - run.failing
+        };
+        let mut unexpected: Vec<(u16, u64)> = run
+            .statuses
+            .iter()
+            .filter(|(status, _)| **status != expect)
+            .map(|(s, n)| (*s, *n))
+            .collect();
+        if !counted && run.failing > 0 {
+            unexpected.push((400, run.failing));
+        }
+        let batch = "flashsale_purchase_batch_size";
+        let measured = Measured {
+            scenario,
+            note,
+            connections,
+            customers,
+            seconds: run.seconds,
+            answers: run.requests,
+            expected,
+            unexpected,
+            socket_errors: run.socket_errors,
+            latency: run.latency,
+            orders,
+            pg_transactions: transactions,
+            statements: metrics.get("flashsale_db_statements_total"),
+            batch_mean: metrics.mean(batch, ""),
+            batches: metrics.count(batch, ""),
+            lock_wait_ms: metrics
+                .mean("flashsale_lock_wait_seconds", "{result=\"acquired\"}")
+                .map(|s| s * 1000.0),
+            batch_tx_ms: metrics
+                .mean(
+                    "flashsale_db_transaction_seconds",
+                    "{kind=\"purchase_batch\"}",
+                )
+                .map(|s| s * 1000.0),
+            activity: activity.averages().into_iter().take(6).collect(),
+            cpu,
+        };
+        eprintln!(
+            "{scenario:<48} c={connections:<3} {:>9.0} answers/s  {:>7.0} orders/s  p50 {:>6.1} ms  p99 {:>7.1} ms  {:.3} tx/answer  {:.2} stmt/answer  cpu: machine {:.2} shop {:.2} load {:.1}{}",
+            measured.per_second(),
+            measured.orders_per_second(),
+            measured.latency.p50_ms,
+            measured.latency.p99_ms,
+            measured.per_answer(measured.pg_transactions as f64),
+            measured.per_answer(measured.statements),
+            measured.cpu.machine_busy_cores,
+            measured.cpu.shop_cores,
+            measured.cpu.load_average,
+            measured
+                .batch_mean
+                .map(|b| format!("  batch {b:.1}"))
+                .unwrap_or_default(),
+        );
+        if measured.expected == 0 {
+            anyhow::bail!(
+                "{scenario}: no answer had status {expect} (answers: {:?}, socket errors {})",
+                measured.unexpected,
+                measured.socket_errors
+            );
+        }
+        Ok(measured)
+    }
+}
+
+pub async fn run_bench(config: &BenchConfig) -> anyhow::Result<BenchReport> {
+    let scratch =
+        std::env::temp_dir().join(format!("flashsale-bench-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&scratch)?;
+    eprintln!(
+        "scratch files (scripts, shop logs) in {}",
+        scratch.display()
+    );
+    let (pgbench_hot, pgbench_spread) = ceilings(config, &scratch).await?;
+
+    let db = ScratchDb::create(&config.database_url, "bench")?;
+    let pool = pool(&db.url);
+    let hot = products(&pool, "hot", 1, BOTTOMLESS).await?[0];
+    let sold_out = products(&pool, "gone", 1, 0).await?[0];
+    products(&pool, "catalogue", CATALOGUE, 1000).await?;
+    seed(&mut PgConnection::establish(&db.url)?, config.customers)?;
+
+    let mut bench = Bench {
+        config,
+        db_url: db.url.clone(),
+        prefix: format!("bench:{}:", uuid::Uuid::new_v4().simple()),
+        session_key: hex::encode(crate::config::random_session_key()),
+        scratch: scratch.clone(),
+        shop: None,
+        starts: 0,
+        probe: None,
+        baseline: None,
+        runs: 0,
+    };
+    bench.restart().await?;
+    let customers: Vec<Customer> = sign_in_all(&bench.address(), config.customers).await?;
+    eprintln!("{} customers signed in", customers.len());
+    let mut runs = Vec::new();
+    let signed = &customers[..];
+    let anonymous: &[Customer] = &[];
+    let tag = |name: &str| format!("{name}-{}", uuid::Uuid::new_v4().simple());
+    let buy = |products: Vec<i64>, customers, name: &str| Requests::Buy {
+        products,
+        customers,
+        tag: tag(name),
+    };
+    let get = |path: String, customers| Requests::Get {
+        paths: vec![path],
+        customers,
+        count: false,
+    };
+
+    runs.push(
+        bench
+            .measure(
+                HEALTHZ,
+                Requests::Plain {
+                    path: "/healthz".into(),
+                },
+                64,
+                200,
+                String::new(),
+            )
+            .await?,
+    );
+    runs.push(
+        bench
+            .measure(
+                HEALTHZ_SCRIPTED,
+                Requests::Get {
+                    paths: vec!["/healthz".into()],
+                    customers: anonymous,
+                    count: true,
+                },
+                64,
+                200,
+                String::new(),
+            )
+            .await?,
+    );
+    let product = format!("/products/{hot}");
+    for (scenario, path, who) in [
+        (LIST_ANON, "/".to_string(), anonymous),
+        (LIST_SIGNED, "/".to_string(), signed),
+        (PRODUCT_ANON, product.clone(), anonymous),
+        (PRODUCT_SIGNED, product.clone(), signed),
+    ] {
+        check_page(&bench.address(), &path, who.first()).await?;
+        runs.push(
+            bench
+                .measure(scenario, get(path, who), 64, 200, String::new())
+                .await?,
+        );
+    }
+    bench.warm(&buy(vec![sold_out], signed, "warm"), 64).await?;
+    runs.push(
+        bench
+            .measure(
+                SOLD_OUT,
+                buy(vec![sold_out], signed, "gone"),
+                64,
+                409,
+                String::new(),
+            )
+            .await?,
+    );
+
+    // Twice per process, in fresh processes: a mode fixed at start-up shows
+    // as runs that agree within a process and differ across processes. One
+    // customer's 64 concurrent buys run between the two, so each has a
+    // 64-customer run on either side under the same conditions.
+    for process in 1..=config.hot_repeats.max(1) {
+        if process > 1 {
+            bench.restart().await?;
+        }
+        bench.warm(&buy(vec![hot], signed, "warm"), 64).await?;
+        let note = |run: usize| format!("shop process {process}, run {run}");
+        runs.push(
+            bench
+                .measure(HOT_64, buy(vec![hot], signed, "hot"), 64, 303, note(1))
+                .await?,
+        );
+        runs.push(
+            bench
+                .measure(
+                    ONE_CUSTOMER,
+                    buy(vec![hot], &signed[..1], "one"),
+                    64,
+                    303,
+                    note(2),
+                )
+                .await?,
+        );
+        runs.push(
+            bench
+                .measure(HOT_64, buy(vec![hot], signed, "hot"), 64, 303, note(3))
+                .await?,
+        );
+    }
+    runs.push(
+        bench
+            .measure(
+                HOT_256,
+                buy(vec![hot], signed, "hot256"),
+                256,
+                303,
+                String::new(),
+            )
+            .await?,
+    );
+    let spread = products(&pool, "spread", SPREAD_PRODUCTS, BOTTOMLESS).await?;
+    bench.warm(&buy(spread.clone(), signed, "warm"), 64).await?;
+    runs.push(
+        bench
+            .measure(
+                SPREAD,
+                buy(spread, signed, "spread"),
+                64,
+                303,
+                String::new(),
+            )
+            .await?,
+    );
+    drop(bench);
+
+    let mut machine = machine();
+    machine.extend(pg_settings(&db.url));
+    Ok(BenchReport {
+        machine,
+        shop: shop_settings(config),
+        pgbench_hot,
+        pgbench_spread,
+        runs,
+    })
+}
+
+/// The page runs tell answers apart only as below 400 or not, so before
+/// them: the page is a 200, and signed in or not as the run means it to be.
+async fn check_page(address: &str, path: &str, who: Option<&Customer>) -> anyhow::Result<()> {
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()?;
+    let mut request = client.get(format!("{address}{path}"));
+    if let Some(customer) = who {
+        request = request.header(reqwest::header::COOKIE, &customer.cookie);
+    }
+    let response = request.send().await?;
+    let status = response.status();
+    let signed_in = response.text().await?.contains("action=\"/logout\"");
+    anyhow::ensure!(
+        status == reqwest::StatusCode::OK && signed_in == who.is_some(),
+        "GET {path} answered {status}, signed in: {signed_in}, expected 200 and {}",
+        who.is_some()
+    );
+    Ok(())
+}
+
+/// The settings the shop ran with: its defaults unless the environment
+/// of `flashsale bench` changed them.
+fn shop_settings(config: &BenchConfig) -> Vec<(String, String)> {
+    let var = |name: &str, default: &str| {
+        std::env::var(name)
+            .ok()
+            .filter(|v| !v.trim().is_empty())
+            .unwrap_or_else(|| default.into())
+    };
+    vec![
+        (
+            "build".into(),
+            if cfg!(debug_assertions) {
+                "debug (figures not comparable)"
+            } else {
+                "release"
+            }
+            .into(),
+        ),
+        ("DB_POOL_SIZE".into(), var("DB_POOL_SIZE", "16 (default)")),
+        ("STOCK_GATE".into(), var("STOCK_GATE", "on (default)")),
+        ("COMBINING".into(), var("COMBINING", "on (default)")),
+        ("COMBINE_MAX".into(), var("COMBINE_MAX", "32 (default)")),
+        ("signed-in customers".into(), config.customers.to_string()),
+        (
+            "seconds per app run".into(),
+            format!("{:.0}", config.seconds),
+        ),
+        (
+            "seconds per pgbench point".into(),
+            format!("{:.0}", config.pgbench_seconds),
+        ),
+    ]
 }

@@ -1,0 +1,77 @@
+//! Benchmark customers: seeded in one statement with one password hash
+//! (argon2 is slow by design), then signed in through the shop's own form so
+//! each holds a real session cookie and the CSRF token of that session.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use diesel::prelude::*;
+use diesel::sql_types::{BigInt, Text};
+use futures::{StreamExt, TryStreamExt};
+use reqwest::cookie::{CookieStore, Jar};
+
+use super::wrk::Customer;
+use crate::domain::Password;
+use crate::qa::harness::Browser;
+use crate::services::accounts::hash_password;
+
+const PASSWORD: &str = "bench-buyer-password";
+
+fn email(n: usize) -> String {
+    format!("bench{n}@flashsale.test")
+}
+
+/// Inserts customers 1..=count and answers the range of their ids.
+pub(super) fn seed(conn: &mut PgConnection, count: usize) -> anyhow::Result<(i64, i64)> {
+    #[derive(QueryableByName)]
+    struct Range {
+        #[diesel(sql_type = BigInt)]
+        low: i64,
+        #[diesel(sql_type = BigInt)]
+        high: i64,
+    }
+    let hash = hash_password(&Password::parse(PASSWORD)?)?;
+    let range: Range = diesel::sql_query(
+        "WITH made AS (INSERT INTO customers (email, password_hash, role) \
+           SELECT 'bench' || n || '@flashsale.test', $1, 'customer' FROM generate_series(1, $2) AS n \
+           RETURNING id) \
+         SELECT min(id) AS low, max(id) AS high FROM made",
+    )
+    .bind::<Text, _>(hash)
+    .bind::<BigInt, _>(count as i64)
+    .get_result(conn)?;
+    anyhow::ensure!(
+        range.high - range.low + 1 == count as i64,
+        "seeded customer ids are not contiguous"
+    );
+    Ok((range.low, range.high))
+}
+
+/// Signs in the first `count` seeded customers, a few at a time.
+pub(super) async fn sign_in_all(base: &str, count: usize) -> anyhow::Result<Vec<Customer>> {
+    futures::stream::iter(1..=count)
+        .map(|n| sign_in(base, n))
+        .buffered(8)
+        .try_collect()
+        .await
+}
+
+async fn sign_in(base: &str, n: usize) -> anyhow::Result<Customer> {
+    let jar = Arc::new(Jar::default());
+    let client = Browser::client_builder()
+        .cookie_provider(jar.clone())
+        .timeout(Duration::from_secs(60))
+        .build()?;
+    let browser = Browser::new(base, client);
+    browser.sign_in(&email(n), PASSWORD).await?;
+    // Signing in starts a new session with a CSRF token of its own.
+    let csrf = browser.csrf().await?;
+    let url = base.parse().context("the shop's address")?;
+    let cookie = jar
+        .cookies(&url)
+        .context("no session cookie after signing in")?
+        .to_str()?
+        .to_string();
+    Ok(Customer { cookie, csrf })
+}

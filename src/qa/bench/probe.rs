@@ -1,0 +1,332 @@
+//! What each run cost, read from outside the load: Postgres's transaction
+//! counters, the orders in the database, the shop's own counters on
+//! `/metrics`, and what Postgres backends were doing while it ran.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use anyhow::Context;
+use chrono::{DateTime, Utc};
+use diesel::prelude::*;
+use diesel::sql_types::{BigInt, Text, Timestamptz};
+
+use crate::db::split_database_url;
+
+/// A backend flushes its statistics at most once a second while busy, and
+/// what is left pending when it goes idle waits for its idle timeout
+/// (`PGSTAT_IDLE_INTERVAL`, 10 s); past that, the counters are whole.
+pub(super) const STATS_SETTLE: Duration = Duration::from_millis(10_500);
+
+#[derive(QueryableByName)]
+struct Number {
+    #[diesel(sql_type = BigInt)]
+    n: i64,
+}
+
+pub(super) struct Probe {
+    /// On the server's `postgres` database, so reading the counters is not
+    /// itself counted against the bench database.
+    admin: PgConnection,
+    bench_url: String,
+    admin_url: String,
+    datname: String,
+    metrics_url: String,
+    http: reqwest::Client,
+}
+
+impl Probe {
+    pub fn new(database_url: &str, shop: &str) -> anyhow::Result<Probe> {
+        let (server, datname) = split_database_url(database_url)?;
+        let admin_url = format!("{server}/postgres");
+        Ok(Probe {
+            admin: PgConnection::establish(&admin_url)?,
+            bench_url: database_url.to_string(),
+            admin_url,
+            datname,
+            metrics_url: format!("{shop}/metrics"),
+            http: reqwest::Client::new(),
+        })
+    }
+
+    /// Committed plus rolled-back transactions of the bench database so far.
+    pub fn transactions(&mut self) -> anyhow::Result<i64> {
+        let row: Number = diesel::sql_query(
+            "SELECT (xact_commit + xact_rollback)::bigint AS n FROM pg_stat_database WHERE datname = $1",
+        )
+        .bind::<Text, _>(&self.datname)
+        .get_result(&mut self.admin)?;
+        Ok(row.n)
+    }
+
+    /// Orders whose transaction began in `[from, to)`. Counted on a
+    /// connection of its own that is closed before this returns: a backend
+    /// flushes its statistics as it exits, so the count's own transactions
+    /// are in `transactions()` from then on, never in a later run's figure.
+    pub fn orders_between(
+        &mut self,
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+    ) -> anyhow::Result<u64> {
+        #[derive(QueryableByName)]
+        struct Counted {
+            #[diesel(sql_type = BigInt)]
+            n: i64,
+            #[diesel(sql_type = diesel::sql_types::Integer)]
+            pid: i32,
+        }
+        let mut conn = PgConnection::establish(&self.bench_url)?;
+        let counted: Counted = diesel::sql_query(
+            "SELECT count(*) AS n, pg_backend_pid() AS pid FROM orders WHERE created_at >= $1 AND created_at < $2",
+        )
+        .bind::<Timestamptz, _>(from)
+        .bind::<Timestamptz, _>(to)
+        .get_result(&mut conn)?;
+        drop(conn);
+        for _ in 0..200 {
+            let alive: Number =
+                diesel::sql_query("SELECT count(*) AS n FROM pg_stat_activity WHERE pid = $1")
+                    .bind::<diesel::sql_types::Integer, _>(counted.pid)
+                    .get_result(&mut self.admin)?;
+            if alive.n == 0 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Ok(counted.n as u64)
+    }
+
+    /// The shop's counters and histogram sums, by series.
+    pub async fn metrics(&self) -> anyhow::Result<Scrape> {
+        let text = self
+            .http
+            .get(&self.metrics_url)
+            .send()
+            .await?
+            .error_for_status()?
+            .text()
+            .await?;
+        Ok(Scrape::parse(&text))
+    }
+
+    /// Samples `pg_stat_activity` of the bench database every 25 ms until
+    /// the returned sampler is stopped.
+    pub fn sample_activity(&self) -> anyhow::Result<Sampler> {
+        let mut conn = PgConnection::establish(&self.admin_url)?;
+        let datname = self.datname.clone();
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopping = stop.clone();
+        let thread = std::thread::spawn(move || {
+            #[derive(QueryableByName)]
+            struct Backend {
+                #[diesel(sql_type = Text)]
+                what: String,
+            }
+            let mut seen = Activity::default();
+            while !stopping.load(Ordering::Relaxed) {
+                // A backend is "idle" while the shop holds it outside a
+                // transaction; the rest is where Postgres time goes.
+                let backends: Vec<Backend> = diesel::sql_query(
+                    "SELECT state || ' / ' || coalesce(wait_event_type || ':' || wait_event, 'running') \
+                       || CASE WHEN wait_event_type = 'Lock' THEN ' / ' || left(regexp_replace(query, '\\s+', ' ', 'g'), 48) ELSE '' END AS what \
+                     FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid() AND backend_type = 'client backend'",
+                )
+                .bind::<Text, _>(&datname)
+                .load(&mut conn)
+                .unwrap_or_default();
+                seen.samples += 1;
+                for backend in backends {
+                    *seen.counts.entry(backend.what).or_default() += 1;
+                }
+                std::thread::sleep(Duration::from_millis(25));
+            }
+            seen
+        });
+        Ok(Sampler { stop, thread })
+    }
+}
+
+#[derive(Debug, Default)]
+pub(super) struct Activity {
+    samples: u64,
+    counts: HashMap<String, u64>,
+}
+
+impl Activity {
+    /// Average backends in each state, busiest first.
+    pub fn averages(&self) -> Vec<(String, f64)> {
+        let mut out: Vec<(String, f64)> = self
+            .counts
+            .iter()
+            .map(|(what, n)| (what.clone(), *n as f64 / self.samples.max(1) as f64))
+            .collect();
+        out.sort_by(|a, b| b.1.total_cmp(&a.1));
+        out
+    }
+}
+
+pub(super) struct Sampler {
+    stop: Arc<AtomicBool>,
+    thread: JoinHandle<Activity>,
+}
+
+impl Sampler {
+    pub fn finish(self) -> Activity {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().unwrap_or_default()
+    }
+}
+
+/// One scrape of `/metrics`: every sample line's value by its series
+/// (`name{labels}`).
+#[derive(Debug, Clone, Default)]
+pub(super) struct Scrape(BTreeMap<String, f64>);
+
+impl Scrape {
+    fn parse(text: &str) -> Scrape {
+        Scrape(
+            text.lines()
+                .filter(|l| !l.starts_with('#'))
+                .filter_map(|l| {
+                    let (series, value) = l.rsplit_once(' ')?;
+                    Some((series.to_string(), value.parse().ok()?))
+                })
+                .collect(),
+        )
+    }
+
+    pub fn get(&self, series: &str) -> f64 {
+        self.0.get(series).copied().unwrap_or(0.0)
+    }
+
+    /// What happened between `before` and this scrape.
+    pub fn since(&self, before: &Scrape) -> Scrape {
+        Scrape(
+            self.0
+                .iter()
+                .map(|(series, value)| (series.clone(), value - before.get(series)))
+                .collect(),
+        )
+    }
+
+    /// Mean of a histogram (sum / count) over its series matching `labels`.
+    pub fn mean(&self, name: &str, labels: &str) -> Option<f64> {
+        let count = self.get(&format!("{name}_count{labels}"));
+        (count > 0.0).then(|| self.get(&format!("{name}_sum{labels}")) / count)
+    }
+
+    pub fn count(&self, name: &str, labels: &str) -> f64 {
+        self.get(&format!("{name}_count{labels}"))
+    }
+}
+
+/// CPU time so far, in clock ticks: the whole machine's (busy and all) and
+/// one process's, from `/proc`. On a shared machine this says how much of
+/// the CPU the measured stack had.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Cpu {
+    busy: u64,
+    total: u64,
+    process: u64,
+}
+
+/// What a run had of the machine.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct CpuShare {
+    /// Cores busy on average, anything included.
+    pub machine_busy_cores: f64,
+    /// Cores the shop process used on average.
+    pub shop_cores: f64,
+    /// The 1-minute load average when the run began.
+    pub load_average: f64,
+}
+
+impl Cpu {
+    pub fn now(pid: u32) -> Cpu {
+        let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+        let ticks: Vec<u64> = stat
+            .lines()
+            .next()
+            .unwrap_or("")
+            .split_whitespace()
+            .skip(1)
+            .filter_map(|t| t.parse().ok())
+            .collect();
+        let total: u64 = ticks.iter().take(8).sum();
+        // idle and iowait
+        let idle = ticks.get(3).copied().unwrap_or(0) + ticks.get(4).copied().unwrap_or(0);
+        let process = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| {
+                // Fields after the command name, which may hold spaces.
+                let rest = s.rsplit_once(')')?.1.to_string();
+                let fields: Vec<u64> = rest
+                    .split_whitespace()
+                    .skip(11)
+                    .take(2)
+                    .filter_map(|f| f.parse().ok())
+                    .collect();
+                Some(fields.iter().sum())
+            })
+            .unwrap_or(0);
+        Cpu {
+            busy: total.saturating_sub(idle),
+            total,
+            process,
+        }
+    }
+
+    pub fn share_since(&self, before: &Cpu, load_average: f64) -> CpuShare {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+        let total = self.total.saturating_sub(before.total).max(1) as f64;
+        // /proc/stat sums the ticks of every core.
+        let per_core = total / cores;
+        CpuShare {
+            machine_busy_cores: self.busy.saturating_sub(before.busy) as f64 / per_core,
+            shop_cores: self.process.saturating_sub(before.process) as f64 / per_core,
+            load_average,
+        }
+    }
+}
+
+pub(super) fn load_average() -> f64 {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// Waits for the shop to answer `/healthz`.
+pub(super) async fn wait_until_up(address: &str) -> anyhow::Result<()> {
+    let client = reqwest::Client::new();
+    for _ in 0..200 {
+        if let Ok(response) = client.get(format!("{address}/healthz")).send().await {
+            if response.status().is_success() {
+                return Ok(());
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Err(anyhow::anyhow!(
+        "the shop at {address} never answered /healthz"
+    ))
+    .context("starting the shop")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scrapes_are_read_and_subtracted() {
+        let before = Scrape::parse("# HELP x\nflashsale_db_statements_total 10\nh_sum{kind=\"a\"} 1.5\nh_count{kind=\"a\"} 3\n");
+        let after = Scrape::parse(
+            "flashsale_db_statements_total 25\nh_sum{kind=\"a\"} 3.5\nh_count{kind=\"a\"} 7\n",
+        );
+        let delta = after.since(&before);
+        assert_eq!(delta.get("flashsale_db_statements_total"), 15.0);
+        assert_eq!(delta.mean("h", "{kind=\"a\"}"), Some(0.5));
+    }
+}
