@@ -184,7 +184,8 @@ impl StockGate {
 
     /// Bounds one command or script in time; a failed connection is dropped
     /// so the next call reconnects. Says whether the connection was lost (worth
-    /// one retry: every gate call is idempotent, the admit script by its key).
+    /// one retry: every gate call is idempotent, the admit script by its
+    /// admission key, which its answer record also names).
     async fn guard<T>(
         &self,
         call: impl std::future::Future<Output = redis::RedisResult<T>>,

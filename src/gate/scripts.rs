@@ -56,6 +56,8 @@ if recorded then
     if fingerprint ~= request then return {6, 0, 0, ''} end
     if kind == 'R' then return {7, 0, 0, rest} end
     local earlier, at = string.match(rest, '^([^|]*)|(%d+)$')
+    -- This very admission, sent again because its reply was lost.
+    if earlier == admission then return {1, 0, 0, ''} end
     return {8, now_ms - (tonumber(at) or now_ms), 0, earlier or ''}
   end
 end

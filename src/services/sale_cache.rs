@@ -35,7 +35,9 @@ pub const REFRESH_AFTER: Duration = Duration::from_millis(500);
 /// began: the bound other instances' edits are seen within.
 pub const SERVE_AT_MOST: Duration = Duration::from_secs(1);
 
-/// Bumped by every write to `products` this process makes. Process-wide, not
+/// Bumped by every edit of a sale this process makes (creating, editing,
+/// adjusting stock; purchases and restores need not: the pages read units
+/// left from the gate, and every copy ages out within a second). Process-wide, not
 /// per `Shop`: some writers (seeding, the command line, tests) hold only a
 /// pool, and a copy that missed a write made in its own process would be
 /// wrong for up to a second for no reason. A second `Shop` in the same
@@ -99,7 +101,13 @@ impl SaleCache {
             // Due for a refresh but still fit to serve: the first reader
             // refreshes, the others keep the copy meanwhile.
             return match self.refreshing.try_lock() {
-                Ok(_turn) => Ok(self.refresh(pool).await.unwrap_or(shelf)),
+                // A refresh that failed (or took long) leaves the copy to
+                // serve only while it is still young enough.
+                Ok(_turn) => match self.refresh(pool).await {
+                    Ok(fresh) => Ok(fresh),
+                    Err(_) if shelf.serves(SERVE_AT_MOST) => Ok(shelf),
+                    Err(error) => Err(error),
+                },
                 Err(_) => Ok(shelf),
             };
         }

@@ -55,9 +55,16 @@ pub const FRESHNESS: Duration = Duration::from_secs(1);
 /// Each poll reads back this far before the previous poll's start, by
 /// Postgres's clock. `revoked_at` is the revoking transaction's start, so a
 /// revocation committed after the previous poll's snapshot can carry an
-/// earlier time; this covers any transaction shorter than the margin, and
-/// every statement is bounded by the (default 5 s) statement timeout.
+/// earlier time; this covers any transaction shorter than the margin (the
+/// shop's own revocations are single statements, bounded by the statement
+/// timeout).
 const OVERLAP: Duration = Duration::from_secs(10);
+
+/// A transaction open longer than `OVERLAP` (an edit by hand, say) commits
+/// a revocation older than the window: so every so often a poll reads every
+/// revoked, unexpired session again, and such a revocation takes effect
+/// within this long of its commit.
+const FULL_RELOAD_EVERY: Duration = Duration::from_secs(5);
 
 /// The secret a session cookie carries.
 #[derive(Clone, PartialEq, Eq)]
@@ -227,6 +234,8 @@ struct Known {
     polled_at: Option<DateTime<Utc>>,
     /// When the last successful poll started, by this process's clock.
     fresh_as_of: Option<Instant>,
+    /// When the last poll that read every revoked session started.
+    fully_read_at: Option<Instant>,
 }
 
 impl Revocations {
@@ -237,6 +246,7 @@ impl Revocations {
                 revoked: HashMap::new(),
                 polled_at: None,
                 fresh_as_of: None,
+                fully_read_at: None,
             }),
             // Connects on the first poll, not before: a `Shop` built for a
             // command that never serves pages opens nothing here.
@@ -299,12 +309,17 @@ struct Revoked {
 pub async fn poll_revocations(shop: &Shop) -> Result<PollReport, AppError> {
     let revocations = &shop.revocations;
     let started = Instant::now();
-    let since = revocations
-        .state
-        .read()
-        .unwrap_or_else(|e| e.into_inner())
-        .polled_at
-        .map_or(DateTime::UNIX_EPOCH, |at| at - OVERLAP);
+    let (since, full) = {
+        let known = revocations.state.read().unwrap_or_else(|e| e.into_inner());
+        let full = known
+            .fully_read_at
+            .is_none_or(|at| at.elapsed() >= FULL_RELOAD_EVERY);
+        let since = match known.polled_at {
+            Some(at) if !full => at - OVERLAP,
+            _ => DateTime::UNIX_EPOCH,
+        };
+        (since, full)
+    };
     let now = Utc::now();
     let rows: Vec<Revoked> = db::run(&revocations.pool, move |conn| {
         // The LEFT JOIN makes an empty answer still say when it was taken.
@@ -338,6 +353,9 @@ pub async fn poll_revocations(shop: &Shop) -> Result<PollReport, AppError> {
     // Polls may overlap (the loop and a test's call): keep the latest.
     known.polled_at = known.polled_at.max(Some(polled_at));
     known.fresh_as_of = known.fresh_as_of.max(Some(started));
+    if full {
+        known.fully_read_at = known.fully_read_at.max(Some(started));
+    }
     let report = PollReport {
         read,
         known: known.revoked.len(),

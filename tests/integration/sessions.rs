@@ -387,3 +387,38 @@ async fn a_cookie_from_before_the_expiry_was_kept_in_it_still_signs_in_until_rev
         expect_redirect(&get_with_cookie(&app, "/orders", cookie).await, "/login");
     }
 }
+
+/// A revocation whose transaction was open longer than the polls look back
+/// (a hand edit left open, say) commits with an old `revoked_at`: the
+/// periodic full read still finds it, within seconds of its commit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_revocation_committed_long_after_it_began_is_still_found() {
+    let app = spawn_app().await;
+    let (_browser, copied) = signed_up_cookie(&app, "late-commit@example.com").await;
+    assert_eq!(
+        get_with_cookie(&app, "/orders", &copied).await.status(),
+        StatusCode::OK
+    );
+    // As a transaction that began an hour ago and commits now would leave it.
+    assert_eq!(
+        app.db.count(
+            "WITH revoked AS (UPDATE sessions SET revoked_at = now() - interval '1 hour' RETURNING 1) \
+             SELECT count(*) AS n FROM revoked"
+        ),
+        1
+    );
+    let started = Instant::now();
+    loop {
+        let response = get_with_cookie(&app, "/orders", &copied).await;
+        if response.status() == StatusCode::SEE_OTHER {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(7),
+            "the late revocation was never found"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    eprintln!("refused {:?} after the late commit", started.elapsed());
+    assert!(app.shop.revocations.is_fresh(), "refused by the list");
+}

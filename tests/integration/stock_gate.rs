@@ -210,6 +210,13 @@ async fn answer_records_follow_their_rules(gate: &StockGate) {
             .unwrap(),
         Admission::Admitted
     );
+    assert_eq!(
+        gate.admit(product, alice, one, "a1", Some(&click))
+            .await
+            .unwrap(),
+        Admission::Repeat,
+        "the same admission sent again (its reply was lost) is a repeat"
+    );
     match gate
         .admit(product, alice, one, "a2", Some(&click))
         .await

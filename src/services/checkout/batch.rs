@@ -16,6 +16,7 @@
 //! between batches, and goes again while buyers are waiting.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -40,6 +41,8 @@ use crate::services::Shop;
 type Answer = Result<PurchaseOutcome, AppError>;
 
 struct Waiting {
+    /// Tells this buyer's place in line from the others'.
+    id: u64,
     buyer: Buyer,
     answer: oneshot::Sender<Answer>,
 }
@@ -54,6 +57,7 @@ struct Queue {
 pub struct Combiner {
     queues: Mutex<HashMap<ProductId, Arc<Mutex<Queue>>>>,
     max_batch: usize,
+    arrivals: AtomicU64,
 }
 
 impl Combiner {
@@ -61,6 +65,7 @@ impl Combiner {
         Combiner {
             queues: Mutex::new(HashMap::new()),
             max_batch: max_batch.max(1),
+            arrivals: AtomicU64::new(0),
         }
     }
 
@@ -78,26 +83,44 @@ pub async fn buy_in_batch(shop: &Shop, product: ProductId, buyer: Buyer) -> Answ
         .ok_or_else(|| AppError::Internal(anyhow::anyhow!("combining is off")))?;
     let queue = combiner.queue(product);
     let (answer, answered) = oneshot::channel();
+    let id = combiner.arrivals.fetch_add(1, Ordering::Relaxed);
     let must_lead = {
         let mut queue = lock(&queue);
-        queue.waiting.push_back(Waiting { buyer, answer });
+        queue.waiting.push_back(Waiting { id, buyer, answer });
         !std::mem::replace(&mut queue.leader_running, true)
     };
     if must_lead {
         // Its own task: a buyer who disconnects cannot cancel a batch half way.
-        tokio::spawn(lead(shop.clone(), product, queue, combiner.max_batch));
+        tokio::spawn(lead(
+            shop.clone(),
+            product,
+            queue.clone(),
+            combiner.max_batch,
+        ));
     }
-    // The leader's every step is bounded (the lock wait, the statement
-    // timeout, the lease), so a buyer still unanswered after the longest a
-    // purchase can take has a leader stuck past all of them: by then nothing
-    // can commit for this buyer any more, so looking the key up tells.
-    match tokio::time::timeout(shop.settings.longest_purchase(), answered).await {
-        Ok(Ok(answer)) => answer,
-        Ok(Err(_)) => Err(AppError::Internal(anyhow::anyhow!("the batch was lost"))),
-        Err(_) => Err(AppError::OutcomeUnknown(
-            "the batch did not answer within the longest a purchase can take".into(),
-        )),
-    }
+    // A buyer still in line after the lock wait is told the shop is busy,
+    // like one who waited that long for the lock itself: taken out of the
+    // line under its lock, they are sure never to be served. One already
+    // taken into a batch waits for it: every step of a batch is bounded (the
+    // lock wait, the statement timeout, the lease), and its answer is the
+    // only one that can say whether its order was written.
+    let mut answered = answered;
+    let waited = tokio::time::timeout(shop.settings.lock_wait, &mut answered).await;
+    let answer = match waited {
+        Ok(answer) => answer,
+        Err(_) => {
+            let still_in_line = {
+                let mut line = lock(&queue);
+                let at = line.waiting.iter().position(|w| w.id == id);
+                at.and_then(|at| line.waiting.remove(at)).is_some()
+            };
+            if still_in_line {
+                return Err(AppError::Busy);
+            }
+            answered.await
+        }
+    };
+    answer.unwrap_or_else(|_| Err(AppError::Internal(anyhow::anyhow!("the batch was lost"))))
 }
 
 fn lock(queue: &Mutex<Queue>) -> std::sync::MutexGuard<'_, Queue> {
@@ -174,14 +197,11 @@ async fn lead(shop: Shop, product: ProductId, queue: Arc<Mutex<Queue>>, max_batc
         };
         let batch: Vec<Waiting> = {
             let mut queue = lock(&leadership.queue);
-            // A buyer who stopped waiting (see `buy_in_batch`) is not served:
-            // they were told the outcome is unknown, and their admission is
-            // handed back on their side once the key shows no order.
-            queue.waiting.retain(|w| !w.answer.is_closed());
             let take = queue.waiting.len().min(max_batch);
             queue.waiting.drain(..take).collect()
         };
         if batch.is_empty() {
+            // Everyone in line gave up waiting while the lock was taken.
             if !leadership.still_needed() {
                 held.release().await;
                 return;
