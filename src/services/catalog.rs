@@ -1,7 +1,6 @@
 //! Flash-sale products: creating them and reading them for the shop pages.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
@@ -285,7 +284,7 @@ pub struct ShownSale {
 /// Every sale for the sale list, without a Postgres read per view.
 pub async fn sales_on_show(shop: &Shop) -> Result<Vec<ShownSale>, AppError> {
     let shelf = shop.sale_cache.shelf(&shop.pool).await?;
-    Ok(with_units_left(shop, shelf.products()).await)
+    Ok(with_units_left(shop, shelf.products(), shelf.products()).await)
 }
 
 /// One sale for its product page; an id the cache lacks is not a product,
@@ -293,29 +292,23 @@ pub async fn sales_on_show(shop: &Shop) -> Result<Vec<ShownSale>, AppError> {
 pub async fn sale_on_show(shop: &Shop, id: ProductId) -> Result<ShownSale, AppError> {
     let shelf = shop.sale_cache.shelf(&shop.pool).await?;
     let product = shelf.product(id).ok_or_else(|| no_such_product(id))?;
-    let mut shown = with_units_left(shop, std::slice::from_ref(product)).await;
+    let mut shown = with_units_left(shop, shelf.products(), std::slice::from_ref(product)).await;
     shown.pop().ok_or_else(|| no_such_product(id))
 }
 
-/// How long a page waits for the gate's counts before showing the cached
-/// rows' own: a page view is never worth an error page or a long wait.
-const GATE_READ_WAIT: Duration = Duration::from_millis(250);
-
-/// Units left from the gate (one MGET), which buyers change without
-/// touching the cached rows; the cached stock where the gate is off, does
-/// not know the product, or does not answer in time.
-async fn with_units_left(shop: &Shop, products: &[Arc<Product>]) -> Vec<ShownSale> {
-    let mut counted = vec![None; products.len()];
-    if let Some(gate) = &shop.gate {
-        let ids: Vec<ProductId> = products.iter().map(|p| p.product_id()).collect();
-        match tokio::time::timeout(GATE_READ_WAIT, gate.stocks(&ids)).await {
-            Ok(Ok(stocks)) if stocks.len() == products.len() => counted = stocks,
-            // Per view, so not worth a warning each: readiness reports a gate that is down.
-            Ok(Ok(_)) => tracing::debug!("the gate answered a different number of counts"),
-            Ok(Err(error)) => tracing::debug!(%error, "units left from the cached rows"),
-            Err(_) => tracing::debug!("the gate was slow; units left from the cached rows"),
-        }
-    }
+/// Units left from the gate's counts (read for the whole list at once, a few
+/// times a second at most), which buyers change without touching the cached
+/// rows; the cached stock where the gate is off, does not know the product,
+/// or has not answered lately.
+async fn with_units_left(
+    shop: &Shop,
+    every: &[Arc<Product>],
+    products: &[Arc<Product>],
+) -> Vec<ShownSale> {
+    let counted = match &shop.gate {
+        Some(gate) => shop.units_left.counts(gate, every, products).await,
+        None => vec![None; products.len()],
+    };
     products
         .iter()
         .zip(counted)

@@ -17,6 +17,7 @@ pub mod sessions;
 pub mod stock;
 pub mod stock_gate;
 pub mod throttle;
+pub mod units_left;
 
 use std::sync::{Arc, Mutex};
 
@@ -57,6 +58,8 @@ pub struct Shop {
     pub revocations: Arc<sessions::Revocations>,
     /// The sale rows the shop pages are built from, at most a second old.
     pub sale_cache: Arc<sale_cache::SaleCache>,
+    /// The gate's counts the shop pages show, at most a second old.
+    pub units_left: Arc<units_left::UnitsLeft>,
 }
 
 impl Shop {
@@ -127,6 +130,7 @@ impl Shop {
             last_reconcile: Arc::new(Mutex::new(None)),
             revocations: Arc::new(sessions::Revocations::new(&settings)),
             sale_cache: Arc::new(sale_cache::SaleCache::new()),
+            units_left: Arc::new(units_left::UnitsLeft::new()),
             fingerprint_key: Arc::new(idempotency::FingerprintKey::derive(&settings.session_key)),
             payment_provider,
             settings: Arc::new(settings),

@@ -44,6 +44,12 @@ pub const SERVE_AT_MOST: Duration = Duration::from_secs(1);
 /// process (tests) only pays one extra read for it.
 static WRITES: AtomicU64 = AtomicU64::new(0);
 
+/// How many sale edits this process has made: a copy of anything read
+/// before the count moved is stale.
+pub fn writes() -> u64 {
+    WRITES.load(Ordering::Acquire)
+}
+
 /// Makes every copy in this process stale now. Call it after a write to
 /// `products` commits.
 pub fn invalidate() {
