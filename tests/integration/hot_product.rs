@@ -297,3 +297,85 @@ async fn a_fencing_counter_behind_the_row_is_stepped_past_not_failed() {
     );
     app.db.assert_audit_clean();
 }
+
+/// A combined buyer waits in line at most the lock wait: one still queued
+/// then, behind a batch that is slow, is taken out of the line and told the
+/// shop is busy, its units go back to the gate, and it is never served, so
+/// its resend buys once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_combined_buyer_still_in_line_after_the_lock_wait_is_told_busy_and_never_served() {
+    use diesel::RunQueryDsl;
+    let app = spawn_app_with(|s| {
+        s.lock_wait = Duration::from_millis(400);
+        s.db_statement_timeout = Duration::from_secs(3);
+        s.lock_lease = Duration::from_secs(6);
+    })
+    .await;
+    let product = app.product(5, None).await;
+    let (first, second) = (
+        app.customer("in-batch@example.com").await,
+        app.customer("in-line@example.com").await,
+    );
+    // Seeds the gate, so neither buyer below waits for seeding.
+    order_id_from(&first.buy(product, 1).await);
+
+    // The product's row is held by someone else: the next batch blocks on it.
+    let mut holder = app.db.conn();
+    diesel::sql_query("BEGIN").execute(&mut holder).unwrap();
+    diesel::sql_query(format!(
+        "SELECT 1 FROM products WHERE id = {product} FOR UPDATE"
+    ))
+    .execute(&mut holder)
+    .unwrap();
+    let batch = tokio::spawn({
+        let first = first.clone();
+        async move { first.buy(product, 1).await }
+    });
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let token = second.csrf().await;
+    let started = Instant::now();
+    let waited = second
+        .post(
+            &format!("/products/{product}/buy"),
+            &[
+                ("quantity", "1"),
+                ("csrf_token", &token),
+                ("idempotency_key", "in-line"),
+            ],
+        )
+        .await;
+    let in_line = started.elapsed();
+    expect_page(waited, StatusCode::SERVICE_UNAVAILABLE, "Too many buyers").await;
+    assert!(
+        in_line < Duration::from_secs(2),
+        "answered after {in_line:?}, not after the batch"
+    );
+    diesel::sql_query("COMMIT").execute(&mut holder).unwrap();
+    drop(holder);
+    assert_eq!(batch.await.unwrap().status(), StatusCode::SEE_OTHER);
+
+    assert_eq!(
+        app.db.count("SELECT count(*) AS n FROM orders"),
+        2,
+        "never served"
+    );
+    let gate = app.shop.gate.as_ref().unwrap();
+    assert_eq!(
+        gate.stock(ProductId(product)).await.unwrap(),
+        Some(3),
+        "its unit came back"
+    );
+    let resend = second
+        .post(
+            &format!("/products/{product}/buy"),
+            &[
+                ("quantity", "1"),
+                ("csrf_token", &token),
+                ("idempotency_key", "in-line"),
+            ],
+        )
+        .await;
+    assert_eq!(resend.status(), StatusCode::SEE_OTHER, "the key was freed");
+    assert_eq!(app.db.count("SELECT count(*) AS n FROM orders"), 3);
+    app.db.assert_audit_clean();
+}
