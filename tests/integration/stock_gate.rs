@@ -705,3 +705,53 @@ async fn buys_of_unknown_products_leave_nothing_behind() {
     assert!(left.is_empty(), "keys left behind: {left:?}");
     assert_eq!(app.db.count("SELECT count(*) AS n FROM orders"), 0);
 }
+
+/// A cart admits its lines in product order; when a later line's product
+/// cannot be seeded (its lock is held elsewhere), the lines admitted before
+/// it go back to the gate, and nothing is bought.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cart_whose_later_product_cannot_be_seeded_hands_the_earlier_lines_back() {
+    let app = spawn_app_with(|s| {
+        s.stock_gate = true;
+        s.lock_wait = Duration::from_millis(300);
+    })
+    .await;
+    let (seeded, unseeded) = (app.product(5, None).await, app.product(5, None).await);
+    let buyer = app.customer("half-seeded@example.com").await;
+    order_id_from(&buyer.buy(seeded, 1).await);
+    let gate = app.shop.gate.as_ref().unwrap();
+    assert_eq!(gate.stock(ProductId(seeded)).await.unwrap(), Some(4));
+    assert_eq!(gate.stock(ProductId(unseeded)).await.unwrap(), None);
+    for product in [seeded, unseeded] {
+        let added = buyer
+            .post_form(
+                "/cart/add",
+                &[("product_id", &product.to_string()), ("quantity", "1")],
+            )
+            .await;
+        assert_eq!(added.status(), StatusCode::SEE_OTHER);
+    }
+
+    let other = app.other_instance(Duration::from_secs(5), Duration::from_secs(10));
+    let held = other.acquire(vec![ProductId(unseeded)]).await.unwrap();
+    let checkout = buyer
+        .post_form("/cart/checkout", &[("idempotency_key", "half-seeded")])
+        .await;
+    expect_page(checkout, StatusCode::SERVICE_UNAVAILABLE, "Too many buyers").await;
+    assert_eq!(
+        gate.stock(ProductId(seeded)).await.unwrap(),
+        Some(4),
+        "the first line's unit came back"
+    );
+    assert_eq!(app.db.count("SELECT count(*) AS n FROM orders"), 1);
+    held.release().await;
+
+    let checkout = buyer
+        .post_form("/cart/checkout", &[("idempotency_key", "half-seeded")])
+        .await;
+    assert_eq!(checkout.status(), StatusCode::SEE_OTHER, "the resend buys");
+    assert_eq!(app.db.count("SELECT count(*) AS n FROM orders"), 2);
+    assert_eq!(gate.stock(ProductId(seeded)).await.unwrap(), Some(3));
+    assert_eq!(gate.stock(ProductId(unseeded)).await.unwrap(), Some(4));
+    app.db.assert_audit_clean();
+}
