@@ -466,6 +466,41 @@ pub async fn run_bench(config: &BenchConfig) -> anyhow::Result<BenchReport> {
     })
 }
 
+/// A run's Redis keys go with it (the answer records of every sold-out buy,
+/// the admission markers of every order): the machine's Redis is shared,
+/// and a benchmark leaves nothing of its own there. Only keys under the
+/// run's own prefix; the rest of the server is never touched.
+impl Drop for Bench<'_> {
+    fn drop(&mut self) {
+        self.shop = None;
+        let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+        let forgotten = redis::Client::open(url.split(',').next().unwrap_or_default())
+            .and_then(|client| client.get_connection())
+            .and_then(|mut redis| {
+                let keys: Vec<String> = redis::cmd("SCAN")
+                    .cursor_arg(0)
+                    .arg("MATCH")
+                    .arg(format!("{}*", self.prefix))
+                    .arg("COUNT")
+                    .arg(10_000)
+                    .clone()
+                    .iter(&mut redis)?
+                    .collect::<Result<_, _>>()?;
+                for chunk in keys.chunks(1_000) {
+                    redis::cmd("UNLINK").arg(chunk).exec(&mut redis)?;
+                }
+                Ok(keys.len())
+            });
+        match forgotten {
+            Ok(keys) => eprintln!("removed the run's {keys} Redis keys ({}*)", self.prefix),
+            Err(error) => eprintln!(
+                "could not remove the run's Redis keys ({}*): {error}",
+                self.prefix
+            ),
+        }
+    }
+}
+
 /// The page runs tell answers apart only as below 400 or not, so before
 /// them: the page is a 200, and signed in or not as the run means it to be.
 async fn check_page(address: &str, path: &str, who: Option<&Customer>) -> anyhow::Result<()> {
