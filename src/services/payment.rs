@@ -105,6 +105,20 @@ fn record_attempt(
             format!("The time to pay for order {order} has run out, so its units may already belong to someone else. You were not charged."),
         ));
     }
+    let declined: i64 = payments::table
+        .filter(payments::order_id.eq(order.get()))
+        .filter(payments::outcome.eq("declined"))
+        .count()
+        .get_result(conn)?;
+    // A decline ends its order: its restore may still be on its way (the
+    // lock was busy), and a charge approved after that restore would pay
+    // for units already back on sale.
+    if declined > 0 {
+        return Err(AppError::conflict(
+            "Payment declined",
+            format!("The card for order {order} was declined, so the order is being cancelled and its units returned; this payment was not sent and you were not charged. Buy again to pay with another card."),
+        ));
+    }
     let pending: i64 = payments::table
         .filter(payments::order_id.eq(order.get()))
         .filter(payments::outcome.eq("pending"))

@@ -611,6 +611,26 @@ async fn a_recorded_decline_is_answered_even_when_its_restore_must_wait() {
     assert_eq!(app.db.count("SELECT count(*) AS n FROM payments"), 1);
     assert_eq!(app.db.stock(product), 3, "restore waits for the lock");
 
+    // Another card for the declined order while its restore waits: a charge
+    // approved now would pay for units the restore is about to put back.
+    let other_card = buyer
+        .post(
+            &path,
+            &[
+                ("card_number", GOOD_CARD),
+                ("csrf_token", token.as_str()),
+                ("idempotency_key", "after-the-decline"),
+            ],
+        )
+        .await;
+    expect_page(other_card, StatusCode::CONFLICT, "was declined").await;
+    assert_eq!(app.db.count("SELECT count(*) AS n FROM payments"), 1);
+    assert_eq!(
+        app.db
+            .count("SELECT count(*) AS n FROM sandbox_charges WHERE approved"),
+        0
+    );
+
     held.release().await;
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while app.db.stock(product) != 5 {
