@@ -155,9 +155,13 @@ impl Answer {
                 replayed,
                 ..
             } => {
-                let title = if *status == 303 { "" } else { title };
+                let title = if *status == 303 {
+                    String::new()
+                } else {
+                    format!(" {title}")
+                };
                 let replayed = if *replayed { " (replayed)" } else { "" };
-                format!("{status} {title}{replayed}")
+                format!("{status}{title}{replayed}")
             }
         }
     }
