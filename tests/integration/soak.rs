@@ -801,19 +801,22 @@ async fn exactly_once_under_kills_pauses_and_restarts_of_redis_and_postgres() {
     ];
     let (done, faults) = tokio::sync::oneshot::channel();
     let (release_cluster, nemesis_may_end) = std::sync::mpsc::channel::<()>();
-    let nemesis = {
-        let soak = soak.clone();
-        std::thread::spawn(move || {
-            nemesis(
-                cluster,
-                soak,
-                schedule,
-                start,
-                seed ^ 0x5eed,
-                done,
-                nemesis_may_end,
-            )
-        })
+    let nemesis = NemesisThread {
+        release: Some(release_cluster),
+        thread: Some(std::thread::spawn({
+            let soak = soak.clone();
+            move || {
+                nemesis(
+                    cluster,
+                    soak,
+                    schedule,
+                    start,
+                    seed ^ 0x5eed,
+                    done,
+                    nemesis_may_end,
+                )
+            }
+        })),
     };
     let mut tasks = Vec::new();
     for person in &people[..CUSTOMERS] {
@@ -889,11 +892,24 @@ async fn exactly_once_under_kills_pauses_and_restarts_of_redis_and_postgres() {
         problems[..problems.len().min(SHOWN)].join("\n")
     );
     db.assert_audit_clean();
-    drop(release_cluster);
-    tokio::task::spawn_blocking(move || nemesis.join())
-        .await
-        .unwrap()
-        .unwrap();
+    drop(nemesis);
+}
+
+/// The nemesis's thread, told to stop the cluster and waited for when this
+/// drops, pass or fail, so a failed soak too stops its servers and removes
+/// its Postgres data directory.
+struct NemesisThread {
+    release: Option<std::sync::mpsc::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for NemesisThread {
+    fn drop(&mut self) {
+        self.release.take();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
 }
 
 // ---------------------------------------------------------------- the end
