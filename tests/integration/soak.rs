@@ -1426,6 +1426,24 @@ fn check_ledger(
 ) {
     let audit = flashsale::services::ledger_audit::run_audit(&mut db.conn()).unwrap();
     problems.extend(audit.problems.iter().map(|p| format!("audit: {p}")));
+    // The test's database goes with it: say which orders a torn ledger is about.
+    #[derive(diesel::QueryableByName)]
+    struct Torn {
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        line: String,
+    }
+    let torn: Vec<Torn> = diesel::sql_query(
+        "SELECT format('order %s is %s but has a %s restore row (%s units at %s); its payments: %s', \
+           o.id, o.status, h.reason, h.delta, h.created_at, \
+           (SELECT string_agg(format('%s %s created %s settled %s', p.attempt_key, p.outcome, \
+              p.created_at, p.settled_at), '; ' ORDER BY p.id) FROM payments p WHERE p.order_id = o.id)) AS line \
+         FROM stock_history h JOIN orders o ON o.id = h.order_id \
+         WHERE h.reason IN ('payment_failed', 'expired', 'refund') \
+           AND o.status <> CASE h.reason WHEN 'refund' THEN 'refunded' ELSE h.reason END",
+    )
+    .load(&mut db.conn())
+    .unwrap();
+    problems.extend(torn.into_iter().map(|t| t.line));
     let checks = [
         (
             "orders without items",
