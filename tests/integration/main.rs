@@ -24,5 +24,6 @@ mod restore_race;
 mod security;
 mod sessions;
 mod shop_pages;
+mod soak;
 mod stock_gate;
 mod uncertain_commit;

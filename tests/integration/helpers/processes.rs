@@ -35,6 +35,10 @@ impl Drop for ChildGuard {
 }
 
 /// Children die with the test process even if it is killed before guards run.
+/// The "parent" is the thread that spawned the child: one started from a
+/// thread that ends (a `std::thread` that returns, an idle blocking-pool
+/// thread) is killed then, so start children from a thread that lives as
+/// long as they should.
 pub fn die_with_parent(command: &mut Command) -> &mut Command {
     use std::os::unix::process::CommandExt;
     // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
