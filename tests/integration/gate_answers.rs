@@ -10,20 +10,6 @@ use flashsale::domain::{CustomerId, ProductId};
 use flashsale::services::stock::{adjust_stock, Adjustment};
 use reqwest::{Response, StatusCode};
 
-async fn buy(buyer: &Browser, product: i64, quantity: &str, key: &str) -> Response {
-    let token = buyer.csrf().await;
-    buyer
-        .post(
-            &format!("/products/{product}/buy"),
-            &[
-                ("quantity", quantity),
-                ("csrf_token", &token),
-                ("idempotency_key", key),
-            ],
-        )
-        .await
-}
-
 fn replayed(response: &Response) -> bool {
     response
         .headers()
@@ -73,14 +59,14 @@ async fn sold_out_answers_are_kept_at_the_gate_and_replayed_without_postgres() {
     let product = app.product(1, None).await;
     let winner = app.customer("winner@example.com").await;
     assert_eq!(
-        buy(&winner, product, "1", "w").await.status(),
+        winner.buy_with_key(product, "1", "w").await.status(),
         StatusCode::SEE_OTHER
     );
 
     let late = app.customer("late@example.com").await;
     let late_id = customer_id(&app, "late@example.com");
     for i in 0..30 {
-        let refused = buy(&late, product, "1", &format!("late-{i}")).await;
+        let refused = late.buy_with_key(product, "1", &format!("late-{i}")).await;
         assert!(!replayed(&refused), "a first answer is not a replay");
         expect_page(refused, StatusCode::CONFLICT, "sold out").await;
     }
@@ -113,15 +99,15 @@ async fn sold_out_answers_are_kept_at_the_gate_and_replayed_without_postgres() {
     )
     .await
     .unwrap();
-    let resend = buy(&late, product, "1", "late-0").await;
+    let resend = late.buy_with_key(product, "1", "late-0").await;
     assert!(replayed(&resend));
     expect_page(resend, StatusCode::CONFLICT, "sold out").await;
-    let reused = buy(&late, product, "2", "late-0").await;
+    let reused = late.buy_with_key(product, "2", "late-0").await;
     expect_page(reused, StatusCode::CONFLICT, "Conflicting reuse of key").await;
-    let fresh = buy(&late, product, "1", "late-fresh").await;
+    let fresh = late.buy_with_key(product, "1", "late-fresh").await;
     assert_eq!(fresh.status(), StatusCode::SEE_OTHER);
     let order = order_id_from(&fresh);
-    let replay = buy(&late, product, "1", "late-fresh").await;
+    let replay = late.buy_with_key(product, "1", "late-fresh").await;
     assert!(replayed(&replay));
     assert_eq!(order_id_from(&replay), order);
 
@@ -146,7 +132,7 @@ async fn a_refusal_decided_in_postgres_is_kept_at_the_gate_too() {
 
     // The gate knows stock, not the sale's window: it admits, the locked
     // check refuses, and the units go back.
-    let early = buy(&buyer, product, "1", "too-early").await;
+    let early = buyer.buy_with_key(product, "1", "too-early").await;
     expect_page(early, StatusCode::CONFLICT, "has not started").await;
     assert_eq!(gate_stock(&app, product).await, Some(5));
     let (record, _) = answer_record(&app, product, buyer_id, "too-early");
@@ -158,10 +144,10 @@ async fn a_refusal_decided_in_postgres_is_kept_at_the_gate_too() {
     app.db.count(&format!(
         "WITH u AS (UPDATE products SET sale_starts_at = now() - interval '1 minute' WHERE id = {product} RETURNING 1) SELECT count(*) AS n FROM u"
     ));
-    let resend = buy(&buyer, product, "1", "too-early").await;
+    let resend = buyer.buy_with_key(product, "1", "too-early").await;
     assert!(replayed(&resend));
     expect_page(resend, StatusCode::CONFLICT, "has not started").await;
-    let now_open = buy(&buyer, product, "1", "now-open").await;
+    let now_open = buyer.buy_with_key(product, "1", "now-open").await;
     assert_eq!(now_open.status(), StatusCode::SEE_OTHER);
     assert_eq!(app.db.count("SELECT count(*) AS n FROM orders"), 1);
     assert_eq!(gate_stock(&app, product).await, Some(4));
@@ -176,11 +162,11 @@ async fn a_fail_closed_answer_frees_its_key_and_the_resend_buys_once() {
     let buyer_id = customer_id(&app, "patient@example.com");
 
     // The first buy seeds the gate (under the lock, which is about to be taken).
-    let first = buy(&buyer, product, "1", "first").await;
+    let first = buyer.buy_with_key(product, "1", "first").await;
     assert_eq!(first.status(), StatusCode::SEE_OTHER);
     let other = app.other_instance(Duration::from_secs(5), Duration::from_secs(10));
     let held = other.acquire(vec![ProductId(product)]).await.unwrap();
-    let busy = buy(&buyer, product, "1", "k").await;
+    let busy = buyer.buy_with_key(product, "1", "k").await;
     expect_page(busy, StatusCode::SERVICE_UNAVAILABLE, "Too many buyers").await;
     assert_eq!(
         answer_record(&app, product, buyer_id, "k").0,
@@ -194,11 +180,11 @@ async fn a_fail_closed_answer_frees_its_key_and_the_resend_buys_once() {
     );
     held.release().await;
 
-    let resend = buy(&buyer, product, "1", "k").await;
+    let resend = buyer.buy_with_key(product, "1", "k").await;
     assert_eq!(resend.status(), StatusCode::SEE_OTHER);
     assert!(!replayed(&resend), "it ran");
     let order = order_id_from(&resend);
-    let again = buy(&buyer, product, "1", "k").await;
+    let again = buyer.buy_with_key(product, "1", "k").await;
     assert!(replayed(&again));
     assert_eq!(order_id_from(&again), order);
     assert_eq!(app.db.count("SELECT count(*) AS n FROM orders"), 2);
@@ -212,12 +198,12 @@ async fn a_key_an_order_named_is_not_reused_for_another_product() {
     let app = spawn_app().await;
     let (first, second) = (app.product(5, None).await, app.product(5, None).await);
     let buyer = app.customer("one-key@example.com").await;
-    let bought = buy(&buyer, first, "1", "one-key").await;
+    let bought = buyer.buy_with_key(first, "1", "one-key").await;
     assert_eq!(bought.status(), StatusCode::SEE_OTHER);
 
     // The second product's gate has never seen the key; the order's
     // transaction finds it taken and rolls back.
-    let reused = buy(&buyer, second, "1", "one-key").await;
+    let reused = buyer.buy_with_key(second, "1", "one-key").await;
     expect_page(reused, StatusCode::CONFLICT, "Conflicting reuse of key").await;
     assert_eq!(app.db.count("SELECT count(*) AS n FROM orders"), 1);
     assert_eq!(app.db.stock(second), 5);

@@ -10,35 +10,16 @@ use rand::{Rng, SeedableRng};
 use reqwest::StatusCode;
 use tokio::sync::Barrier;
 
-async fn buy_with_key(
-    buyer: &Browser,
-    product: i64,
-    quantity: &str,
-    key: &str,
-) -> reqwest::Response {
-    let token = buyer.csrf().await;
-    buyer
-        .post(
-            &format!("/products/{product}/buy"),
-            &[
-                ("quantity", quantity),
-                ("csrf_token", &token),
-                ("idempotency_key", key),
-            ],
-        )
-        .await
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn replayed_buy_returns_the_same_order_and_changes_nothing() {
     let app = spawn_app().await;
     let product = app.product(10, None).await;
     let buyer = app.customer("replay@example.com").await;
 
-    let first = buy_with_key(&buyer, product, "2", "click-1").await;
+    let first = buyer.buy_with_key(product, "2", "click-1").await;
     assert_eq!(first.status(), StatusCode::SEE_OTHER);
     let order = order_id_from(&first);
-    let again = buy_with_key(&buyer, product, "2", "click-1").await;
+    let again = buyer.buy_with_key(product, "2", "click-1").await;
     assert_eq!(again.status(), StatusCode::SEE_OTHER);
     assert_eq!(
         order_id_from(&again),
@@ -49,7 +30,7 @@ async fn replayed_buy_returns_the_same_order_and_changes_nothing() {
     assert_eq!(app.db.count("SELECT count(*) AS n FROM orders"), 1);
     assert_eq!(app.db.stock(product), 8);
 
-    let conflicting = buy_with_key(&buyer, product, "3", "click-1").await;
+    let conflicting = buyer.buy_with_key(product, "3", "click-1").await;
     assert_eq!(conflicting.status(), StatusCode::CONFLICT);
     assert!(conflicting
         .text()
@@ -57,7 +38,7 @@ async fn replayed_buy_returns_the_same_order_and_changes_nothing() {
         .unwrap()
         .contains("Conflicting reuse of key"));
     for bad in ["", &"k".repeat(256)] {
-        let response = buy_with_key(&buyer, product, "1", bad).await;
+        let response = buyer.buy_with_key(product, "1", bad).await;
         assert_eq!(
             response.status(),
             StatusCode::UNPROCESSABLE_ENTITY,
@@ -80,12 +61,10 @@ async fn replayed_buy_returns_the_same_order_and_changes_nothing() {
     assert_eq!(order_id_from(&first), order_id_from(&second));
     assert_eq!(app.db.count("SELECT count(*) AS n FROM orders"), 2);
     // A refusal is remembered too: the same key gets the same 409, even after stock returns.
-    let refused = buy_with_key(&buyer, product, "50", "too-many").await;
+    let refused = buyer.buy_with_key(product, "50", "too-many").await;
     assert_eq!(refused.status(), StatusCode::CONFLICT);
     assert_eq!(
-        buy_with_key(&buyer, product, "50", "too-many")
-            .await
-            .status(),
+        buyer.buy_with_key(product, "50", "too-many").await.status(),
         StatusCode::CONFLICT
     );
     assert_eq!(app.db.count("SELECT count(*) AS n FROM orders"), 2);
@@ -215,11 +194,11 @@ async fn idempotency_keys_are_purged_after_retention() {
     let product = app.product(10, None).await;
     let buyer = app.customer("purge@example.com").await;
     assert_eq!(
-        buy_with_key(&buyer, product, "1", "old").await.status(),
+        buyer.buy_with_key(product, "1", "old").await.status(),
         StatusCode::SEE_OTHER
     );
     assert_eq!(
-        buy_with_key(&buyer, product, "1", "new").await.status(),
+        buyer.buy_with_key(product, "1", "new").await.status(),
         StatusCode::SEE_OTHER
     );
     app.db.count("WITH u AS (UPDATE idempotency_keys SET created_at = now() - interval '25 hours' WHERE key = 'old' RETURNING 1) SELECT count(*) AS n FROM u");

@@ -8,20 +8,6 @@ use std::time::Duration;
 use crate::helpers::*;
 use reqwest::StatusCode;
 
-async fn buy_with_key(buyer: &Browser, product: i64, key: &str) -> reqwest::Response {
-    let token = buyer.csrf().await;
-    buyer
-        .post(
-            &format!("/products/{product}/buy"),
-            &[
-                ("quantity", "1"),
-                ("csrf_token", &token),
-                ("idempotency_key", key),
-            ],
-        )
-        .await
-}
-
 /// The app with every database connection (both pools) through a proxy.
 async fn app_behind_proxy() -> (TestApp, PgProxy) {
     app_behind_proxy_with(|_| {}).await
@@ -86,7 +72,7 @@ async fn a_resend_after_a_lost_commit_answer_shows_the_one_order_on_a_limit_one_
     let buyer = app.customer("uncertain@example.com").await;
 
     proxy.cut_next_order_commit(false);
-    let first = buy_with_key(&buyer, product, "lost-answer").await;
+    let first = buyer.buy_with_key(product, "1", "lost-answer").await;
     let first_status = first.status();
     assert_eq!(
         proxy.cuts(),
@@ -97,7 +83,7 @@ async fn a_resend_after_a_lost_commit_answer_shows_the_one_order_on_a_limit_one_
     assert_eq!(orders_of(&app, product), 1, "the COMMIT landed");
     let order = the_order(&app, product);
 
-    let resend = buy_with_key(&buyer, product, "lost-answer").await;
+    let resend = buyer.buy_with_key(product, "1", "lost-answer").await;
     let resend_status = resend.status();
     let resend_order = (resend_status == StatusCode::SEE_OTHER).then(|| order_id_from(&resend));
     let resend_body = resend.text().await.unwrap();
@@ -129,7 +115,7 @@ async fn when_the_outcome_cannot_be_looked_up_the_claim_is_kept_for_the_resend()
     // The database stays unreachable after the cut: the shop cannot learn
     // what the COMMIT did, so it must neither claim success nor free the key.
     proxy.cut_next_order_commit(true);
-    let first = buy_with_key(&buyer, product, "no-lookup").await;
+    let first = buyer.buy_with_key(product, "1", "no-lookup").await;
     assert_eq!(proxy.cuts(), 1, "the proxy cut the purchase's COMMIT");
     expect_page(
         first,
@@ -144,16 +130,16 @@ async fn when_the_outcome_cannot_be_looked_up_the_claim_is_kept_for_the_resend()
     heal(&app).await;
     // The pools may still lend a connection the outage cut: a person would
     // press again after a 503 as well.
-    let mut resend = buy_with_key(&buyer, product, "no-lookup").await;
+    let mut resend = buyer.buy_with_key(product, "1", "no-lookup").await;
     for _ in 0..10 {
         if resend.status() != StatusCode::SERVICE_UNAVAILABLE {
             break;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
-        resend = buy_with_key(&buyer, product, "no-lookup").await;
+        resend = buyer.buy_with_key(product, "1", "no-lookup").await;
     }
     expect_redirect(&resend, &format!("/orders/{order}"));
-    let again = buy_with_key(&buyer, product, "no-lookup").await;
+    let again = buyer.buy_with_key(product, "1", "no-lookup").await;
     expect_redirect(&again, &format!("/orders/{order}"));
     assert_eq!(orders_of(&app, product), 1, "one intent, one order");
     assert_eq!(app.db.stock(product), 4);
@@ -173,7 +159,7 @@ async fn a_kept_claim_that_bought_nothing_runs_again_once_no_request_can_still_c
 
     // The transaction is rolled back, and the shop cannot look it up.
     proxy.drop_next_order_commit();
-    let first = buy_with_key(&buyer, product, "rolled-back").await;
+    let first = buyer.buy_with_key(product, "1", "rolled-back").await;
     assert_eq!(proxy.cuts(), 1, "the proxy cut the purchase's COMMIT");
     expect_page(
         first,
@@ -186,17 +172,17 @@ async fn a_kept_claim_that_bought_nothing_runs_again_once_no_request_can_still_c
     heal(&app).await;
 
     // While a request might still commit under the claim, it stays held.
-    let early = buy_with_key(&buyer, product, "rolled-back").await;
+    let early = buyer.buy_with_key(product, "1", "rolled-back").await;
     expect_page(early, StatusCode::CONFLICT, "Already in progress").await;
     assert_eq!(orders_of(&app, product), 0);
 
     tokio::time::sleep(app.settings.longest_purchase()).await;
-    let resend = buy_with_key(&buyer, product, "rolled-back").await;
+    let resend = buyer.buy_with_key(product, "1", "rolled-back").await;
     assert_eq!(resend.status(), StatusCode::SEE_OTHER, "the resend buys");
     let order = order_id_from(&resend);
     assert_eq!(orders_of(&app, product), 1);
     assert_eq!(the_order(&app, product), order);
-    let again = buy_with_key(&buyer, product, "rolled-back").await;
+    let again = buyer.buy_with_key(product, "1", "rolled-back").await;
     expect_redirect(&again, &format!("/orders/{order}"));
     assert_eq!(orders_of(&app, product), 1, "one intent, one order");
     assert_eq!(app.db.stock(product), 4);

@@ -120,6 +120,20 @@ impl Browser {
         self.web.buy(product, quantity, token, None).await.unwrap()
     }
 
+    /// A buy as the product page's form sends it, with its one-time key.
+    pub async fn buy_with_key(&self, product: i64, quantity: &str, key: &str) -> Response {
+        let token = self.csrf().await;
+        self.post(
+            &format!("/products/{product}/buy"),
+            &[
+                ("quantity", quantity),
+                ("csrf_token", &token),
+                ("idempotency_key", key),
+            ],
+        )
+        .await
+    }
+
     pub async fn buy(&self, product: i64, quantity: u32) -> Response {
         let token = self.csrf().await;
         self.buy_with_token(product, &quantity.to_string(), &token)
