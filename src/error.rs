@@ -69,6 +69,23 @@ impl AppError {
             message: message.into(),
         }
     }
+
+    /// The same error for every buyer of a batch (or of a transaction) that
+    /// failed as a whole: what they must hear alike is kept, the rest is
+    /// internal.
+    pub fn duplicate(&self) -> AppError {
+        match self {
+            AppError::Busy => AppError::Busy,
+            AppError::Unavailable(reason) => AppError::Unavailable(reason.clone()),
+            AppError::OutcomeUnknown(reason) => AppError::OutcomeUnknown(reason.clone()),
+            AppError::Fenced { product, fence } => AppError::Fenced {
+                product: *product,
+                fence: *fence,
+            },
+            AppError::NotFound(message) => AppError::NotFound(message.clone()),
+            other => AppError::Internal(anyhow::anyhow!("{other}")),
+        }
+    }
 }
 
 impl From<InvalidInput> for AppError {

@@ -48,6 +48,9 @@ pub struct Settings {
     /// (`COMBINING=on|off`), at most `combine_max` of them at a time.
     pub combining: bool,
     pub combine_max: usize,
+    /// Products whose batches one purchase transaction may carry together
+    /// (`COMBINE_PRODUCTS`; 1 gives each batch its own transaction).
+    pub combine_products: usize,
     /// Take the Redis lock around stock changes. Not configurable from the
     /// environment: only the benchmark turns it off, to measure what it costs.
     pub redis_lock: bool,
@@ -100,6 +103,7 @@ impl Settings {
             stock_gate: on_off("STOCK_GATE", true)?,
             combining: on_off("COMBINING", true)?,
             combine_max: parse_var("COMBINE_MAX", 32)?,
+            combine_products: parse_var("COMBINE_PRODUCTS", 64)?,
             redis_lock: true,
             reconcile_interval: Duration::from_secs(parse_var("RECONCILE_INTERVAL", 60)?),
             gate_pending_ttl: var("GATE_PENDING_TTL_MS")
@@ -153,6 +157,7 @@ impl Settings {
             // ... and again with COMBINING=off.
             combining: on_off("COMBINING", true).unwrap_or(true),
             combine_max: 32,
+            combine_products: 64,
             redis_lock: true,
             reconcile_interval: Duration::from_secs(60),
             gate_pending_ttl: None,
@@ -196,6 +201,9 @@ impl Settings {
         }
         if self.combine_max == 0 {
             bail!("COMBINE_MAX must be at least 1");
+        }
+        if self.combine_products == 0 {
+            bail!("COMBINE_PRODUCTS must be at least 1");
         }
         if self.jobs_interval.is_zero() {
             bail!("JOBS_INTERVAL must be at least one second");

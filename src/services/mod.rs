@@ -109,9 +109,12 @@ impl Shop {
         } else {
             None
         };
-        let combiner = settings
-            .combining
-            .then(|| Arc::new(checkout::Combiner::new(settings.combine_max)));
+        let combiner = settings.combining.then(|| {
+            Arc::new(checkout::Combiner::new(
+                settings.combine_max,
+                settings.combine_products,
+            ))
+        });
         let payment_provider = crate::payment::provider_named(&settings.payment_provider, &pool)
             .ok_or_else(|| {
                 anyhow::anyhow!(

@@ -12,6 +12,7 @@ mod fail_closed;
 mod fault_matrix;
 mod form_parsers;
 mod gate_answers;
+mod group_commit;
 mod hostile_input;
 mod hot_product;
 mod lab;

@@ -24,6 +24,7 @@ use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 use tokio::sync::oneshot;
 
+use super::group::{commit, CommitGroup};
 use super::order_rows::{write_batch, write_order, Buyer};
 use super::outcome::PurchaseOutcome;
 use super::rules::{check_buyer, held_by_customers, lock_product};
@@ -38,7 +39,7 @@ use crate::metrics;
 use crate::services::stock_gate::settle;
 use crate::services::Shop;
 
-type Answer = Result<PurchaseOutcome, AppError>;
+pub(super) type Answer = Result<PurchaseOutcome, AppError>;
 
 struct Waiting {
     /// Tells this buyer's place in line from the others'.
@@ -53,19 +54,24 @@ struct Queue {
     leader_running: bool,
 }
 
-/// Per-product queues of buyers and their leaders, for one process.
+/// Per-product queues of buyers and their leaders, for one process, and
+/// the transaction their batches share.
 pub struct Combiner {
     queues: Mutex<HashMap<ProductId, Arc<Mutex<Queue>>>>,
     max_batch: usize,
     arrivals: AtomicU64,
+    group: Arc<CommitGroup>,
 }
 
 impl Combiner {
-    pub fn new(max_batch: usize) -> Combiner {
+    /// At most `max_batch` buyers of a product per batch, and at most
+    /// `max_products` products' batches per transaction.
+    pub fn new(max_batch: usize, max_products: usize) -> Combiner {
         Combiner {
             queues: Mutex::new(HashMap::new()),
             max_batch: max_batch.max(1),
             arrivals: AtomicU64::new(0),
+            group: Arc::new(CommitGroup::new(max_products)),
         }
     }
 
@@ -96,6 +102,7 @@ pub async fn buy_in_batch(shop: &Shop, product: ProductId, buyer: Buyer) -> Answ
             product,
             queue.clone(),
             combiner.max_batch,
+            combiner.group.clone(),
         ));
     }
     // A buyer still in line after the lock wait is told the shop is busy,
@@ -165,7 +172,13 @@ impl Drop for Leadership {
     }
 }
 
-async fn lead(shop: Shop, product: ProductId, queue: Arc<Mutex<Queue>>, max_batch: usize) {
+async fn lead(
+    shop: Shop,
+    product: ProductId,
+    queue: Arc<Mutex<Queue>>,
+    max_batch: usize,
+    group: Arc<CommitGroup>,
+) {
     let mut leadership = Leadership {
         queue,
         leading: true,
@@ -187,7 +200,7 @@ async fn lead(shop: Shop, product: ProductId, queue: Arc<Mutex<Queue>>, max_batc
                 // the same (busy or unavailable), none of them was written.
                 let batch: Vec<Waiting> = lock(&leadership.queue).waiting.drain(..).collect();
                 for waiting in batch {
-                    let _ = waiting.answer.send(Err(duplicate(&error)));
+                    let _ = waiting.answer.send(Err(error.duplicate()));
                 }
                 if !leadership.still_needed() {
                     return;
@@ -216,8 +229,7 @@ async fn lead(shop: Shop, product: ProductId, queue: Arc<Mutex<Queue>>, max_batc
             .map(|b| b.gate_key.clone().map(|key| (key, b.customer, b.quantity)))
             .collect();
         let buyers = Arc::new(buyers);
-        metrics::batch_size(answers.len());
-        let mut outcomes = serve(&shop, &held, product, &buyers).await;
+        let mut outcomes = serve(&shop, &group, &held, product, &buyers).await;
         if let Err(AppError::Fenced { product, fence }) = &outcomes {
             // Refused only because the fencing counter was behind the row (a
             // Redis that lost its data): nothing was written, so the batch is
@@ -233,7 +245,7 @@ async fn lead(shop: Shop, product: ProductId, queue: Arc<Mutex<Queue>>, max_batc
                     Err(error) => {
                         let error = AppError::from(error);
                         for answer in answers {
-                            let _ = answer.send(Err(duplicate(&error)));
+                            let _ = answer.send(Err(error.duplicate()));
                         }
                         if !leadership.still_needed() {
                             return;
@@ -241,7 +253,7 @@ async fn lead(shop: Shop, product: ProductId, queue: Arc<Mutex<Queue>>, max_batc
                         continue;
                     }
                 };
-                outcomes = serve(&shop, &held, *product, &buyers).await;
+                outcomes = serve(&shop, &group, &held, *product, &buyers).await;
             }
         }
         let served = outcomes.is_ok();
@@ -267,7 +279,7 @@ async fn lead(shop: Shop, product: ProductId, queue: Arc<Mutex<Queue>>, max_batc
             }
             Err(error) => {
                 for answer in answers {
-                    let _ = answer.send(Err(duplicate(&error)));
+                    let _ = answer.send(Err(error.duplicate()));
                 }
             }
         }
@@ -285,15 +297,21 @@ async fn lead(shop: Shop, product: ProductId, queue: Arc<Mutex<Queue>>, max_batc
     }
 }
 
-/// One attempt at the batch under `held`, timed.
+/// The batch in this process's next purchase transaction, or else in its
+/// own on its own connection (a row held elsewhere, a refusal to sort out).
 async fn serve(
     shop: &Shop,
+    group: &Arc<CommitGroup>,
     held: &HeldLocks,
     product: ProductId,
     buyers: &Arc<Vec<Buyer>>,
 ) -> Result<Vec<Answer>, AppError> {
+    if let Some(answers) = commit(shop, group, held.lease(), product, buyers.clone()).await {
+        return answers;
+    }
     let started = Instant::now();
     let (lease, buyers) = (held.lease(), buyers.clone());
+    metrics::batch_size(buyers.len());
     let outcomes = db::run(&shop.pool, move |conn| {
         serve_batch(conn, &lease, product, &buyers)
     })
@@ -333,7 +351,8 @@ fn serve_batch(
     }
 }
 
-enum BatchError {
+#[derive(Debug)]
+pub(super) enum BatchError {
     /// The combined write broke a constraint: some buyer's rows are at fault.
     RowsRefused(diesel::result::Error),
     /// Some buyer's idempotency key was already taken by an earlier order.
@@ -362,10 +381,10 @@ impl From<AppError> for BatchError {
 
 /// The locked product and what each customer of the batch already holds,
 /// updated as buyers are served in arrival order.
-struct Tally {
-    product: Product,
-    held: HashMap<CustomerId, i64>,
-    now: DateTime<Utc>,
+pub(super) struct Tally {
+    pub(super) product: Product,
+    pub(super) held: HashMap<CustomerId, i64>,
+    pub(super) now: DateTime<Utc>,
 }
 
 impl Tally {
@@ -413,7 +432,22 @@ fn serve_at_once(
     product_id: ProductId,
     buyers: &[Buyer],
 ) -> Result<Vec<Answer>, BatchError> {
-    let mut tally = Tally::lock(conn, product_id, buyers)?;
+    let tally = Tally::lock(conn, product_id, buyers)?;
+    let answers = sell_at_once(conn, lease, tally, buyers)?;
+    lease.ensure_valid()?;
+    Ok(answers)
+}
+
+/// Every buyer checked in arrival order against the locked row, then one
+/// statement for all the admitted ones. The lease is the caller's to check,
+/// as the transaction's last step.
+pub(super) fn sell_at_once(
+    conn: &mut PgConn,
+    lease: &Lease,
+    mut tally: Tally,
+    buyers: &[Buyer],
+) -> Result<Vec<Answer>, BatchError> {
+    let product_id = ProductId(tally.product.id);
     let mut answers: Vec<Option<Answer>> = Vec::with_capacity(buyers.len());
     let mut taking: Vec<(&Buyer, i32)> = Vec::with_capacity(buyers.len());
     for buyer in buyers {
@@ -444,7 +478,6 @@ fn serve_at_once(
             *answer = Some(Ok(PurchaseOutcome::Purchased(OrderId(order.order_id))));
         }
     }
-    lease.ensure_valid()?;
     Ok(answers.into_iter().flatten().collect())
 }
 
@@ -506,19 +539,4 @@ fn serve_one_by_one(
     }
     lease.ensure_valid()?;
     Ok(answers)
-}
-
-/// The same error for every buyer of a batch that failed as a whole.
-fn duplicate(error: &AppError) -> AppError {
-    match error {
-        AppError::Busy => AppError::Busy,
-        AppError::Unavailable(reason) => AppError::Unavailable(reason.clone()),
-        AppError::OutcomeUnknown(reason) => AppError::OutcomeUnknown(reason.clone()),
-        AppError::Fenced { product, fence } => AppError::Fenced {
-            product: *product,
-            fence: *fence,
-        },
-        AppError::NotFound(message) => AppError::NotFound(message.clone()),
-        other => AppError::Internal(anyhow::anyhow!("{other}")),
-    }
 }

@@ -7,11 +7,16 @@
 //! write with the same `order_rows`; every path that fails to write hands
 //! the admitted units back to the gate.
 //!
+//! A batch goes to the process's next purchase transaction (`group`), which
+//! may carry other products' batches too.
+//!
 //! Within this module calls go one way: `mod` -> `admission`, `batch`,
-//! `lone` -> `rules`, `order_rows`, `outcome`.
+//! `lone`; `batch` -> `group` -> `rules`, `order_rows`, `outcome` (`group`
+//! serves each product with `batch`'s own checks and writes).
 
 mod admission;
 mod batch;
+mod group;
 mod lone;
 mod order_rows;
 mod outcome;
