@@ -8,8 +8,9 @@ use clap::{Parser, Subcommand};
 
 use crate::config::Settings;
 use crate::db;
-use crate::domain::{Email, Money, Password};
+use crate::domain::{Email, Money, Password, ProductId};
 use crate::qa::bench::{chart, render as render_bench, run_bench, BenchConfig};
+use crate::qa::draw::{check_document, fetch_and_check};
 use crate::qa::lab::{
     lab_document, render_experiments, run_experiments, run_lab, Contest, LabConfig, Strategy,
 };
@@ -41,6 +42,31 @@ enum Command {
     Lab(LabArgs),
     /// Load-test a shop served in this process against the pgbench ceiling (see scripts/bench).
     Bench(BenchArgs),
+    /// A waiting room's published draw.
+    Draw {
+        #[command(subcommand)]
+        command: DrawCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum DrawCommand {
+    /// Check a product's draw.json as any customer could: the seed against
+    /// its commitment, the order against the seed, the admissions against
+    /// the order. Exits 1 unless every check passes.
+    Verify(DrawVerifyArgs),
+}
+
+#[derive(clap::Args)]
+struct DrawVerifyArgs {
+    /// The shop, e.g. http://127.0.0.1:8080; GET {base}/products/{id}/draw.json.
+    #[arg(long, required_unless_present = "file", conflicts_with = "file")]
+    base_url: Option<String>,
+    #[arg(long)]
+    product: ProductId,
+    /// A saved draw.json to check instead of the shop's.
+    #[arg(long)]
+    file: Option<std::path::PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -212,7 +238,28 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Race(args) => race(args).await,
         Command::Lab(args) => lab(args).await,
         Command::Bench(args) => bench(args).await,
+        Command::Draw {
+            command: DrawCommand::Verify(args),
+        } => draw_verify(args).await,
     }
+}
+
+async fn draw_verify(args: DrawVerifyArgs) -> anyhow::Result<ExitCode> {
+    let report = match (&args.file, &args.base_url) {
+        (Some(path), _) => {
+            let body = std::fs::read_to_string(path)
+                .map_err(|e| anyhow::anyhow!("reading {}: {e}", path.display()))?;
+            check_document(args.product, &path.display().to_string(), &body)
+        }
+        (None, Some(base_url)) => fetch_and_check(base_url, args.product).await?,
+        (None, None) => unreachable!("clap requires --base-url or --file"),
+    };
+    print!("{}", report.render());
+    Ok(if report.passed() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }
 
 async fn shop(command: ShopCommand) -> anyhow::Result<ExitCode> {
@@ -435,4 +482,35 @@ fn pool(settings: &Settings) -> db::PgPool {
         settings.db_statement_timeout,
         settings.db_connect_timeout,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn draw_verify_takes_a_shop_or_a_file() {
+        let parse =
+            |args: &[&str]| Cli::try_parse_from([&["flashsale", "draw", "verify"], args].concat());
+        assert!(parse(&["--base-url", "http://127.0.0.1:8080", "--product", "7"]).is_ok());
+        assert!(parse(&["--file", "draw.json", "--product", "7"]).is_ok());
+        assert!(parse(&["--product", "7"]).is_err());
+        assert!(parse(&[
+            "--base-url",
+            "http://x",
+            "--file",
+            "d.json",
+            "--product",
+            "7"
+        ])
+        .is_err());
+        assert!(parse(&["--base-url", "http://x", "--product", "0"]).is_err());
+    }
 }

@@ -23,11 +23,12 @@
 //!   helper that runs blocking Diesel, migrations, schema, row types, and how
 //!   Diesel errors become `AppError`. `redis_node`: one kept Redis connection.
 //! - `domain`: types valid by construction (ids, money, quantities, emails,
-//!   card numbers, order states, sale states and refusals).
+//!   card numbers, order states, sale states and refusals), and the waiting
+//!   room's draw (`domain::draw`: pure computation, checkable by anyone).
 //! - `config` (settings from the environment, one loader), `error` (the one
 //!   error type), `metrics`, `logging`: used from every layer.
-//! - `qa`: the QA toolkit behind `flashsale race`, `lab` and `bench`, and
-//!   the harness it shares with the integration tests.
+//! - `qa`: the QA toolkit behind `flashsale race`, `lab`, `bench` and
+//!   `draw verify`, and the harness it shares with the integration tests.
 
 pub mod cli;
 pub mod config;

@@ -3,6 +3,7 @@
 
 mod card_number;
 mod credentials;
+pub mod draw;
 mod idempotency_key;
 mod ids;
 mod money;

@@ -1,7 +1,8 @@
-//! QA tooling: the race against a running shop, the strategy lab and the load
-//! generator behind `scripts/bench`. None of it runs inside the shop itself.
+//! QA tooling: the race against a running shop, the strategy lab, the load
+//! generator behind `scripts/bench` and the draw's outside check. None of it runs inside the shop itself.
 
 pub mod bench;
+pub mod draw;
 pub mod harness;
 pub mod lab;
 pub mod race;
