@@ -8,9 +8,10 @@
 //! `SELECT ... FOR UPDATE`, then for each buyer in arrival order the same
 //! checks as a lone purchase, then every admitted buyer's own order, item and
 //! ledger row and the stock update carrying the lock's fencing token, in one
-//! statement, and one commit. Should Postgres refuse some buyer's rows, the
-//! batch is served again buyer by buyer under a savepoint each, so one
-//! buyer's refusal or error touches nobody else.
+//! statement, and one commit (`sell`), which other products' batches may
+//! share (`group`). Should Postgres refuse some buyer's rows, the batch is
+//! served again buyer by buyer under a savepoint each, so one buyer's
+//! refusal or error touches nobody else.
 //! Then it releases the lock (or keeps it for the next batch when nobody else
 //! here waits for it), so restores, carts and other instances get their turn
 //! between batches, and goes again while buyers are waiting.
@@ -20,26 +21,22 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use chrono::{DateTime, Utc};
-use diesel::prelude::*;
 use tokio::sync::oneshot;
 
 use super::group::{commit, CommitGroup};
-use super::order_rows::{write_batch, write_order, Buyer};
+use super::order_rows::Buyer;
 use super::outcome::PurchaseOutcome;
-use super::rules::{check_buyer, held_by_customers, lock_product};
-use crate::db::fence::{self, change_stock};
-use crate::db::models::Product;
-use crate::db::{self, PgConn};
-use crate::domain::{CustomerId, OrderId, ProductId, Quantity, Refusal};
+use super::sell::serve_batch;
+use crate::db;
+use crate::domain::{CustomerId, ProductId, Quantity};
 use crate::error::AppError;
 use crate::gate::Settled;
-use crate::lock::{HeldLocks, Lease, LockError};
+use crate::lock::HeldLocks;
 use crate::metrics;
 use crate::services::stock_gate::settle;
 use crate::services::Shop;
 
-pub(super) type Answer = Result<PurchaseOutcome, AppError>;
+type Answer = Result<PurchaseOutcome, AppError>;
 
 struct Waiting {
     /// Tells this buyer's place in line from the others'.
@@ -318,225 +315,4 @@ async fn serve(
     .await;
     metrics::transaction_time("purchase_batch", started.elapsed());
     outcomes
-}
-
-/// The batch's transactions. Each buyer's answer is their own; an `Err`
-/// from here (database gone, lease lost, fenced) means nothing was committed,
-/// except `OutcomeUnknown`: the COMMIT went out and its answer was lost.
-///
-/// The usual case costs a handful of round trips however big the batch: the
-/// checks run here in arrival order against the locked row, then one
-/// statement writes every admitted buyer's order, item and ledger row and the
-/// new stock. If Postgres refuses that statement (a constraint some buyer's
-/// rows break), the transaction rolls back and the batch is served again
-/// buyer by buyer, each under a savepoint, so only that buyer hears of it.
-fn serve_batch(
-    conn: &mut PgConn,
-    lease: &Lease,
-    product: ProductId,
-    buyers: &[Buyer],
-) -> Result<Vec<Answer>, AppError> {
-    match db::transaction(conn, |conn| serve_at_once(conn, lease, product, buyers)) {
-        Ok(answers) => Ok(answers),
-        Err(BatchError::RowsRefused(error)) => {
-            tracing::warn!(%error, %product, "a batch's rows were refused; serving its buyers one by one");
-            db::transaction(conn, |conn| serve_one_by_one(conn, lease, product, buyers))
-        }
-        Err(BatchError::KeyTaken) => {
-            // A resend whose first request's order already stands: only that
-            // buyer is refused, one by one finds out which.
-            db::transaction(conn, |conn| serve_one_by_one(conn, lease, product, buyers))
-        }
-        Err(BatchError::Failed(error)) => Err(error),
-    }
-}
-
-#[derive(Debug)]
-pub(super) enum BatchError {
-    /// The combined write broke a constraint: some buyer's rows are at fault.
-    RowsRefused(diesel::result::Error),
-    /// Some buyer's idempotency key was already taken by an earlier order.
-    KeyTaken,
-    /// Anything else fails the whole batch.
-    Failed(AppError),
-}
-
-impl From<diesel::result::Error> for BatchError {
-    fn from(error: diesel::result::Error) -> Self {
-        BatchError::Failed(error.into())
-    }
-}
-
-impl From<LockError> for BatchError {
-    fn from(error: LockError) -> Self {
-        BatchError::Failed(error.into())
-    }
-}
-
-impl From<AppError> for BatchError {
-    fn from(error: AppError) -> Self {
-        BatchError::Failed(error)
-    }
-}
-
-/// The locked product and what each customer of the batch already holds,
-/// updated as buyers are served in arrival order.
-pub(super) struct Tally {
-    pub(super) product: Product,
-    pub(super) held: HashMap<CustomerId, i64>,
-    pub(super) now: DateTime<Utc>,
-}
-
-impl Tally {
-    fn lock(conn: &mut PgConn, product: ProductId, buyers: &[Buyer]) -> Result<Tally, AppError> {
-        let locked = lock_product(conn, product)?;
-        let held = match locked.per_customer_limit {
-            Some(_) => {
-                let customers: Vec<CustomerId> = buyers.iter().map(|b| b.customer).collect();
-                held_by_customers(conn, &customers, product)?
-            }
-            None => HashMap::new(),
-        };
-        Ok(Tally {
-            product: locked,
-            held,
-            now: Utc::now(),
-        })
-    }
-
-    /// The same checks as a lone purchase: the stock left after this buyer,
-    /// or why they are refused.
-    fn check(&self, buyer: &Buyer) -> Result<i32, Refusal> {
-        check_buyer(
-            &self.product,
-            buyer.quantity,
-            self.held_units(buyer),
-            self.now,
-        )
-    }
-
-    fn held_units(&self, buyer: &Buyer) -> i64 {
-        self.held.get(&buyer.customer).copied().unwrap_or(0)
-    }
-
-    fn take(&mut self, buyer: &Buyer, stock_after: i32) {
-        self.product.stock = stock_after;
-        let held = self.held_units(buyer) + i64::from(buyer.quantity.get());
-        self.held.insert(buyer.customer, held);
-    }
-}
-
-fn serve_at_once(
-    conn: &mut PgConn,
-    lease: &Lease,
-    product_id: ProductId,
-    buyers: &[Buyer],
-) -> Result<Vec<Answer>, BatchError> {
-    let tally = Tally::lock(conn, product_id, buyers)?;
-    let answers = sell_at_once(conn, lease, tally, buyers)?;
-    lease.ensure_valid()?;
-    Ok(answers)
-}
-
-/// Every buyer checked in arrival order against the locked row, then one
-/// statement for all the admitted ones. The lease is the caller's to check,
-/// as the transaction's last step.
-pub(super) fn sell_at_once(
-    conn: &mut PgConn,
-    lease: &Lease,
-    mut tally: Tally,
-    buyers: &[Buyer],
-) -> Result<Vec<Answer>, BatchError> {
-    let product_id = ProductId(tally.product.id);
-    let mut answers: Vec<Option<Answer>> = Vec::with_capacity(buyers.len());
-    let mut taking: Vec<(&Buyer, i32)> = Vec::with_capacity(buyers.len());
-    for buyer in buyers {
-        match tally.check(buyer) {
-            Ok(stock_after) => {
-                tally.take(buyer, stock_after);
-                taking.push((buyer, stock_after));
-                answers.push(None);
-            }
-            Err(refusal) => answers.push(Some(Ok(PurchaseOutcome::Refused(refusal)))),
-        }
-    }
-    if !taking.is_empty() {
-        let token = lease.token(product_id)?;
-        let written =
-            write_batch(conn, &tally.product, token, &taking).map_err(refused_or_failed)?;
-        if written.first().and_then(|w| w.stock).is_none() {
-            return Err(fence::refused(conn, product_id)?.into());
-        }
-        if written.iter().any(|w| !w.named) {
-            return Err(BatchError::KeyTaken);
-        }
-        let mut orders = written.into_iter();
-        for answer in answers.iter_mut().filter(|a| a.is_none()) {
-            let order = orders.next().ok_or_else(|| {
-                AppError::Internal(anyhow::anyhow!("a batch buyer's order is missing"))
-            })?;
-            *answer = Some(Ok(PurchaseOutcome::Purchased(OrderId(order.order_id))));
-        }
-    }
-    Ok(answers.into_iter().flatten().collect())
-}
-
-/// A constraint broken by the combined write is some buyer's fault; the
-/// rest (connection lost, timeout) is the batch's.
-fn refused_or_failed(error: diesel::result::Error) -> BatchError {
-    use diesel::result::{DatabaseErrorKind as Kind, Error};
-    match error {
-        Error::DatabaseError(
-            Kind::UniqueViolation
-            | Kind::ForeignKeyViolation
-            | Kind::CheckViolation
-            | Kind::NotNullViolation,
-            _,
-        ) => BatchError::RowsRefused(error),
-        other => BatchError::Failed(other.into()),
-    }
-}
-
-/// The batch again, one buyer at a time, each under a savepoint: if writing
-/// a buyer's rows fails, only they get the error and the rest go on.
-fn serve_one_by_one(
-    conn: &mut PgConn,
-    lease: &Lease,
-    product_id: ProductId,
-    buyers: &[Buyer],
-) -> Result<Vec<Answer>, AppError> {
-    let mut tally = Tally::lock(conn, product_id, buyers)?;
-    let stock_before = tally.product.stock;
-    let mut answers = Vec::with_capacity(buyers.len());
-    for buyer in buyers {
-        let stock_after = match tally.check(buyer) {
-            Ok(stock_after) => stock_after,
-            Err(refusal) => {
-                answers.push(Ok(PurchaseOutcome::Refused(refusal)));
-                continue;
-            }
-        };
-        let written = conn.transaction(|conn| {
-            write_order(
-                conn,
-                buyer.customer,
-                &[(&tally.product, buyer.quantity, stock_after)],
-                buyer.payment_deadline,
-                buyer.gate_key.as_deref(),
-                buyer.answer_key.as_ref(),
-            )
-        });
-        match written {
-            Ok(order) => {
-                tally.take(buyer, stock_after);
-                answers.push(Ok(PurchaseOutcome::Purchased(order)));
-            }
-            Err(error) => answers.push(Err(error)),
-        }
-    }
-    if tally.product.stock != stock_before {
-        change_stock(conn, lease, product_id, tally.product.stock - stock_before)?;
-    }
-    lease.ensure_valid()?;
-    Ok(answers)
 }

@@ -27,8 +27,8 @@ use chrono::Utc;
 use diesel::prelude::*;
 use tokio::sync::oneshot;
 
-use super::batch::{sell_at_once, Answer, BatchError, Tally};
 use super::order_rows::Buyer;
+use super::sell::{sell_at_once, Answer, BatchError, Tally};
 use crate::db::models::Product;
 use crate::db::{self, holdings, schema::products, PgConn};
 use crate::domain::{CustomerId, ProductId};

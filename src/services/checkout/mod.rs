@@ -8,11 +8,12 @@
 //! the admitted units back to the gate.
 //!
 //! A batch goes to the process's next purchase transaction (`group`), which
-//! may carry other products' batches too.
+//! may carry other products' batches too; `sell` is one product's batch as
+//! (part of) a transaction.
 //!
 //! Within this module calls go one way: `mod` -> `admission`, `batch`,
-//! `lone`; `batch` -> `group` -> `rules`, `order_rows`, `outcome` (`group`
-//! serves each product with `batch`'s own checks and writes).
+//! `lone`; `batch` -> `group` -> `sell` (and `batch` -> `sell` for a batch
+//! served alone); all of them -> `rules`, `order_rows`, `outcome`.
 
 mod admission;
 mod batch;
@@ -21,6 +22,7 @@ mod lone;
 mod order_rows;
 mod outcome;
 mod rules;
+mod sell;
 
 use chrono::Utc;
 use tracing::Instrument;
