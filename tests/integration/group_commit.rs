@@ -65,13 +65,18 @@ fn transactions_of(app: &TestApp, products: &[i64]) -> i64 {
     ))
 }
 
+/// Ten products' buyers line up behind busy committers and are written by
+/// one transaction, each checked against their own product's limit: one
+/// buyer already holds their limit of another product (and may still buy
+/// theirs), and buys that other product again (and is refused, by the gate
+/// or, with the gate off, in the shared transaction).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn buyers_of_many_products_share_one_commit() {
-    let app = spawn_app().await;
+    let app = spawn_app_with(|s| s.combining = true).await;
     let products: Vec<i64> = {
         let mut products = Vec::new();
         for _ in 0..10 {
-            products.push(app.product(2, Some(1)).await);
+            products.push(app.product(3, Some(1)).await);
         }
         products
     };
@@ -82,6 +87,8 @@ async fn buyers_of_many_products_share_one_commit() {
     for &product in &products {
         assert_eq!(seeder.buy(product, 1).await.status(), StatusCode::SEE_OTHER);
     }
+    let at_limit = buyers[0].clone();
+    let held_before = order_id_from(&at_limit.buy(products[1], 1).await);
 
     let hold = LedgerHold::take(&app);
     let busy = occupy_committers(&app).await;
@@ -91,6 +98,10 @@ async fn buyers_of_many_products_share_one_commit() {
             async move { buyer.buy(product, 1).await.status() },
         ));
     }
+    let over_limit = tokio::spawn({
+        let product = products[1];
+        async move { at_limit.buy(product, 1).await.status() }
+    });
     // Far longer than a buy takes to reach the committer.
     tokio::time::sleep(Duration::from_millis(400)).await;
     hold.let_go();
@@ -100,13 +111,15 @@ async fn buyers_of_many_products_share_one_commit() {
     for buy in pending {
         assert_eq!(buy.await.unwrap(), StatusCode::SEE_OTHER);
     }
+    assert_eq!(over_limit.await.unwrap(), StatusCode::CONFLICT);
 
-    for &product in &products {
-        assert_eq!(app.db.stock(product), 0, "product {product}");
+    for (i, &product) in products.iter().enumerate() {
+        let expected = if i == 1 { 0 } else { 1 };
+        assert_eq!(app.db.stock(product), expected, "product {product}");
     }
-    assert_eq!(app.db.count("SELECT count(*) AS n FROM orders"), 22);
-    assert_eq!(app.db.count("SELECT count(*) AS n FROM order_items"), 22);
-    assert_eq!(app.db.count("SELECT count(*) AS n FROM stock_history"), 22);
+    assert_eq!(app.db.count("SELECT count(*) AS n FROM orders"), 23);
+    assert_eq!(app.db.count("SELECT count(*) AS n FROM order_items"), 23);
+    assert_eq!(app.db.count("SELECT count(*) AS n FROM stock_history"), 23);
     app.db.assert_audit_clean();
     // The ten buys that waited behind the busy committers went in one
     // transaction, or two if both committers came free at once; without
@@ -115,7 +128,7 @@ async fn buyers_of_many_products_share_one_commit() {
         "SELECT count(DISTINCT o.xmin::text) AS n FROM orders o \
          JOIN order_items i ON i.order_id = o.id \
          JOIN customers c ON c.id = o.customer_id \
-         WHERE c.email LIKE 'spread%' AND i.product_id IN ({})",
+         WHERE c.email LIKE 'spread%' AND o.id <> {held_before} AND i.product_id IN ({})",
         products
             .iter()
             .map(i64::to_string)
@@ -131,6 +144,7 @@ async fn buyers_of_many_products_share_one_commit() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_row_held_elsewhere_holds_up_only_its_own_product() {
     let app = spawn_app_with(|s| {
+        s.combining = true;
         s.db_statement_timeout = Duration::from_secs(4);
         s.lock_lease = Duration::from_secs(8);
     })

@@ -19,24 +19,19 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
 
 use tokio::sync::oneshot;
 
-use super::group::{commit, CommitGroup};
+use super::group::{serve, CommitGroup};
 use super::order_rows::Buyer;
 use super::outcome::PurchaseOutcome;
-use super::sell::serve_batch;
-use crate::db;
+use super::sell::Answer;
 use crate::domain::{CustomerId, ProductId, Quantity};
 use crate::error::AppError;
 use crate::gate::Settled;
 use crate::lock::HeldLocks;
-use crate::metrics;
 use crate::services::stock_gate::settle;
 use crate::services::Shop;
-
-type Answer = Result<PurchaseOutcome, AppError>;
 
 struct Waiting {
     /// Tells this buyer's place in line from the others'.
@@ -57,7 +52,8 @@ pub struct Combiner {
     queues: Mutex<HashMap<ProductId, Arc<Mutex<Queue>>>>,
     max_batch: usize,
     arrivals: AtomicU64,
-    group: Arc<CommitGroup>,
+    /// None when each batch commits alone (`COMBINE_PRODUCTS=1`).
+    group: Option<Arc<CommitGroup>>,
 }
 
 impl Combiner {
@@ -68,7 +64,7 @@ impl Combiner {
             queues: Mutex::new(HashMap::new()),
             max_batch: max_batch.max(1),
             arrivals: AtomicU64::new(0),
-            group: Arc::new(CommitGroup::new(max_products)),
+            group: CommitGroup::new(max_products).map(Arc::new),
         }
     }
 
@@ -124,7 +120,13 @@ pub async fn buy_in_batch(shop: &Shop, product: ProductId, buyer: Buyer) -> Answ
             answered.await
         }
     };
-    answer.unwrap_or_else(|_| Err(AppError::Internal(anyhow::anyhow!("the batch was lost"))))
+    // A leader that vanished mid-batch (its runtime stopped) may still have
+    // committed this buyer's order: only a lookup can tell.
+    answer.unwrap_or_else(|_| {
+        Err(AppError::OutcomeUnknown(
+            "the batch's answer was lost".into(),
+        ))
+    })
 }
 
 fn lock(queue: &Mutex<Queue>) -> std::sync::MutexGuard<'_, Queue> {
@@ -174,7 +176,7 @@ async fn lead(
     product: ProductId,
     queue: Arc<Mutex<Queue>>,
     max_batch: usize,
-    group: Arc<CommitGroup>,
+    group: Option<Arc<CommitGroup>>,
 ) {
     let mut leadership = Leadership {
         queue,
@@ -226,7 +228,7 @@ async fn lead(
             .map(|b| b.gate_key.clone().map(|key| (key, b.customer, b.quantity)))
             .collect();
         let buyers = Arc::new(buyers);
-        let mut outcomes = serve(&shop, &group, &held, product, &buyers).await;
+        let mut outcomes = serve(&shop, group.as_ref(), &held, product, &buyers).await;
         if let Err(AppError::Fenced { product, fence }) = &outcomes {
             // Refused only because the fencing counter was behind the row (a
             // Redis that lost its data): nothing was written, so the batch is
@@ -250,7 +252,7 @@ async fn lead(
                         continue;
                     }
                 };
-                outcomes = serve(&shop, &group, &held, *product, &buyers).await;
+                outcomes = serve(&shop, group.as_ref(), &held, *product, &buyers).await;
             }
         }
         let served = outcomes.is_ok();
@@ -292,27 +294,4 @@ async fn lead(
             held.release().await;
         }
     }
-}
-
-/// The batch in this process's next purchase transaction, or else in its
-/// own on its own connection (a row held elsewhere, a refusal to sort out).
-async fn serve(
-    shop: &Shop,
-    group: &Arc<CommitGroup>,
-    held: &HeldLocks,
-    product: ProductId,
-    buyers: &Arc<Vec<Buyer>>,
-) -> Result<Vec<Answer>, AppError> {
-    if let Some(answers) = commit(shop, group, held.lease(), product, buyers.clone()).await {
-        return answers;
-    }
-    let started = Instant::now();
-    let (lease, buyers) = (held.lease(), buyers.clone());
-    metrics::batch_size(buyers.len());
-    let outcomes = db::run(&shop.pool, move |conn| {
-        serve_batch(conn, &lease, product, &buyers)
-    })
-    .await;
-    metrics::transaction_time("purchase_batch", started.elapsed());
-    outcomes
 }

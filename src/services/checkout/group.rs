@@ -12,12 +12,14 @@
 //! lease is checked, and one commit answers them all.
 //!
 //! One product must not hold up the others, so the committer never waits
-//! on a row: a row some other transaction still holds (a paused process
-//! whose lock lapsed) is skipped, and its leader serves that batch alone, on
-//! its own connection, waiting for the row there. Should anything refuse the
-//! shared transaction (a buyer's rows, a fencing token, a lapsed lease), it
-//! rolls back and every leader serves its batch alone, as it would have
-//! without grouping, so a refusal reaches only the batch it belongs to.
+//! on a product row: a row some other transaction still holds (a paused
+//! process whose lock lapsed) is skipped, and its leader serves that batch
+//! alone, on its own connection, waiting for the row there. Should one
+//! batch refuse the shared transaction (a buyer's rows, a fencing token, a
+//! lapsed lease), it rolls back, that batch is served alone (so the refusal
+//! reaches only it) and the rest try again together. Other waits (a key row
+//! another transaction is inserting, a slow statement) do hold up the whole
+//! transaction, within the statement timeout.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -25,17 +27,27 @@ use std::time::Instant;
 
 use chrono::Utc;
 use diesel::prelude::*;
+use diesel::r2d2::R2D2Connection;
 use tokio::sync::oneshot;
 
 use super::order_rows::Buyer;
-use super::sell::{sell_at_once, Answer, BatchError, Tally};
+use super::sell::{sell_at_once, serve_batch, Answer, BatchError, Tally};
 use crate::db::models::Product;
 use crate::db::{self, holdings, schema::products, PgConn};
 use crate::domain::{CustomerId, ProductId};
 use crate::error::AppError;
-use crate::lock::Lease;
+use crate::lock::{HeldLocks, Lease};
 use crate::metrics;
 use crate::services::Shop;
+
+/// Purchase transactions a process runs at once. Two, so one's statements
+/// run while the other waits for its commit to reach the disk; more would
+/// only split the batches that would otherwise share a commit.
+const COMMITTERS: usize = 2;
+
+/// A shared transaction refused because of one batch is tried again
+/// without it at most this many times; then the rest go alone too.
+const RETRIES_WITHOUT_CULPRIT: usize = 3;
 
 /// One product's batch, under that product's lock.
 struct Batch {
@@ -46,19 +58,17 @@ struct Batch {
 
 type BatchAnswer = Result<Vec<Answer>, AppError>;
 
-/// What the committer did with a batch: its answers, or `None` for a batch
-/// it left to be served alone (nothing of it was written).
-pub(super) type Grouped = Option<BatchAnswer>;
+/// What the committer did with a batch.
+enum Grouped {
+    Answered(BatchAnswer),
+    /// Nothing of it was written: its leader serves it alone.
+    Alone,
+}
 
 struct Handed {
     batch: Batch,
     answer: oneshot::Sender<Grouped>,
 }
-
-/// Purchase transactions a process runs at once. Two, so one's statements
-/// run while the other waits for its commit to reach the disk; more would
-/// only split the batches that would otherwise share a commit.
-const COMMITTERS: usize = 2;
 
 #[derive(Default)]
 struct Pending {
@@ -69,17 +79,19 @@ struct Pending {
 /// The batches waiting for this process's next purchase transaction.
 pub struct CommitGroup {
     pending: Mutex<Pending>,
-    /// Products per transaction at most: one statement each, all while
-    /// their locks are held.
+    /// Products per transaction at most: a statement each, all while their
+    /// locks are held.
     max_products: usize,
 }
 
 impl CommitGroup {
-    pub fn new(max_products: usize) -> CommitGroup {
-        CommitGroup {
+    /// `None` for one product per transaction: each batch commits alone,
+    /// on its leader's own connection, as without grouping.
+    pub fn new(max_products: usize) -> Option<CommitGroup> {
+        (max_products > 1).then(|| CommitGroup {
             pending: Mutex::new(Pending::default()),
-            max_products: max_products.max(1),
-        }
+            max_products,
+        })
     }
 
     fn pending(&self) -> std::sync::MutexGuard<'_, Pending> {
@@ -87,10 +99,37 @@ impl CommitGroup {
     }
 }
 
-/// Serves `buyers` of `product` under `lease` in the next purchase
-/// transaction of this process, and waits for its answers; `None` when the
-/// batch must be served alone.
-pub(super) async fn commit(
+/// `buyers` of `product` under `held`: in this process's next purchase
+/// transaction, or else in one of their own, on their own connection (a row
+/// held elsewhere, a refusal to sort out, or grouping off).
+pub(super) async fn serve(
+    shop: &Shop,
+    group: Option<&Arc<CommitGroup>>,
+    held: &HeldLocks,
+    product: ProductId,
+    buyers: &Arc<Vec<Buyer>>,
+) -> BatchAnswer {
+    if let Some(group) = group {
+        if let Grouped::Answered(answers) =
+            commit(shop, group, held.lease(), product, buyers.clone()).await
+        {
+            return answers;
+        }
+    }
+    let started = Instant::now();
+    let (lease, buyers) = (held.lease(), buyers.clone());
+    metrics::batch_size(buyers.len());
+    let outcomes = db::run(&shop.pool, move |conn| {
+        serve_batch(conn, &lease, product, &buyers)
+    })
+    .await;
+    metrics::transaction_time("purchase_batch", started.elapsed());
+    outcomes
+}
+
+/// Hands the batch to this process's next purchase transaction and waits
+/// for what became of it.
+async fn commit(
     shop: &Shop,
     group: &Arc<CommitGroup>,
     lease: Lease,
@@ -98,7 +137,7 @@ pub(super) async fn commit(
     buyers: Arc<Vec<Buyer>>,
 ) -> Grouped {
     let (answer, answered) = oneshot::channel();
-    let must_commit = {
+    let committer = {
         let mut pending = group.pending();
         pending.batches.push(Handed {
             batch: Batch {
@@ -108,26 +147,34 @@ pub(super) async fn commit(
             },
             answer,
         });
-        let idle = pending.committers < COMMITTERS;
-        pending.committers += usize::from(idle);
-        idle
+        (pending.committers < COMMITTERS).then(|| {
+            pending.committers += 1;
+            // Made here, not in the task: a task dropped before it first
+            // runs (its runtime stopping) still hands its place back.
+            Committer {
+                group: group.clone(),
+                committing: true,
+            }
+        })
     };
-    if must_commit {
+    if let Some(committer) = committer {
         // Its own task, like a batch's leader: nobody's disconnect can cancel
         // a transaction that serves others.
-        tokio::spawn(run_commits(shop.clone(), group.clone()));
+        tokio::spawn(run_commits(shop.pool.clone(), committer));
     }
+    // A committer that vanished mid-transaction (its runtime stopped) may
+    // still have committed this batch: only a lookup can tell.
     answered.await.unwrap_or_else(|_| {
-        Some(Err(AppError::Internal(anyhow::anyhow!(
-            "the commit was lost"
-        ))))
+        Grouped::Answered(Err(AppError::OutcomeUnknown(
+            "the purchase transaction's answer was lost".into(),
+        )))
     })
 }
 
 /// One of the (at most `COMMITTERS`) tasks running this process's purchase
-/// transactions. Dropped any way but by finding nothing pending (a panic),
-/// the last of them fails the batches left, so their leaders answer and
-/// release instead of waiting forever.
+/// transactions. Dropped any way but by finding nothing pending (a panic, a
+/// stopping runtime), the last of them sends the batches still pending
+/// (none of them started) back to their leaders to be served alone.
 struct Committer {
     group: Arc<CommitGroup>,
     committing: bool,
@@ -158,20 +205,12 @@ impl Drop for Committer {
             return;
         }
         for handed in pending.batches.drain(..) {
-            let _ = handed
-                .answer
-                .send(Some(Err(AppError::Internal(anyhow::anyhow!(
-                    "the committer stopped"
-                )))));
+            let _ = handed.answer.send(Grouped::Alone);
         }
     }
 }
 
-async fn run_commits(shop: Shop, group: Arc<CommitGroup>) {
-    let mut committer = Committer {
-        group,
-        committing: true,
-    };
+async fn run_commits(pool: db::PgPool, mut committer: Committer) {
     loop {
         let handed = committer.next();
         if handed.is_empty() {
@@ -180,62 +219,120 @@ async fn run_commits(shop: Shop, group: Arc<CommitGroup>) {
         let (batches, answers): (Vec<Batch>, Vec<_>) =
             handed.into_iter().map(|h| (h.batch, h.answer)).unzip();
         let started = Instant::now();
-        let served = db::run(&shop.pool, move |conn| Ok(serve_batches(conn, &batches))).await;
+        let served = db::run(&pool, move |conn| serve_batches(conn, &batches)).await;
         metrics::transaction_time("purchase_batch", started.elapsed());
-        match served {
-            Ok(served) => {
-                let buyers = served.iter().flatten().flatten().map(Vec::len).sum();
-                if buyers > 0 {
-                    metrics::batch_size(buyers);
-                }
-                for (answer, grouped) in answers.into_iter().zip(served) {
-                    let _ = answer.send(grouped);
-                }
-            }
-            Err(error) => {
-                for answer in answers {
-                    let _ = answer.send(Some(Err(error.duplicate())));
-                }
-            }
-        }
-    }
-}
-
-/// Every batch's answers, in the order given, from one transaction; `None`
-/// for each batch left to go alone.
-fn serve_batches(conn: &mut PgConn, batches: &[Batch]) -> Vec<Grouped> {
-    match db::transaction(conn, |conn| serve_together(conn, batches)) {
-        Ok(served) => served.into_iter().map(|s| s.map(Ok)).collect(),
-        Err(BatchError::Failed(AppError::OutcomeUnknown(reason))) => {
-            // The COMMIT went out: every batch of it may stand, none may be
-            // served again.
-            batches
+        let served = match served {
+            Ok(served) => served,
+            // The connection failed as a whole: each batch goes alone, unless
+            // a COMMIT may have gone out.
+            Err(AppError::OutcomeUnknown(reason)) => answers
                 .iter()
-                .map(|_| Some(Err(AppError::OutcomeUnknown(reason.clone()))))
-                .collect()
+                .map(|_| Grouped::Answered(Err(AppError::OutcomeUnknown(reason.clone()))))
+                .collect(),
+            Err(_) => answers.iter().map(|_| Grouped::Alone).collect(),
+        };
+        let buyers: usize = served
+            .iter()
+            .filter_map(|g| match g {
+                Grouped::Answered(Ok(answers)) => Some(answers.len()),
+                _ => None,
+            })
+            .sum();
+        if buyers > 0 {
+            metrics::batch_size(buyers);
         }
-        Err(error) => {
-            // Rolled back: nothing of it stands, and each batch alone finds
-            // out whether the refusal was its own.
-            tracing::debug!(
-                ?error,
-                "a grouped purchase transaction was refused; its batches go alone"
-            );
-            batches.iter().map(|_| None).collect()
+        for (answer, grouped) in answers.into_iter().zip(served) {
+            let _ = answer.send(grouped);
         }
     }
 }
 
-/// The batches whose rows could be locked now, served in one transaction;
-/// `None` for a batch left to go alone (its row held elsewhere).
+/// What became of each batch, in the order given, after one transaction
+/// (or a few, when one batch's refusal had to be left out).
+fn serve_batches(conn: &mut PgConn, batches: &[Batch]) -> Result<Vec<Grouped>, AppError> {
+    // A lease that could not see a commit through is not worth starting.
+    let mut candidates: Vec<bool> = batches
+        .iter()
+        .map(|b| b.lease.ensure_valid().is_ok())
+        .collect();
+    for _ in 0..=RETRIES_WITHOUT_CULPRIT {
+        let mut attempt = Attempt::new(batches.len());
+        let together = db::transaction(conn, |conn| {
+            serve_together(conn, batches, &candidates, &mut attempt)
+        });
+        let error = match together {
+            Ok(served) => {
+                return Ok(served
+                    .into_iter()
+                    .map(|s| s.map_or(Grouped::Alone, |a| Grouped::Answered(Ok(a))))
+                    .collect())
+            }
+            Err(error) => error,
+        };
+        if let BatchError::Failed(AppError::OutcomeUnknown(reason)) = &error {
+            // The COMMIT went out: what it wrote may stand, and none of that
+            // may be served again; what it skipped was never written.
+            return Ok(attempt
+                .written
+                .iter()
+                .map(|&written| match written {
+                    true => Grouped::Answered(Err(AppError::OutcomeUnknown(reason.clone()))),
+                    false => Grouped::Alone,
+                })
+                .collect());
+        }
+        tracing::debug!(?error, culprit = ?attempt.culprit, "a grouped purchase transaction was refused");
+        if conn.ping().is_err() {
+            // Lets the pool drop the connection; the batches go alone.
+            return Err(AppError::Unavailable(
+                "the database connection was lost".into(),
+            ));
+        }
+        match attempt.culprit {
+            // Rolled back because of one batch: it goes alone (and finds out
+            // whether the refusal was its own), the rest try again together.
+            Some(culprit) => candidates[culprit] = false,
+            None => break,
+        }
+    }
+    Ok(batches.iter().map(|_| Grouped::Alone).collect())
+}
+
+/// What one try at the shared transaction got to.
+struct Attempt {
+    /// Batches whose rows went into the transaction.
+    written: Vec<bool>,
+    /// The batch whose own checks or writes refused the transaction.
+    culprit: Option<usize>,
+}
+
+impl Attempt {
+    fn new(batches: usize) -> Attempt {
+        Attempt {
+            written: vec![false; batches],
+            culprit: None,
+        }
+    }
+}
+
+/// The candidate batches whose rows could be locked now, served in one
+/// transaction; `None` for a batch left to go alone.
 fn serve_together(
     conn: &mut PgConn,
     batches: &[Batch],
+    candidates: &[bool],
+    attempt: &mut Attempt,
 ) -> Result<Vec<Option<Vec<Answer>>>, BatchError> {
-    let mut ids: Vec<i64> = batches.iter().map(|b| b.product.get()).collect();
+    let mut ids: Vec<i64> = batches
+        .iter()
+        .zip(candidates)
+        .filter(|(_, &candidate)| candidate)
+        .map(|(b, _)| b.product.get())
+        .collect();
     ids.sort_unstable();
     ids.dedup();
-    // Rows locked in id order, so two such transactions can never deadlock.
+    // SKIP LOCKED: the committer never waits for a product row, so a row
+    // another transaction holds delays only its own batch, served alone.
     let locked: Vec<Product> = products::table
         .filter(products::id.eq_any(&ids))
         .order(products::id)
@@ -246,7 +343,7 @@ fn serve_together(
     let mut rows: HashMap<i64, Product> = locked.into_iter().map(|p| (p.id, p)).collect();
     let mut held = live_units_of_limited(conn, rows.values(), batches)?;
     let now = Utc::now();
-    let mut order: Vec<usize> = (0..batches.len()).collect();
+    let mut order: Vec<usize> = (0..batches.len()).filter(|&i| candidates[i]).collect();
     order.sort_by_key(|&i| batches[i].product);
     let mut served: Vec<Option<Vec<Answer>>> = batches.iter().map(|_| None).collect();
     for i in order {
@@ -259,10 +356,23 @@ fn serve_together(
             product,
             now,
         };
-        served[i] = Some(sell_at_once(conn, &batch.lease, tally, &batch.buyers)?);
+        attempt.written[i] = true;
+        let sold = sell_at_once(conn, &batch.lease, tally, &batch.buyers);
+        match sold {
+            Ok(answers) => served[i] = Some(answers),
+            Err(error) => {
+                attempt.culprit = Some(i);
+                return Err(error);
+            }
+        }
     }
-    for batch in batches {
-        batch.lease.ensure_valid()?;
+    for (i, batch) in batches.iter().enumerate() {
+        if served[i].is_some() {
+            if let Err(error) = batch.lease.ensure_valid() {
+                attempt.culprit = Some(i);
+                return Err(error.into());
+            }
+        }
     }
     Ok(served)
 }
