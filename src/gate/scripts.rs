@@ -44,8 +44,12 @@ local recorded = #KEYS >= 7
 local request = ARGV[5]
 local refusal_ttl = tonumber(ARGV[6])
 local admitted_ttl = tonumber(ARGV[7])
-local now = redis.call('TIME')
-local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+-- Only an admission, or a repeat of one, needs the clock: a refusal, what
+-- a sold-out crowd gets, does not ask for it.
+local function now_ms()
+  local now = redis.call('TIME')
+  return tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+end
 if recorded then
   if request == nil or request == '' or refusal_ttl == nil or refusal_ttl < 1 or admitted_ttl == nil or admitted_ttl < 1 then
     return {-1, 0, 0, ''}
@@ -58,7 +62,8 @@ if recorded then
     local earlier, at = string.match(rest, '^([^|]*)|(%d+)$')
     -- This very admission, sent again because its reply was lost.
     if earlier == admission then return {1, 0, 0, ''} end
-    return {8, now_ms - (tonumber(at) or now_ms), 0, earlier or ''}
+    local now = now_ms()
+    return {8, now - (tonumber(at) or now), 0, earlier or ''}
   end
 end
 local fingerprint = customer .. ':' .. qty
@@ -90,16 +95,17 @@ if stock < qty then
   end
   return {2, stock, 0, ''}
 end
+local now = now_ms()
 redis.call('DECRBY', KEYS[1], qty)
 redis.call('SET', KEYS[3], fingerprint, 'PX', ttl)
-redis.call('ZADD', KEYS[5], now_ms, admission .. '|' .. customer .. '|' .. qty)
+redis.call('ZADD', KEYS[5], now, admission .. '|' .. customer .. '|' .. qty)
 redis.call('PEXPIRE', KEYS[5], ttl)
 if limit > 0 then
   redis.call('HINCRBY', KEYS[4], customer, qty)
   redis.call('PEXPIRE', KEYS[4], ttl)
 end
 if recorded then
-  redis.call('SET', KEYS[7], 'A|' .. request .. '|' .. admission .. '|' .. now_ms, 'PX', admitted_ttl)
+  redis.call('SET', KEYS[7], 'A|' .. request .. '|' .. admission .. '|' .. now, 'PX', admitted_ttl)
 end
 return {0, stock - qty, 0, ''}
 "#;
