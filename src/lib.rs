@@ -16,12 +16,14 @@
 //!   lock hold for a hot product, a lone transaction for a cart, the rules
 //!   every buyer is checked against and the SQL that writes orders. Beside
 //!   it: payment, restore (decline, expiry, refund), stock adjustments,
-//!   keeping the stock gate in step (`stock_gate`), jobs, accounts, sessions.
+//!   keeping the stock gate in step (`stock_gate`), jobs, accounts, sessions
+//!   and each process's list of revoked ones (`revocations`).
 //! - `lock`: per-product Redlock locks with a local queue, lease watchdog and
 //!   fencing tokens. `gate`: the Redis stock gate's counters and scripts.
 //!   `payment`: payment providers (the sandbox). `db`: the pool, the one
-//!   helper that runs blocking Diesel, migrations, schema, row types, and how
-//!   Diesel errors become `AppError`. `redis_node`: one kept Redis connection.
+//!   helper that runs blocking Diesel, migrations, schema, row types, how
+//!   Diesel errors become `AppError`, and the connection that listens for
+//!   revoked sessions. `redis_node`: kept Redis connections, one per thread.
 //! - `domain`: types valid by construction (ids, money, quantities, emails,
 //!   card numbers, order states, sale states and refusals), and the waiting
 //!   room's draw (`domain::draw`: pure computation, checkable by anyone).

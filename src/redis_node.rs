@@ -1,7 +1,16 @@
 //! One Redis deployment as the shop talks to it: a single server or a
-//! Redis Cluster, behind one kept-open connection that is re-established
+//! Redis Cluster, behind kept-open connections that are re-established
 //! after an error.
+//!
+//! A multiplexed connection is driven by a task on the runtime that opened
+//! it. Each actix worker is a runtime of its own on its own thread, so one
+//! connection for the whole process would send every call across threads
+//! twice (to the driver and back), two wake-ups and two context switches per
+//! call that cost more than the call itself. Each thread keeps its own.
 
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::thread::ThreadId;
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, MultiplexedConnection};
@@ -54,7 +63,11 @@ impl ConnectionLike for RedisConnection {
 
 pub struct RedisNode {
     endpoint: Endpoint,
-    connection: tokio::sync::Mutex<Option<RedisConnection>>,
+    /// Per calling thread; never held across an await.
+    connections: Mutex<HashMap<ThreadId, RedisConnection>>,
+    /// One connection attempt at a time, so a burst after a reset opens one
+    /// connection per thread, not one per request.
+    connecting: tokio::sync::Mutex<()>,
 }
 
 impl RedisNode {
@@ -72,15 +85,28 @@ impl RedisNode {
     fn new(endpoint: Endpoint) -> RedisNode {
         RedisNode {
             endpoint,
-            connection: tokio::sync::Mutex::new(None),
+            connections: Mutex::new(HashMap::new()),
+            connecting: tokio::sync::Mutex::new(()),
         }
     }
 
-    /// The kept connection, opened on first use or after `reset`.
+    fn kept(&self, thread: ThreadId) -> Option<RedisConnection> {
+        self.connections
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&thread)
+            .cloned()
+    }
+
+    /// This thread's kept connection, opened on first use or after `reset`.
     pub async fn connection(&self) -> RedisResult<RedisConnection> {
-        let mut slot = self.connection.lock().await;
-        if let Some(connection) = slot.as_ref() {
-            return Ok(connection.clone());
+        let thread = std::thread::current().id();
+        if let Some(connection) = self.kept(thread) {
+            return Ok(connection);
+        }
+        let _turn = self.connecting.lock().await;
+        if let Some(connection) = self.kept(thread) {
+            return Ok(connection);
         }
         let connecting = async {
             Ok::<_, redis::RedisError>(match &self.endpoint {
@@ -100,13 +126,20 @@ impl RedisNode {
                     "connecting to Redis timed out",
                 ))
             })??;
-        *slot = Some(connection.clone());
+        self.connections
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(thread, connection.clone());
         Ok(connection)
     }
 
-    /// Drops the kept connection after an error, so the next call reconnects.
+    /// Drops the kept connections after an error, so the next calls
+    /// reconnect: whatever broke one (a Redis restart) broke them all.
     pub async fn reset(&self) {
-        *self.connection.lock().await = None;
+        self.connections
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
     }
 
     pub async fn ping(&self) -> bool {

@@ -30,7 +30,7 @@ impl Application {
         let shop = Shop::new(settings).await?;
         // Before the first page, so cookies are trusted from the start; if
         // Postgres cannot answer yet, pages ask the sessions table meanwhile.
-        if let Err(error) = crate::services::sessions::poll_revocations(&shop).await {
+        if let Err(error) = crate::services::revocations::poll_revocations(&shop).await {
             tracing::warn!(%error, "could not load revoked sessions at start-up");
         }
         let server = serve(listener, shop.clone())?;
@@ -39,7 +39,7 @@ impl Application {
             shop.clone(),
             shop.settings.jobs_interval,
         )];
-        jobs.push(crate::services::sessions::spawn_revocation_poller(
+        jobs.push(crate::services::revocations::spawn_revocation_watcher(
             shop.clone(),
         ));
         jobs.extend(crate::services::jobs::spawn_reconcile(

@@ -4,6 +4,7 @@
 pub mod error;
 pub mod fence;
 pub mod holdings;
+pub mod listener;
 pub mod models;
 pub mod schema;
 

@@ -44,13 +44,22 @@ local recorded = #KEYS >= 7
 local request = ARGV[5]
 local refusal_ttl = tonumber(ARGV[6])
 local admitted_ttl = tonumber(ARGV[7])
-local now = redis.call('TIME')
-local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+-- Only an admission, or a repeat of one, needs the clock: a refusal, what
+-- a sold-out crowd gets, does not ask for it.
+local function now_ms()
+  local now = redis.call('TIME')
+  return tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+end
+-- One read for everything a first attempt looks at: the limit, the stock
+-- and, with a key, its answer record (the script is atomic, so reading them
+-- together changes nothing; the fewer calls, the cheaper a refusal).
+local counts
 if recorded then
   if request == nil or request == '' or refusal_ttl == nil or refusal_ttl < 1 or admitted_ttl == nil or admitted_ttl < 1 then
     return {-1, 0, 0, ''}
   end
-  local record = redis.call('GET', KEYS[7])
+  counts = redis.call('MGET', KEYS[2], KEYS[1], KEYS[7])
+  local record = counts[3]
   if record then
     local kind, fingerprint, rest = string.match(record, '^(%a)|([^|]*)|(.*)$')
     if fingerprint ~= request then return {6, 0, 0, ''} end
@@ -58,20 +67,29 @@ if recorded then
     local earlier, at = string.match(rest, '^([^|]*)|(%d+)$')
     -- This very admission, sent again because its reply was lost.
     if earlier == admission then return {1, 0, 0, ''} end
-    return {8, now_ms - (tonumber(at) or now_ms), 0, earlier or ''}
+    local now = now_ms()
+    return {8, now - (tonumber(at) or now), 0, earlier or ''}
+  end
+else
+  counts = redis.call('MGET', KEYS[2], KEYS[1])
+end
+-- The admission marker's text, built only where it is compared or written:
+-- a refusal does without it.
+local function marker() return customer .. ':' .. qty end
+-- A first attempt finds neither of its admission's markers: one call says
+-- so, and only a resent admission looks closer.
+if redis.call('EXISTS', KEYS[6], KEYS[3]) > 0 then
+  -- A give-back that overtook its own admission (the admission's reply
+  -- timed out, so it was given back on another connection) left a
+  -- tombstone: the late admission must not take units nobody will return.
+  if redis.call('EXISTS', KEYS[6]) == 1 then return {4, 0, 0, ''} end
+  local earlier = redis.call('GET', KEYS[3])
+  if earlier then
+    if earlier == marker() then return {1, 0, 0, ''} end
+    return {4, 0, 0, ''}
   end
 end
-local fingerprint = customer .. ':' .. qty
--- A give-back that overtook its own admission (the admission's reply timed
--- out, so it was given back on another connection) left a tombstone: the
--- late admission must not take units nobody will return.
-if redis.call('EXISTS', KEYS[6]) == 1 then return {4, 0, 0, ''} end
-local earlier = redis.call('GET', KEYS[3])
-if earlier then
-  if earlier == fingerprint then return {1, 0, 0, ''} end
-  return {4, 0, 0, ''}
-end
-local limit = tonumber(redis.call('GET', KEYS[2]) or '0')
+local limit = tonumber(counts[1] or '0')
 if limit > 0 then
   local held = tonumber(redis.call('HGET', KEYS[4], customer) or '0')
   if held + qty > limit then
@@ -81,25 +99,28 @@ if limit > 0 then
     return {3, held, limit, ''}
   end
 end
-local stock = redis.call('GET', KEYS[1])
-if not stock then return {5, 0, 0, ''} end
-stock = tonumber(stock)
+local stock_text = counts[2]
+if not stock_text then return {5, 0, 0, ''} end
+local stock = tonumber(stock_text)
 if stock < qty then
   if recorded then
-    redis.call('SET', KEYS[7], 'R|' .. request .. '|S|' .. stock, 'PX', refusal_ttl)
+    -- Redis's own integer text: formatting the number again costs more
+    -- than the rest of a refusal.
+    redis.call('SET', KEYS[7], 'R|' .. request .. '|S|' .. stock_text, 'PX', refusal_ttl)
   end
   return {2, stock, 0, ''}
 end
+local now = now_ms()
 redis.call('DECRBY', KEYS[1], qty)
-redis.call('SET', KEYS[3], fingerprint, 'PX', ttl)
-redis.call('ZADD', KEYS[5], now_ms, admission .. '|' .. customer .. '|' .. qty)
+redis.call('SET', KEYS[3], marker(), 'PX', ttl)
+redis.call('ZADD', KEYS[5], now, admission .. '|' .. customer .. '|' .. qty)
 redis.call('PEXPIRE', KEYS[5], ttl)
 if limit > 0 then
   redis.call('HINCRBY', KEYS[4], customer, qty)
   redis.call('PEXPIRE', KEYS[4], ttl)
 end
 if recorded then
-  redis.call('SET', KEYS[7], 'A|' .. request .. '|' .. admission .. '|' .. now_ms, 'PX', admitted_ttl)
+  redis.call('SET', KEYS[7], 'A|' .. request .. '|' .. admission .. '|' .. now, 'PX', admitted_ttl)
 end
 return {0, stock - qty, 0, ''}
 "#;

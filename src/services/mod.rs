@@ -11,6 +11,7 @@ pub mod ledger_audit;
 pub mod orders;
 pub mod payment;
 pub mod restore;
+pub mod revocations;
 pub mod sale_cache;
 pub mod seed;
 pub mod sessions;
@@ -55,7 +56,7 @@ pub struct Shop {
     /// When the gate was last reconciled and what drift was found (admin dashboard).
     pub last_reconcile: Arc<Mutex<Option<LastReconcile>>>,
     /// The revoked sessions, polled from Postgres, so a page trusts its cookie.
-    pub revocations: Arc<sessions::Revocations>,
+    pub revocations: Arc<revocations::Revocations>,
     /// The sale rows the shop pages are built from, at most a second old.
     pub sale_cache: Arc<sale_cache::SaleCache>,
     /// The gate's counts the shop pages show, at most a second old.
@@ -131,7 +132,7 @@ impl Shop {
             gate,
             combiner,
             last_reconcile: Arc::new(Mutex::new(None)),
-            revocations: Arc::new(sessions::Revocations::new(&settings)),
+            revocations: Arc::new(revocations::Revocations::new(&settings)),
             sale_cache: Arc::new(sale_cache::SaleCache::new()),
             units_left: Arc::new(units_left::UnitsLeft::new()),
             fingerprint_key: Arc::new(idempotency::FingerprintKey::derive(&settings.session_key)),

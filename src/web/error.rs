@@ -2,8 +2,13 @@
 //! worded for the customer. The only place the error type meets HTTP. A form
 //! body actix refuses before any handler runs gets the same page.
 
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::sync::{OnceLock, RwLock};
+
 use actix_web::error::{InternalError, UrlencodedError};
 use actix_web::http::{header, StatusCode};
+use actix_web::web::Bytes;
 use actix_web::{HttpResponse, ResponseError};
 use askama::Template;
 
@@ -21,18 +26,18 @@ pub struct ErrorPage<'a> {
 }
 
 /// The heading and the explanation a customer reads for `error`.
-fn title_and_message(error: &AppError) -> (&'static str, String) {
+fn title_and_message(error: &AppError) -> (&'static str, Cow<'static, str>) {
     match error {
-        AppError::Invalid(message) => ("Please check what you entered", message.clone()),
-        AppError::NotFound(message) => ("Not found", message.clone()),
-        AppError::Forbidden(message) => ("Not allowed", message.clone()),
+        AppError::Invalid(message) => ("Please check what you entered", Cow::Owned(message.clone())),
+        AppError::NotFound(message) => ("Not found", Cow::Owned(message.clone())),
+        AppError::Forbidden(message) => ("Not allowed", Cow::Owned(message.clone())),
         AppError::SignInRequired => ("Sign in required", "Sign in to continue.".into()),
         AppError::BadCsrf => (
             "This form has expired",
             "The form you sent was not issued to this session (it may be old, or come from another site). Nothing was changed. Go back, reload the page and try again.".into(),
         ),
         AppError::Refused(refusal) => refusal_in_words(refusal),
-        AppError::Conflict { title, message } => (title, message.clone()),
+        AppError::Conflict { title, message } => (title, Cow::Owned(message.clone())),
         AppError::KeyReused => (
             "Conflicting reuse of key",
             "This form's one-time key was already used for a different request, so nothing was done. Reload the page and try again.".into(),
@@ -43,10 +48,10 @@ fn title_and_message(error: &AppError) -> (&'static str, String) {
         ),
         AppError::TooManyAttempts { retry_after } => (
             "Too many sign-in attempts",
-            format!(
+            Cow::Owned(format!(
                 "There have been too many unsuccessful sign-in attempts for this account or from your network, so signing in is paused. Try again in {}.",
                 wait_in_words(*retry_after)
-            ),
+            )),
         ),
         AppError::Busy => (
             "Too many buyers right now",
@@ -73,26 +78,36 @@ fn title_and_message(error: &AppError) -> (&'static str, String) {
 
 /// What a refused buyer reads. Every refusal says that nothing was taken,
 /// because a buyer in a crowd needs to know whether to try again.
-fn refusal_in_words(refusal: &Refusal) -> (&'static str, String) {
+fn refusal_in_words(refusal: &Refusal) -> (&'static str, Cow<'static, str>) {
     // The stock gate refuses before the product's row is read.
     let named = |product: &Option<String>| product.clone().unwrap_or_else(|| "This product".into());
     match refusal {
+        // What a crowd gets once the gate is empty: fixed words, so the
+        // page is rendered once (see `fixed_page`).
         Refusal::SoldOut {
-            product,
+            product: None,
             available: 0,
         } => (
             "Sold out",
-            format!(
-                "{} is sold out: every unit has been bought. Nothing was reserved or charged.",
-                named(product)
+            Cow::Borrowed(
+                "This product is sold out: every unit has been bought. Nothing was reserved or charged.",
             ),
+        ),
+        Refusal::SoldOut {
+            product: Some(product),
+            available: 0,
+        } => (
+            "Sold out",
+            Cow::Owned(format!(
+                "{product} is sold out: every unit has been bought. Nothing was reserved or charged."
+            )),
         ),
         Refusal::SoldOut { product, available } => (
             "Not enough left",
-            format!(
+            Cow::Owned(format!(
                 "Only {available} of {} left — choose a smaller quantity. Nothing was reserved or charged.",
                 named(product)
-            ),
+            )),
         ),
         Refusal::LimitReached {
             product,
@@ -100,19 +115,19 @@ fn refusal_in_words(refusal: &Refusal) -> (&'static str, String) {
             already,
         } => (
             "Purchase limit reached",
-            format!(
+            Cow::Owned(format!(
                 "{} is limited to {limit} per customer, and your orders already hold {already}. Nothing was reserved or charged.",
                 named(product)
-            ),
+            )),
         ),
         Refusal::SaleNotOpen { product, state } => (
             "Sale not open",
-            match state {
+            Cow::Owned(match state {
                 SaleState::Upcoming => format!(
                     "The sale of {product} has not started yet. Come back when the countdown ends."
                 ),
                 _ => format!("The sale of {product} has ended."),
-            },
+            }),
         ),
     }
 }
@@ -178,18 +193,53 @@ impl ResponseError for AppError {
             }
             _ => {}
         }
-        let page = ErrorPage {
-            status: status.as_u16(),
-            title,
-            message: &message,
+        let page = match message {
+            Cow::Borrowed(message) => fixed_page(status, title, message),
+            Cow::Owned(message) => error_page(status, title, &message),
         };
-        match page.render() {
+        match page {
             Ok(html) => response.content_type("text/html; charset=utf-8").body(html),
-            Err(_) => response
+            Err(text) => response
                 .content_type("text/plain; charset=utf-8")
-                .body(format!("{title}\n\n{message}")),
+                .body(text),
         }
     }
+}
+
+/// The error page, or its words as plain text if the template fails.
+fn error_page(status: StatusCode, title: &str, message: &str) -> Result<Bytes, String> {
+    ErrorPage {
+        status: status.as_u16(),
+        title,
+        message,
+    }
+    .render()
+    .map(Bytes::from)
+    .map_err(|_| format!("{title}\n\n{message}"))
+}
+
+/// An error page whose words are all fixed is the same for everyone who
+/// gets it (it names no account), and a sold-out crowd gets one thousands
+/// of times a second: each is rendered once per process. The words are
+/// `'static`, so there are only as many pages as the code has wordings.
+fn fixed_page(
+    status: StatusCode,
+    title: &'static str,
+    message: &'static str,
+) -> Result<Bytes, String> {
+    type Pages = RwLock<HashMap<(u16, &'static str, &'static str), Bytes>>;
+    static PAGES: OnceLock<Pages> = OnceLock::new();
+    let pages = PAGES.get_or_init(Pages::default);
+    let key = (status.as_u16(), title, message);
+    if let Some(page) = pages.read().unwrap_or_else(|e| e.into_inner()).get(&key) {
+        return Ok(page.clone());
+    }
+    let page = error_page(status, title, message)?;
+    pages
+        .write()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(key, page.clone());
+    Ok(page)
 }
 
 /// A POST body that is not a form this shop could have sent: too large, or

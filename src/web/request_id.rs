@@ -28,7 +28,16 @@ pub fn request_id_of(request: &ServiceRequest) -> String {
         .get(&REQUEST_ID)
         .and_then(|value| value.to_str().ok())
         .filter(|id| is_sane(id))
-        .map_or_else(|| uuid::Uuid::new_v4().to_string(), str::to_owned)
+        // From the thread's CSPRNG rather than a system call per request:
+        // an id must be unique, not secret.
+        .map_or_else(
+            || {
+                uuid::Builder::from_random_bytes(rand::random())
+                    .into_uuid()
+                    .to_string()
+            },
+            str::to_owned,
+        )
 }
 
 pub async fn tag_request(

@@ -1,7 +1,9 @@
-//! Sessions verified from the signed cookie and each instance's polled list
-//! of revoked sessions: no Postgres read per page, and still every sign-out,
-//! revocation, role change and deleted account refuses the cookie on every
-//! instance within a second; when the list is stale, the table decides.
+//! Sessions verified from the signed cookie and each instance's list of
+//! revoked sessions, told of each revocation as it commits: no Postgres read
+//! per page and no poll, and still every sign-out, revocation, role change
+//! and deleted account refuses the cookie on every instance within a second;
+//! without a listener the list is polled, and when it is stale, the table
+//! decides.
 
 use std::time::{Duration, Instant};
 
@@ -9,7 +11,7 @@ use crate::helpers::*;
 use flashsale::config::Settings;
 use flashsale::domain::{Email, Password};
 use flashsale::services::accounts::ensure_admin;
-use flashsale::services::sessions::poll_revocations;
+use flashsale::services::revocations::poll_revocations;
 use reqwest::StatusCode;
 
 /// The promise: a revoked cookie is refused everywhere within this.
@@ -87,19 +89,108 @@ async fn signed_in_pages_read_nothing_from_the_sessions_table() {
     let scans = sessions_scans(&app.db) - before;
     let elapsed = measured.elapsed();
 
-    // Only the poller reads the table, one statement per interval: those of
-    // the measured time, and of the lag before it that the first reading may
-    // have missed (this instance's whole life so far, with the start-up poll
-    // and the jobs' one purge).
-    let interval = app.settings.security.session_poll_interval;
-    let polls = ((elapsed + STATS_LAG).as_millis() / interval.as_millis()) as i64 + 3;
+    // Revocations arrive by notification, so nothing polls the table: the
+    // scans that may land in the measurement are those of this instance's
+    // whole life so far (the start-up read, the listener's whole read once
+    // it listens, the jobs' one purge, the customer's sign-up), one spare.
+    // A poller would add one per interval: about 90 here.
+    assert!(app.shop.revocations.is_listening());
+    let allowed = 5;
     eprintln!(
-        "{scans} scans of sessions (at most {polls} allowed) for {PAGES} pages in {elapsed:?}"
+        "{scans} scans of sessions (at most {allowed} allowed) for {PAGES} pages in {elapsed:?}"
     );
     assert!(
-        scans <= polls,
-        "{scans} scans of sessions for {PAGES} signed-in pages in {elapsed:?}; the poller alone makes at most {polls}"
+        scans <= allowed,
+        "{scans} scans of sessions for {PAGES} signed-in pages in {elapsed:?}; at most {allowed} without a poller"
     );
+}
+
+/// Committed plus rolled-back transactions of `db` so far, read from the
+/// server's `postgres` database so that reading costs `db` nothing.
+fn transactions(db: &TestDb) -> i64 {
+    use diesel::prelude::*;
+    let (server, name) = flashsale::db::split_database_url(&db.url).unwrap();
+    let mut admin = diesel::PgConnection::establish(&format!("{server}/postgres")).unwrap();
+    diesel::sql_query(
+        "SELECT (xact_commit + xact_rollback)::int8 AS n FROM pg_stat_database WHERE datname = $1",
+    )
+    .bind::<diesel::sql_types::Text, _>(name)
+    .get_result::<flashsale::qa::harness::Count>(&mut admin)
+    .unwrap()
+    .n
+}
+
+/// Until `instance` listens for revocations; panics after `within`.
+async fn until_listening(instance: &TestApp, within: Duration) {
+    let since = Instant::now();
+    while !instance.shop.revocations.is_listening() {
+        assert!(
+            since.elapsed() < within,
+            "not listening for revocations after {within:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_idle_shop_keeps_its_revocation_list_fresh_without_postgres_transactions() {
+    // The jobs run once at start-up; reconcile not before a minute.
+    let app = spawn_app_with(|s| s.jobs_interval = Duration::from_secs(3600)).await;
+    until_listening(&app, Duration::from_secs(5)).await;
+    // Start-up's transactions are all counted once its backends report.
+    tokio::time::sleep(STATS_LAG).await;
+    let before = transactions(&app.db);
+    let idle = Instant::now();
+    while idle.elapsed() < Duration::from_secs(4) {
+        assert!(
+            app.shop.revocations.is_fresh(),
+            "the revocation list went stale while idle"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(STATS_LAG).await;
+    let spent = transactions(&app.db) - before;
+    let polls = (idle.elapsed().as_millis()
+        / app.settings.security.session_poll_interval.as_millis()) as i64;
+    eprintln!(
+        "{spent} transactions in {:?} idle (a poller: {polls})",
+        idle.elapsed()
+    );
+    assert!(
+        spent <= 1,
+        "{spent} Postgres transactions in {:?} of an idle shop",
+        idle.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lost_listener_is_replaced_and_revocations_still_reach_every_instance_within_a_second() {
+    let a = spawn_app().await;
+    let b = second_instance(&a, |_| {}).await;
+    until_listening(&a, Duration::from_secs(5)).await;
+    until_listening(&b, Duration::from_secs(5)).await;
+    let (first, first_cookie) = signed_up_cookie(&a, "cut-off@example.com").await;
+    let (second, second_cookie) = signed_up_cookie(&a, "reconnected@example.com").await;
+
+    // Both instances' listening connections cut, as a Postgres restart would.
+    let cut = a.db.count(
+        "SELECT count(pg_terminate_backend(pid))::int8 AS n FROM pg_stat_activity \
+         WHERE datname = current_database() AND application_name = 'flashsale revocation listener'",
+    );
+    assert_eq!(cut, 2, "one listener per instance");
+    expect_redirect(&first.post_form("/logout", &[]).await, "/");
+    let there = until_refused(&b, "/orders", &first_cookie).await;
+    assert!(there < WITHIN, "refused after {there:?} without a listener");
+
+    // Listening again after a few seconds of polling; notified as before.
+    until_listening(&b, Duration::from_secs(10)).await;
+    expect_redirect(&second.post_form("/logout", &[]).await, "/");
+    let there = until_refused(&b, "/orders", &second_cookie).await;
+    assert!(
+        there < WITHIN,
+        "refused after {there:?} once listening again"
+    );
+    assert!(b.shop.revocations.is_fresh() && b.shop.revocations.is_listening());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

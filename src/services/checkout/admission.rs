@@ -29,7 +29,7 @@ pub(super) async fn admit_all(
     customer: CustomerId,
     lines: &[Line],
 ) -> Result<Result<String, Refusal>, AppError> {
-    let key = uuid::Uuid::new_v4().simple().to_string();
+    let key = super::admission_key();
     let mut admitted = Vec::with_capacity(lines.len());
     for line in lines {
         let mut answer = gate

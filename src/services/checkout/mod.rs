@@ -119,6 +119,15 @@ pub async fn purchase(
         .map_err(|e| AppError::Internal(anyhow::anyhow!("purchase task failed: {e}")))?
 }
 
+/// A new admission's name at the gate. Random from the thread's CSPRNG, not
+/// one system call per buyer: it needs to be unique, not secret.
+fn admission_key() -> String {
+    uuid::Builder::from_random_bytes(rand::random())
+        .into_uuid()
+        .simple()
+        .to_string()
+}
+
 /// How a purchase got past the gate.
 enum Admitted {
     /// The gate admitted it under this admission key.
@@ -234,7 +243,7 @@ async fn admit_under_key(
     };
     let patience = tokio::time::Instant::now() + shop.settings.lock_wait * 2;
     loop {
-        let admission = uuid::Uuid::new_v4().simple().to_string();
+        let admission = admission_key();
         match admit_keyed(shop, gate, customer, line, &admission, &record).await? {
             KeyedAdmission::Admitted => return Ok(Ok(Admitted::Gate(admission))),
             KeyedAdmission::Refused(refusal) => return Ok(Err(PurchaseOutcome::Refused(refusal))),
