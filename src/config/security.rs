@@ -15,9 +15,10 @@ pub struct SecuritySettings {
     pub trusted_proxies: TrustedProxies,
     /// How long a signed-in session lasts, however active it is.
     pub session_ttl: Duration,
-    /// How often each process asks Postgres for newly revoked sessions.
-    /// Under a second, or the copy is never fresh enough to trust and every
-    /// page asks the sessions table.
+    /// How often each process proves its copy of the revoked sessions
+    /// current: a round trip on its listening connection, or a poll while
+    /// it cannot listen. Under a second, or the copy is never fresh enough
+    /// to trust and every page asks the sessions table.
     pub session_poll_interval: Duration,
 }
 
@@ -79,7 +80,8 @@ impl SecuritySettings {
         if settings.session_ttl.is_zero() {
             bail!("SESSION_TTL_HOURS must be at least 1");
         }
-        // A copy older than a second is not trusted (`services::sessions`).
+        // A copy whose last proof is older than a second is not trusted
+        // (`services::revocations`).
         let poll = settings.session_poll_interval;
         if poll.is_zero() || poll >= Duration::from_secs(1) {
             bail!("SESSION_POLL_MS must be between 1 and 999");
