@@ -320,6 +320,7 @@ async fn watch(shop: &Shop, mut listener: Listener, interval: Duration) -> AppEr
     let revocations = &shop.revocations;
     let mut next_proof = tokio::time::Instant::now();
     let mut next_whole_read = next_proof + SAFETY_READ_EVERY;
+    let mut whole_read: Option<JoinHandle<()>> = None;
     loop {
         let now = tokio::time::Instant::now();
         if now >= next_proof {
@@ -337,8 +338,17 @@ async fn watch(shop: &Shop, mut listener: Listener, interval: Duration) -> AppEr
         }
         if now >= next_whole_read {
             next_whole_read = now + SAFETY_READ_EVERY;
-            if let Err(error) = poll(shop, true).await {
-                tracing::warn!(%error, "could not read the revoked sessions whole");
+            // On a task of its own: a slow read (Postgres under load) must
+            // not hold up the next proof, or the copy would go stale and
+            // every signed-in page would ask the table just then. A poll
+            // only adds to the copy, so it may overlap notifications.
+            if whole_read.as_ref().is_none_or(JoinHandle::is_finished) {
+                let shop = shop.clone();
+                whole_read = Some(tokio::spawn(async move {
+                    if let Err(error) = poll(&shop, true).await {
+                        tracing::warn!(%error, "could not read the revoked sessions whole");
+                    }
+                }));
             }
         }
         match listener

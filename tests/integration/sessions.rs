@@ -203,6 +203,8 @@ async fn a_sign_out_on_one_instance_refuses_the_copied_cookie_on_another_within_
         StatusCode::OK,
         "the cookie works on the other instance too"
     );
+    // Told by its listener, not found by a poll while the listener is down.
+    until_listening(&b, Duration::from_secs(5)).await;
 
     expect_redirect(&browser.post_form("/logout", &[]).await, "/");
     // Where it signed out, at once; on the other instance by its next poll.
