@@ -12,7 +12,7 @@ use super::rules::refusal_for;
 use crate::db;
 use crate::db::models::Product;
 use crate::db::schema::products;
-use crate::domain::{CustomerId, Refusal};
+use crate::domain::{CustomerId, ProductId, Refusal};
 use crate::error::AppError;
 use crate::gate::{Admission, AnswerRecord, StockGate};
 use crate::services::stock_gate::{give_back_all, seed_if_absent};
@@ -55,13 +55,9 @@ pub(super) async fn admit_all(
                 product: None,
                 available: available as i32,
             },
-            // Unknown even after seeding: the product does not exist.
             Ok(Admission::Unknown) => {
                 give_back_all(gate, &key, &admitted).await;
-                return Err(AppError::NotFound(format!(
-                    "There is no product with id {}.",
-                    line.product
-                )));
+                return Err(unknown_after_seeding(shop, line.product).await);
             }
             Ok(Admission::LimitReached { held, limit }) => Refusal::LimitReached {
                 product: None,
@@ -150,12 +146,7 @@ pub(super) async fn admit_keyed(
             return Ok(KeyedAdmission::AdmittedBefore { admission, age })
         }
         Ok(Admission::KeyReused) => return Err(AppError::KeyReused),
-        Ok(Admission::Unknown) => {
-            return Err(AppError::NotFound(format!(
-                "There is no product with id {}.",
-                line.product
-            )))
-        }
+        Ok(Admission::Unknown) => return Err(unknown_after_seeding(shop, line.product).await),
         Ok(Admission::Conflict) => Err(AppError::Internal(anyhow::anyhow!(
             "a fresh admission key was already in the gate"
         )))?,
@@ -171,6 +162,25 @@ pub(super) async fn admit_keyed(
         }
     };
     Ok(KeyedAdmission::Refused(refusal))
+}
+
+/// Unknown to the gate even after seeding: the product does not exist, or
+/// the gate lost its counts again in between (Redis restarted). Only the
+/// database can tell which, and the second is a 503, never "not found".
+async fn unknown_after_seeding(shop: &Shop, product: ProductId) -> AppError {
+    let found = db::run(&shop.pool, move |conn| {
+        Ok(products::table
+            .find(product.get())
+            .select(products::id)
+            .first::<i64>(conn)
+            .optional()?)
+    })
+    .await;
+    match found {
+        Ok(Some(_)) => AppError::Unavailable("the stock gate lost its counts; try again".into()),
+        Ok(None) => AppError::NotFound(format!("There is no product with id {product}.")),
+        Err(error) => error,
+    }
 }
 
 /// Turns away, without queueing for the lock, a buyer that the locked check
