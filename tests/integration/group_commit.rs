@@ -13,8 +13,7 @@ use diesel::{PgConnection, RunQueryDsl};
 use reqwest::StatusCode;
 
 use crate::helpers::*;
-use flashsale::domain::{CustomerId, ProductId, Quantity};
-use flashsale::services::checkout::{buy_in_batch, Buyer, PurchaseOutcome};
+use flashsale::services::checkout::PurchaseOutcome;
 
 /// Holds every purchase transaction at its ledger write until dropped
 /// (or `let_go`).
@@ -216,14 +215,7 @@ async fn a_refusal_in_a_shared_commit_reaches_only_its_own_batch() {
     for (product, customer) in [(refused_product, -1), (other_product, good_id)] {
         let shop = app.shop.clone();
         pending.push(tokio::spawn(async move {
-            let buyer = Buyer {
-                customer: CustomerId(customer),
-                quantity: Quantity::new(1).unwrap(),
-                payment_deadline: chrono::Utc::now() + chrono::Duration::minutes(10),
-                gate_key: None,
-                answer_key: None,
-            };
-            buy_in_batch(&shop, ProductId(product), buyer).await
+            one_unit_in_batch(&shop, product, customer).await
         }));
     }
     tokio::time::sleep(Duration::from_millis(300)).await;

@@ -7,8 +7,8 @@
 use std::time::{Duration, Instant};
 
 use crate::helpers::*;
-use flashsale::domain::{CustomerId, ProductId, Quantity};
-use flashsale::services::checkout::{buy_in_batch, Buyer, PurchaseOutcome};
+use flashsale::domain::ProductId;
+use flashsale::services::checkout::PurchaseOutcome;
 use flashsale::services::stock_gate::seed_if_absent;
 use reqwest::StatusCode;
 
@@ -100,14 +100,7 @@ async fn a_buyer_whose_rows_are_refused_does_not_sink_the_batch() {
     for customer in customers {
         let shop = app.shop.clone();
         pending.push(tokio::spawn(async move {
-            let buyer = Buyer {
-                customer: CustomerId(customer),
-                quantity: Quantity::new(1).unwrap(),
-                payment_deadline: chrono::Utc::now() + chrono::Duration::minutes(10),
-                gate_key: None,
-                answer_key: None,
-            };
-            buy_in_batch(&shop, ProductId(product), buyer).await
+            one_unit_in_batch(&shop, product, customer).await
         }));
         tokio::time::sleep(Duration::from_millis(60)).await;
     }

@@ -151,3 +151,22 @@ pub async fn create_product(pool: &PgPool, stock: i32, limit: Option<i32>) -> i6
     .unwrap()
     .id
 }
+
+/// One unit of `product` for `customer` (any id, even one with no account)
+/// straight into the product's batch, as no form would send it.
+pub async fn one_unit_in_batch(
+    shop: &Shop,
+    product: i64,
+    customer: i64,
+) -> Result<flashsale::services::checkout::PurchaseOutcome, flashsale::error::AppError> {
+    use flashsale::domain::{CustomerId, ProductId, Quantity};
+    use flashsale::services::checkout::{buy_in_batch, Buyer};
+    let buyer = Buyer {
+        customer: CustomerId(customer),
+        quantity: Quantity::new(1).unwrap(),
+        payment_deadline: chrono::Utc::now() + chrono::Duration::minutes(10),
+        gate_key: None,
+        answer_key: None,
+    };
+    buy_in_batch(shop, ProductId(product), buyer).await
+}
