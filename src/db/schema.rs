@@ -112,6 +112,42 @@ diesel::table! {
         created_at -> Timestamptz,
         updated_at -> Timestamptz,
         fence -> Int8,
+        queue_mode -> Bool,
+        queue_opens_at -> Nullable<Timestamptz>,
+    }
+}
+
+diesel::table! {
+    queue_admissions (product_id, number) {
+        product_id -> Int8,
+        number -> Int4,
+        ticket -> Text,
+        issued_at -> Timestamptz,
+        expires_at -> Timestamptz,
+        state -> Text,
+        order_id -> Nullable<Int8>,
+        ended_at -> Nullable<Timestamptz>,
+    }
+}
+
+diesel::table! {
+    queue_draws (product_id) {
+        product_id -> Int8,
+        seed -> Bytea,
+        seed_sha256 -> Bytea,
+        committed_at -> Timestamptz,
+        drawn_at -> Nullable<Timestamptz>,
+    }
+}
+
+diesel::table! {
+    queue_entries (product_id, customer_id) {
+        product_id -> Int8,
+        customer_id -> Int8,
+        ticket -> Text,
+        seq -> Int8,
+        joined_at -> Timestamptz,
+        late -> Bool,
     }
 }
 
@@ -148,6 +184,11 @@ diesel::joinable!(order_items -> orders (order_id));
 diesel::joinable!(order_items -> products (product_id));
 diesel::joinable!(orders -> customers (customer_id));
 diesel::joinable!(payments -> orders (order_id));
+diesel::joinable!(queue_admissions -> orders (order_id));
+diesel::joinable!(queue_admissions -> products (product_id));
+diesel::joinable!(queue_draws -> products (product_id));
+diesel::joinable!(queue_entries -> customers (customer_id));
+diesel::joinable!(queue_entries -> products (product_id));
 diesel::joinable!(sessions -> customers (customer_id));
 diesel::joinable!(stock_history -> orders (order_id));
 diesel::joinable!(stock_history -> products (product_id));
@@ -162,6 +203,9 @@ diesel::allow_tables_to_appear_in_same_query!(
     orders,
     payments,
     products,
+    queue_admissions,
+    queue_draws,
+    queue_entries,
     sessions,
     stock_history,
 );
