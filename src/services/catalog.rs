@@ -126,6 +126,8 @@ async fn insert_sale(
                     per_customer_limit: spec.per_customer_limit,
                     sale_starts_at: spec.starts_at,
                     sale_ends_at: spec.ends_at,
+                    queue_mode: false,
+                    queue_opens_at: None,
                 })
                 .returning(Product::as_returning())
                 .get_result(conn)?;

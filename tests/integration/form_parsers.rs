@@ -237,6 +237,8 @@ proptest! {
             created_at: starts_at,
             updated_at: starts_at,
             fence: 0,
+            queue_mode: false,
+            queue_opens_at: None,
         };
         let spec = SaleFields::of(&product).spec().unwrap();
         prop_assert_eq!(spec.name, name);
