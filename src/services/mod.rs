@@ -5,6 +5,7 @@ pub mod accounts;
 pub mod action_log;
 pub mod catalog;
 pub mod checkout;
+pub mod draw_record;
 pub mod idempotency;
 pub mod jobs;
 pub mod ledger_audit;

@@ -105,11 +105,27 @@ pub struct BuyForm {
     #[serde(default)]
     pub csrf_token: String,
     pub idempotency_key: Option<String>,
+    /// The waiting room's pass (`TICKET-NUMBER`), sent by the waiting page's form.
+    #[serde(default)]
+    pub pass: Option<String>,
 }
 
 impl BuyForm {
     pub fn quantity(&self) -> Result<Quantity, AppError> {
         Ok(Quantity::parse(&self.quantity)?)
+    }
+
+    /// None when the form has no pass; a pass that does not read as one is
+    /// no pass the shop issued.
+    pub fn pass(&self) -> Result<Option<crate::queue::PassRef>, AppError> {
+        match self.pass.as_deref().map(str::trim) {
+            None | Some("") => Ok(None),
+            Some(raw) => crate::queue::PassRef::parse(raw).map(Some).ok_or_else(|| {
+                AppError::Invalid(
+                    "The pass in this form is not one the shop issued, so nothing was bought or reserved. Go back to the waiting room and use the Buy button shown there when it is your turn.".into(),
+                )
+            }),
+        }
     }
 }
 

@@ -115,4 +115,9 @@ pub struct SaleListPage {
 pub struct ProductPage {
     pub nav: Nav,
     pub sale: SaleView,
+    /// A sale in queue mode: its waiting room instead of the Buy form.
+    pub queue: Option<super::queue::ProductQueue>,
+    /// The server's clock (RFC 3339), so the page script enables Buy at the
+    /// opening second by the shop's clock rather than the reader's.
+    pub served_at: String,
 }

@@ -1,0 +1,180 @@
+//! The waiting room's pages: joining, the waiting page and the `queue.json`
+//! it polls, and the published draw (`draw.json` and its page).
+//!
+//! `queue.json` is polled by every waiter every few seconds, so it costs
+//! what a sold-out answer costs: the session is checked from its cookie
+//! (and this process's revocation list), the sale comes from the sale
+//! cache, and the standing is one Redis read. No Postgres, no template.
+
+use actix_session::Session;
+use actix_web::http::header::{self, HeaderValue};
+use actix_web::http::StatusCode;
+use actix_web::{get, post, web, HttpResponse};
+use chrono::Utc;
+
+use super::forms::parse_product_id;
+use super::session::{verify_csrf, SignedIn};
+use super::views::queue::{DrawPage, QueuePage, WaitingRoomView};
+use super::views::shop::SaleView;
+use super::views::{render, Nav};
+use super::{html, see_other};
+use crate::domain::ProductId;
+use crate::error::AppError;
+use crate::services::catalog::sale_on_show;
+use crate::services::draw_record::draw_record;
+use crate::services::{queue, Shop};
+
+pub fn routes(cfg: &mut web::ServiceConfig) {
+    cfg.service(join)
+        .service(waiting_page)
+        .service(status_json)
+        .service(draw_json)
+        .service(draw_page);
+}
+
+#[derive(Debug, serde::Deserialize)]
+pub struct JoinForm {
+    #[serde(default)]
+    pub csrf_token: String,
+}
+
+/// Joins the waiting room (joining again keeps the same place) and sends
+/// the customer to the waiting page.
+#[post("/products/{id}/queue")]
+pub async fn join(
+    shop: web::Data<Shop>,
+    SignedIn(account): SignedIn,
+    session: Session,
+    path: web::Path<String>,
+    form: web::Form<JoinForm>,
+) -> Result<HttpResponse, AppError> {
+    verify_csrf(&session, &form.csrf_token)?;
+    let product = parse_product_id(&path)?;
+    queue::join(&shop, account.id, product).await?;
+    Ok(see_other(&waiting_page_path(product)))
+}
+
+pub fn waiting_page_path(product: ProductId) -> String {
+    format!("/products/{product}/queue")
+}
+
+/// The signed-in customer, or None for a stranger. A session that could
+/// not be checked (Postgres down while the revocation list is stale) is an
+/// error, not a stranger: a waiter must not read "not joined" for it.
+fn customer(signed_in: Result<SignedIn, AppError>) -> Result<Option<SignedIn>, AppError> {
+    match signed_in {
+        Ok(signed_in) => Ok(Some(signed_in)),
+        Err(AppError::SignInRequired) => Ok(None),
+        Err(error) => Err(error),
+    }
+}
+
+/// Only a sale in queue mode has a waiting room.
+fn no_waiting_room(product: ProductId) -> AppError {
+    AppError::NotFound(format!(
+        "Product {product} is not sold through a waiting room: buy it from its product page."
+    ))
+}
+
+#[get("/products/{id}/queue")]
+pub async fn waiting_page(
+    shop: web::Data<Shop>,
+    signed_in: Result<SignedIn, AppError>,
+    session: Session,
+    path: web::Path<String>,
+) -> Result<HttpResponse, AppError> {
+    let product = parse_product_id(&path)?;
+    let account = customer(signed_in)?;
+    let shown = sale_on_show(&shop, product).await?;
+    if !shown.product.queue_mode {
+        return Err(no_waiting_room(product));
+    }
+    let status = queue::status(&shop, account.as_ref().map(|a| a.0.id), product).await?;
+    let now = Utc::now();
+    let room = WaitingRoomView::new(status, account.is_some(), now);
+    // A customer's page carries the form token (join and buy forms); a
+    // stranger's starts no session.
+    let nav = if account.is_some() {
+        Nav::from_session(&session)
+    } else {
+        Nav::for_shared_page(&session)
+    };
+    let page = QueuePage::new(nav, &shown.product, shown.units_left, room);
+    let mut response = html(StatusCode::OK, render(&page)?);
+    no_store(&mut response);
+    Ok(response)
+}
+
+#[get("/products/{id}/queue.json")]
+pub async fn status_json(
+    shop: web::Data<Shop>,
+    signed_in: Result<SignedIn, AppError>,
+    path: web::Path<String>,
+) -> Result<HttpResponse, AppError> {
+    let product = parse_product_id(&path)?;
+    let account = customer(signed_in)?;
+    let shelf = shop.sale_cache.shelf(&shop.pool).await?;
+    match shelf.product(product) {
+        Some(sale) if sale.queue_mode => {}
+        Some(_) => return Err(no_waiting_room(product)),
+        None => {
+            return Err(AppError::NotFound(format!(
+                "There is no product with id {product}."
+            )))
+        }
+    }
+    let status = queue::status(&shop, account.as_ref().map(|a| a.0.id), product).await?;
+    let room = WaitingRoomView::new(status, account.is_some(), Utc::now());
+    let mut response = HttpResponse::Ok().json(room.json());
+    no_store(&mut response);
+    Ok(response)
+}
+
+/// Per customer and changing by the second: no cache may keep it.
+fn no_store(response: &mut HttpResponse) {
+    let headers = response.headers_mut();
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    headers.insert(header::VARY, HeaderValue::from_static("Cookie"));
+}
+
+/// The same for everyone and rebuilt at most once a second per process:
+/// a CDN may keep it for that second too.
+fn shared_for_a_second(response: &mut HttpResponse) {
+    response.headers_mut().insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("public, max-age=1"),
+    );
+}
+
+#[get("/products/{id}/draw.json")]
+pub async fn draw_json(
+    shop: web::Data<Shop>,
+    path: web::Path<String>,
+) -> Result<HttpResponse, AppError> {
+    let record = draw_record(&shop, parse_product_id(&path)?).await?;
+    let mut response = HttpResponse::Ok().json(&*record);
+    shared_for_a_second(&mut response);
+    Ok(response)
+}
+
+#[get("/products/{id}/draw")]
+pub async fn draw_page(
+    shop: web::Data<Shop>,
+    session: Session,
+    path: web::Path<String>,
+) -> Result<HttpResponse, AppError> {
+    let product = parse_product_id(&path)?;
+    let record = draw_record(&shop, product).await?;
+    let shown = sale_on_show(&shop, product).await?;
+    let nav = Nav::for_shared_page(&session);
+    let shareable = nav.account.is_none();
+    let sale = SaleView::showing(&shown.product, shown.units_left, Utc::now());
+    let page = DrawPage::new(nav, sale, &record);
+    let mut response = html(StatusCode::OK, render(&page)?);
+    if shareable {
+        shared_for_a_second(&mut response);
+    } else {
+        no_store(&mut response);
+    }
+    Ok(response)
+}

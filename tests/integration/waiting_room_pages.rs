@@ -1,0 +1,548 @@
+//! The waiting room as customers meet it, through the real HTTP server:
+//! joining through the form, `queue.json`, the waiting page before and after
+//! the start, buying with a pass (and every way of trying without one), and
+//! the published draw checked by `flashsale draw verify`.
+
+use std::time::{Duration as StdDuration, Instant};
+
+use crate::helpers::*;
+use chrono::{Duration, Utc};
+use diesel::RunQueryDsl;
+use flashsale::domain::Money;
+use flashsale::services::catalog::{create_product, SaleSpec};
+use reqwest::StatusCode;
+use serde_json::Value;
+
+/// A sale in queue mode of `stock` units, limit `limit`, starting in
+/// `starts_in`; its waiting room opens `opens_before` the start (None: the
+/// default 15 minutes). Set by SQL until the catalog takes `--queue`.
+pub async fn queue_sale(
+    app: &TestApp,
+    stock: i32,
+    limit: i32,
+    starts_in: Duration,
+    opens_before: Option<Duration>,
+) -> i64 {
+    let starts_at = Utc::now() + starts_in;
+    let id = create_product(
+        &app.shop.pool,
+        SaleSpec {
+            name: "Queued qilin".into(),
+            description: "Sold through the waiting room.".into(),
+            price: Money::from_cents(2_500).unwrap(),
+            stock,
+            per_customer_limit: Some(limit),
+            starts_at,
+            ends_at: None,
+        },
+    )
+    .await
+    .unwrap()
+    .id;
+    let opens_at = match opens_before {
+        Some(before) => format!("'{}'", (starts_at - before).to_rfc3339()),
+        None => "NULL".into(),
+    };
+    diesel::sql_query(format!(
+        "UPDATE products SET queue_mode = true, queue_opens_at = {opens_at} WHERE id = {id}"
+    ))
+    .execute(&mut app.db.conn())
+    .unwrap();
+    flashsale::services::sale_cache::invalidate();
+    id
+}
+
+/// `queue.json` as `who` gets it; insists it is never cached.
+pub async fn queue_json(who: &Browser, product: i64) -> Value {
+    let response = who.get(&format!("/products/{product}/queue.json")).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(response.headers()["cache-control"], "no-store");
+    assert!(response.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("application/json"));
+    response.json().await.unwrap()
+}
+
+/// Polls `queue.json` until `done` holds, for at most `within`.
+pub async fn wait_for(
+    who: &Browser,
+    product: i64,
+    within: StdDuration,
+    done: impl Fn(&Value) -> bool,
+) -> Value {
+    let deadline = Instant::now() + within;
+    loop {
+        let status = queue_json(who, product).await;
+        if done(&status) {
+            return status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "queue.json never got there: {status}"
+        );
+        tokio::time::sleep(StdDuration::from_millis(100)).await;
+    }
+}
+
+pub fn state_is(state: &'static str) -> impl Fn(&Value) -> bool {
+    move |status| status["state"] == state
+}
+
+pub async fn join(who: &Browser, product: i64) -> reqwest::Response {
+    who.post_form(&format!("/products/{product}/queue"), &[])
+        .await
+}
+
+fn entries(app: &TestApp, product: i64) -> i64 {
+    app.db.count(&format!(
+        "SELECT count(*) AS n FROM queue_entries WHERE product_id = {product}"
+    ))
+}
+
+fn orders_of(app: &TestApp, product: i64) -> i64 {
+    app.db.count(&format!(
+        "SELECT count(*) AS n FROM order_items WHERE product_id = {product}"
+    ))
+}
+
+/// A buy as the waiting page's form sends it.
+async fn buy_with_pass(who: &Browser, product: i64, quantity: &str, pass: Option<&str>) -> reqwest::Response {
+    let token = who.csrf().await;
+    let key = uuid::Uuid::new_v4().simple().to_string();
+    let mut fields = vec![
+        ("quantity", quantity),
+        ("csrf_token", token.as_str()),
+        ("idempotency_key", key.as_str()),
+    ];
+    fields.extend(pass.map(|pass| ("pass", pass)));
+    who.post(&format!("/products/{product}/buy"), &fields).await
+}
+
+/// The hidden `pass` of the page's Buy form.
+fn pass_in(page: &str) -> String {
+    let at = page
+        .find(r#"name="pass" value=""#)
+        .unwrap_or_else(|| panic!("no pass in the page: {page}"));
+    let rest = &page[at + r#"name="pass" value=""#.len()..];
+    rest[..rest.find('"').unwrap()].to_string()
+}
+
+const CONTRACT: [&str; 7] = [
+    "state",
+    "position",
+    "ahead",
+    "units_left",
+    "held",
+    "ticket",
+    "pass_expires_at",
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn joining_through_the_form_keeps_one_place_and_the_page_counts_down() {
+    let app = spawn_app().await;
+    let product = queue_sale(&app, 5, 1, Duration::minutes(10), None).await;
+    let customer = app.customer("early@example.com").await;
+
+    let before = queue_json(&customer, product).await;
+    for field in CONTRACT {
+        assert!(before.get(field).is_some(), "queue.json lacks {field}: {before}");
+    }
+    assert_eq!(before["state"], "not_joined");
+    assert!(before["ticket"].is_null() && before["position"].is_null(), "{before}");
+
+    // The product page offers the waiting room, not Buy.
+    let page = expect_page(
+        customer.get(&format!("/products/{product}")).await,
+        StatusCode::OK,
+        "Join the waiting room",
+    )
+    .await;
+    assert!(!page.contains(&format!("/products/{product}/buy")), "{page}");
+    assert!(!page.contains("Add to cart"), "{page}");
+
+    let response = join(&customer, product).await;
+    expect_redirect(&response, &format!("/products/{product}/queue"));
+    assert_eq!(entries(&app, product), 1);
+    let joined = queue_json(&customer, product).await;
+    assert_eq!(joined["state"], "waiting", "{joined}");
+    let ticket = joined["ticket"].as_str().expect("a ticket").to_string();
+    assert_eq!(ticket.len(), 10, "{joined}");
+    // Before the start there is no place yet: the order is drawn at the start.
+    assert!(joined["position"].is_null(), "{joined}");
+    assert!(joined["pass_expires_at"].is_null(), "{joined}");
+    chrono::DateTime::parse_from_rfc3339(joined["starts_at"].as_str().unwrap()).unwrap();
+
+    // Joining again keeps the same place.
+    expect_redirect(
+        &join(&customer, product).await,
+        &format!("/products/{product}/queue"),
+    );
+    assert_eq!(entries(&app, product), 1);
+    assert_eq!(queue_json(&customer, product).await["ticket"], ticket.as_str());
+
+    let response = customer.get(&format!("/products/{product}/queue")).await;
+    assert_eq!(response.headers()["cache-control"], "no-store");
+    let page = expect_page(response, StatusCode::OK, "You are in the waiting room").await;
+    for text in [
+        ticket.as_str(),
+        "The sale starts in",
+        "data-until=",
+        r#"data-phase="pre_queue""#,
+        r#"http-equiv="refresh""#,
+        "/products/",
+    ] {
+        assert!(page.contains(text), "waiting page lacks {text:?}: {page}");
+    }
+    assert!(!page.contains(r#"name="pass""#), "{page}");
+
+    // The product page now links to the waiting room.
+    let page = expect_page(
+        customer.get(&format!("/products/{product}")).await,
+        StatusCode::OK,
+        "Go to the waiting room",
+    )
+    .await;
+    assert!(page.contains(&ticket), "{page}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn bad_joins_write_nothing() {
+    let app = spawn_app().await;
+    let product = queue_sale(&app, 5, 1, Duration::minutes(10), None).await;
+    let open_sale = app.product(5, Some(1)).await;
+    let customer = app.customer("bad@example.com").await;
+
+    // No CSRF token, or someone else's.
+    let response = customer
+        .post(&format!("/products/{product}/queue"), &[])
+        .await;
+    expect_page(response, StatusCode::FORBIDDEN, "This form has expired").await;
+    let response = customer
+        .post(
+            &format!("/products/{product}/queue"),
+            &[("csrf_token", "0123456789abcdef0123456789abcdef")],
+        )
+        .await;
+    assert_eq!(response.status(), StatusCode::FORBIDDEN);
+    assert_eq!(entries(&app, product), 0);
+
+    // A stranger is sent to sign in.
+    let stranger = app.browser();
+    let response = join(&stranger, product).await;
+    expect_redirect(&response, "/login");
+    assert_eq!(entries(&app, product), 0);
+    let page = expect_page(
+        stranger.get(&format!("/products/{product}")).await,
+        StatusCode::OK,
+        "Sign in to join the waiting room",
+    )
+    .await;
+    assert!(!page.contains(r#"action="/products/"#), "{page}");
+    let page = expect_page(
+        stranger.get(&format!("/products/{product}/queue")).await,
+        StatusCode::OK,
+        "Sign in to join",
+    )
+    .await;
+    assert!(page.contains(r#"data-phase="sign_in""#), "{page}");
+    assert_eq!(queue_json(&stranger, product).await["state"], "not_joined");
+
+    // A sale not in queue mode has no waiting room.
+    let response = join(&customer, open_sale).await;
+    let status = response.status();
+    let page = response.text().await.unwrap();
+    assert!(status.is_client_error(), "{status}: {page}");
+    assert!(page.contains("waiting room"), "{page}");
+    assert_eq!(
+        app.db
+            .count("SELECT count(*) AS n FROM queue_entries"),
+        0
+    );
+    for path in [
+        format!("/products/{open_sale}/queue"),
+        format!("/products/{open_sale}/queue.json"),
+        format!("/products/{open_sale}/draw.json"),
+        format!("/products/{open_sale}/draw"),
+        "/products/999999/queue.json".to_string(),
+        "/products/999999/draw.json".to_string(),
+    ] {
+        assert_eq!(
+            customer.get(&path).await.status(),
+            StatusCode::NOT_FOUND,
+            "{path}"
+        );
+    }
+    // The open sale's page still sells as before.
+    expect_page(
+        customer.get(&format!("/products/{open_sale}")).await,
+        StatusCode::OK,
+        "Buy now",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn before_the_opening_the_join_button_waits_for_its_second() {
+    let app = spawn_app().await;
+    // Opens in 10 minutes, starts in 20.
+    let product = queue_sale(
+        &app,
+        5,
+        1,
+        Duration::minutes(20),
+        Some(Duration::minutes(10)),
+    )
+    .await;
+    let customer = app.customer("tooearly@example.com").await;
+    let page = expect_page(
+        customer.get(&format!("/products/{product}")).await,
+        StatusCode::OK,
+        "The waiting room opens",
+    )
+    .await;
+    assert!(page.contains("disabled data-enable-at="), "{page}");
+    let page = expect_page(
+        customer.get(&format!("/products/{product}/queue")).await,
+        StatusCode::OK,
+        "The waiting room opens in",
+    )
+    .await;
+    assert!(page.contains(r#"data-phase="not_open_yet""#), "{page}");
+    // The server decides, not the button.
+    let response = join(&customer, product).await;
+    assert!(
+        response.status().is_client_error(),
+        "{}",
+        response.status()
+    );
+    assert_eq!(entries(&app, product), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn at_the_start_the_page_shows_a_place_then_a_pass_that_buys() {
+    let app = spawn_app().await;
+    let product = queue_sale(&app, 1, 1, Duration::seconds(3), None).await;
+    let first = app.customer("first-in@example.com").await;
+    let second = app.customer("second-in@example.com").await;
+    let late = app.customer("latecomer@example.com").await;
+    for who in [&first, &second] {
+        expect_redirect(
+            &join(who, product).await,
+            &format!("/products/{product}/queue"),
+        );
+    }
+    // Buying without a pass is refused in queue mode, before and after the start.
+    let response = buy_with_pass(&first, product, "1", None).await;
+    assert!(response.status().is_client_error(), "{}", response.status());
+
+    // After the start the draw puts both in line; the one unit admits one.
+    let admitted = |status: &Value| status["state"] == "admitted";
+    let placed = |status: &Value| !status["position"].is_null();
+    let a = wait_for(&first, product, StdDuration::from_secs(15), placed).await;
+    let b = wait_for(&second, product, StdDuration::from_secs(15), placed).await;
+    let mut positions = [a["position"].as_i64().unwrap(), b["position"].as_i64().unwrap()];
+    positions.sort();
+    assert_eq!(positions, [1, 2], "{a} {b}");
+    let (winner, loser) = if a["position"] == 1 {
+        (&first, &second)
+    } else {
+        (&second, &first)
+    };
+    let won = wait_for(winner, product, StdDuration::from_secs(15), admitted).await;
+    assert!(!won["pass_expires_at"].is_null(), "{won}");
+    chrono::DateTime::parse_from_rfc3339(won["pass_expires_at"].as_str().unwrap()).unwrap();
+    let waiting = queue_json(loser, product).await;
+    assert_eq!(waiting["state"], "waiting", "{waiting}");
+    assert_eq!(waiting["ahead"], 1, "{waiting}");
+    // The one unit is held by the pass: the loser is told so at once.
+    assert_eq!(waiting["units_left"], 0, "{waiting}");
+    assert_eq!(waiting["held"], 1, "{waiting}");
+    let page = expect_page(
+        loser.get(&format!("/products/{product}/queue")).await,
+        StatusCode::OK,
+        "Every unit is sold or held right now",
+    )
+    .await;
+    assert!(page.contains("number <span data-field=\"position\">2</span>"), "{page}");
+
+    // A late arrival goes to the back.
+    expect_redirect(
+        &join(&late, product).await,
+        &format!("/products/{product}/queue"),
+    );
+    let behind = queue_json(&late, product).await;
+    assert_eq!(behind["position"], 3, "{behind}");
+
+    // The winner's page has the Buy form with the pass.
+    let page = expect_page(
+        winner.get(&format!("/products/{product}/queue")).await,
+        StatusCode::OK,
+        "It is your turn",
+    )
+    .await;
+    let pass = pass_in(&page);
+    assert_eq!(Some(pass.as_str()), won["pass"].as_str(), "{won}");
+    assert!(page.contains(r#"name="idempotency_key""#) && page.contains(r#"max="1""#), "{page}");
+
+    // Every way of buying without this customer's valid pass writes nothing.
+    let rows = app.db.ledger_rows();
+    let unknown_number = format!("{}-99", pass.split('-').next().unwrap());
+    for (who, pass, words) in [
+        (loser, None, "pass"),
+        (loser, Some(pass.as_str()), "pass"),
+        (winner, Some("not-a-pass"), "not one the shop issued"),
+        (winner, Some(unknown_number.as_str()), "pass"),
+        (winner, Some("ZZZZZZZZZZ-1"), "pass"),
+    ] {
+        let response = buy_with_pass(who, product, "1", pass).await;
+        let status = response.status();
+        let text = response.text().await.unwrap();
+        assert!(status.is_client_error(), "{pass:?}: {status} {text}");
+        assert!(text.contains(words), "{pass:?}: {text}");
+        assert_eq!(app.db.ledger_rows(), rows, "{pass:?} wrote rows");
+    }
+    assert_eq!(orders_of(&app, product), 0);
+
+    // The pass buys.
+    let response = buy_with_pass(winner, product, "1", Some(&pass)).await;
+    let order = order_id_from(&response);
+    assert_eq!(orders_of(&app, product), 1);
+    let bought = wait_for(winner, product, StdDuration::from_secs(5), |s| {
+        s["pass_state"] == "used"
+    })
+    .await;
+    assert_eq!(bought["pass"], pass.as_str());
+    expect_page(
+        winner.get(&format!("/products/{product}/queue")).await,
+        StatusCode::OK,
+        "You bought with your pass",
+    )
+    .await;
+    // A used pass buys nothing more.
+    let response = buy_with_pass(winner, product, "1", Some(&pass)).await;
+    assert!(response.status().is_client_error(), "{}", response.status());
+    assert_eq!(orders_of(&app, product), 1);
+
+    // Until the order is paid its unit is held; once paid, nothing can come back.
+    wait_for(loser, product, StdDuration::from_secs(5), |s| {
+        s["units_left"] == 0 && s["held"] == 1
+    })
+    .await;
+    winner.pay(order, GOOD_CARD).await;
+    wait_for(loser, product, StdDuration::from_secs(15), state_is("sold_out")).await;
+    expect_page(
+        loser.get(&format!("/products/{product}/queue")).await,
+        StatusCode::OK,
+        "Sold out",
+    )
+    .await;
+    app.db.assert_audit_clean();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_published_draw_passes_flashsale_draw_verify() {
+    let app = spawn_app().await;
+    let product = queue_sale(&app, 2, 1, Duration::seconds(3), None).await;
+    let customers = app.customers(5, "drawn").await;
+    for who in &customers {
+        expect_redirect(
+            &join(who, product).await,
+            &format!("/products/{product}/queue"),
+        );
+    }
+
+    // Before the start: the commitment and the entries, no seed, no order.
+    let stranger = app.browser();
+    let response = stranger.get(&format!("/products/{product}/draw.json")).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let before: Value = response.json().await.unwrap();
+    assert_eq!(before["product"], product);
+    assert!(before["seed"].is_null(), "{before}");
+    assert_eq!(before["seed_sha256"].as_str().unwrap().len(), 64);
+    assert_eq!(before["entries"].as_array().unwrap().len(), 5);
+    assert_eq!(before["order"].as_array().unwrap().len(), 0);
+    for entry in before["entries"].as_array().unwrap() {
+        let mut keys: Vec<&str> = entry.as_object().unwrap().keys().map(String::as_str).collect();
+        keys.sort();
+        assert_eq!(keys, ["joined_at", "late", "seq", "ticket"], "{entry}");
+        assert_eq!(entry["late"], false);
+    }
+    assert!(!before.to_string().contains("@example.com"));
+    let page = expect_page(
+        stranger.get(&format!("/products/{product}/draw")).await,
+        StatusCode::OK,
+        "flashsale draw verify --base-url URL --product",
+    )
+    .await;
+    for text in [
+        "SHA-256",
+        "HMAC-SHA256",
+        "ascending",
+        "knows the seed while it issues tickets",
+        before["seed_sha256"].as_str().unwrap(),
+        "not yet",
+    ] {
+        assert!(page.contains(text), "draw page lacks {text:?}: {page}");
+    }
+
+    // After the start: the seed, the order, the admissions (two units).
+    let drawn = {
+        let deadline = Instant::now() + StdDuration::from_secs(20);
+        loop {
+            let record: Value = stranger
+                .get(&format!("/products/{product}/draw.json"))
+                .await
+                .json()
+                .await
+                .unwrap();
+            if !record["seed"].is_null() && record["admissions"].as_array().unwrap().len() == 2 {
+                break record;
+            }
+            assert!(Instant::now() < deadline, "never drawn: {record}");
+            tokio::time::sleep(StdDuration::from_millis(200)).await;
+        }
+    };
+    assert_eq!(drawn["order"].as_array().unwrap().len(), 5, "{drawn}");
+    assert_eq!(drawn["seed_sha256"], before["seed_sha256"]);
+    let first_two: Vec<&Value> = drawn["order"].as_array().unwrap()[..2].iter().collect();
+    let admitted: Vec<&Value> = drawn["admissions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| &a["ticket"])
+        .collect();
+    assert_eq!(admitted, first_two, "{drawn}");
+
+    // The command anyone can run, against the served document.
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_flashsale"))
+        .args([
+            "draw",
+            "verify",
+            "--base-url",
+            &app.address,
+            "--product",
+            &product.to_string(),
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "draw verify failed: {text}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(text.contains("PASS: the order follows from the committed seed"), "{text}");
+    let report = flashsale::qa::draw::fetch_and_check(&app.address, flashsale::domain::ProductId(product))
+        .await
+        .unwrap();
+    assert!(report.passed(), "{}", report.render());
+
+    let page = expect_page(
+        stranger.get(&format!("/products/{product}/draw")).await,
+        StatusCode::OK,
+        drawn["seed"].as_str().unwrap(),
+    )
+    .await;
+    assert!(page.contains("pass open"), "{page}");
+}
