@@ -256,6 +256,10 @@ impl WaitingRoomView {
         self.now < self.status.opens_at
     }
 
+    pub fn queue_sold_out(&self) -> bool {
+        self.status.queue == QueueState::SoldOut || self.status.standing == Standing::SoldOut
+    }
+
     pub fn is_paused(&self) -> bool {
         self.status.queue == QueueState::Paused
     }
