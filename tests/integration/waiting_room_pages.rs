@@ -544,3 +544,174 @@ async fn the_published_draw_passes_flashsale_draw_verify() {
     .await;
     assert!(page.contains("pass open"), "{page}");
 }
+
+/// The draw as the tables hold it, written straight into them: the
+/// document is built from one snapshot, the order recomputed from the seed,
+/// and `flashsale draw verify` passes it (and fails it once an admission
+/// skips the order).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn draw_json_is_built_from_the_tables_and_verifies() {
+    use flashsale::domain::draw::{draw_order, DrawEntry, DrawSeed, Ticket};
+    let app = spawn_app().await;
+    let product = queue_sale(&app, 3, 1, Duration::minutes(10), None).await;
+    let customers = app.customers(6, "tabled").await;
+    let ids: Vec<i64> = customers
+        .iter()
+        .map(|c| {
+            app.db.count(&format!(
+                "SELECT id AS n FROM customers WHERE email = '{}'",
+                c.email
+            ))
+        })
+        .collect();
+    let seed = DrawSeed::from_bytes(std::array::from_fn(|i| (i * 7) as u8));
+    let starts_at = Utc::now() - Duration::seconds(30);
+    let mut conn = app.db.conn();
+    let sql = |conn: &mut diesel::PgConnection, text: String| {
+        diesel::sql_query(text).execute(conn).unwrap();
+    };
+    sql(
+        &mut conn,
+        format!(
+            "UPDATE products SET sale_starts_at = '{}' WHERE id = {product}",
+            starts_at.to_rfc3339()
+        ),
+    );
+    sql(
+        &mut conn,
+        format!(
+            "INSERT INTO queue_draws (product_id, seed, seed_sha256) VALUES ({product}, '\\x{}', '\\x{}')",
+            seed.to_hex(),
+            seed.commitment()
+        ),
+    );
+    let mut entries = Vec::new();
+    for (i, customer) in ids.iter().enumerate() {
+        let ticket = Ticket::generate();
+        // The last two joined after the start.
+        let late = i >= 4;
+        let joined_at = if late {
+            starts_at + Duration::seconds(i as i64)
+        } else {
+            starts_at - Duration::seconds(60 - i as i64)
+        };
+        sql(
+            &mut conn,
+            format!(
+                "INSERT INTO queue_entries (product_id, customer_id, ticket, seq, joined_at, late) \
+                 VALUES ({product}, {customer}, '{}', {}, '{}', {late})",
+                ticket.as_str(),
+                i + 1,
+                joined_at.to_rfc3339()
+            ),
+        );
+        entries.push(DrawEntry {
+            ticket,
+            seq: i as u64 + 1,
+            joined_at,
+            late,
+        });
+    }
+    flashsale::services::sale_cache::invalidate();
+    let stranger = app.browser();
+
+    // Not drawn yet: the commitment and the entries, no seed and no order.
+    let (status, body) = stranger
+        .get_text(&format!("/products/{product}/draw.json"))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let before: Value = serde_json::from_str(&body).unwrap();
+    assert!(before["seed"].is_null() && before["order"] == serde_json::json!([]), "{before}");
+    assert_eq!(before["seed_sha256"], seed.commitment().to_string());
+    assert_eq!(before["entries"].as_array().unwrap().len(), 6);
+    assert!(!body.contains("tabled"), "customer data in {body}");
+
+    // Drawn, and the first three of the order admitted.
+    let order = draw_order(&seed, &entries);
+    sql(
+        &mut conn,
+        format!("UPDATE queue_draws SET drawn_at = now() WHERE product_id = {product}"),
+    );
+    for (n, ticket) in order.iter().take(3).enumerate() {
+        let issued_at = starts_at + Duration::seconds(n as i64 + 1);
+        let state = ["lapsed", "issued", "issued"][n];
+        sql(
+            &mut conn,
+            format!(
+                "INSERT INTO queue_admissions (product_id, number, ticket, issued_at, expires_at, state, ended_at) \
+                 VALUES ({product}, {}, '{}', '{}', '{}', '{state}', {})",
+                n + 1,
+                ticket.as_str(),
+                issued_at.to_rfc3339(),
+                (issued_at + Duration::minutes(2)).to_rfc3339(),
+                if state == "lapsed" { "now()" } else { "NULL" }
+            ),
+        );
+    }
+    // The copy of a second ago may still be served; then the new snapshot.
+    tokio::time::sleep(StdDuration::from_millis(1_100)).await;
+    let (status, body) = stranger
+        .get_text(&format!("/products/{product}/draw.json"))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let drawn: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(drawn["seed"], seed.to_hex());
+    let published: Vec<&str> = drawn["order"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    let expected: Vec<&str> = order.iter().map(Ticket::as_str).collect();
+    assert_eq!(published, expected);
+    assert_eq!(drawn["admissions"][0]["state"], "lapsed");
+    assert_eq!(drawn["admissions"][1]["state"], "issued");
+
+    let verify = || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_flashsale"))
+            .args([
+                "draw",
+                "verify",
+                "--base-url",
+                &app.address,
+                "--product",
+                &product.to_string(),
+            ])
+            .output()
+            .unwrap()
+    };
+    let output = verify();
+    let text = String::from_utf8_lossy(&output.stdout).to_string();
+    assert!(output.status.success(), "{text}{}", String::from_utf8_lossy(&output.stderr));
+    assert!(text.contains("PASS admissions 3 issued"), "{text}");
+
+    let page = expect_page(
+        stranger.get(&format!("/products/{product}/draw")).await,
+        StatusCode::OK,
+        &seed.to_hex(),
+    )
+    .await;
+    for text in [
+        "HMAC-SHA256",
+        "knows the seed while it issues tickets",
+        &format!("flashsale draw verify --base-url URL --product {product}"),
+        "lapsed (place passed on)",
+        order[0].as_str(),
+    ] {
+        assert!(page.contains(text), "draw page lacks {text:?}: {page}");
+    }
+
+    // An admission that skips a place is caught by the verifier.
+    sql(
+        &mut conn,
+        format!(
+            "UPDATE queue_admissions SET ticket = '{}' WHERE product_id = {product} AND number = 3",
+            order[4].as_str()
+        ),
+    );
+    tokio::time::sleep(StdDuration::from_millis(1_100)).await;
+    let output = verify();
+    let text = String::from_utf8_lossy(&output.stdout).to_string();
+    assert!(!output.status.success(), "{text}");
+    assert!(text.contains("FAIL admissions"), "{text}");
+}
