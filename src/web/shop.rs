@@ -18,7 +18,7 @@ use crate::error::AppError;
 use crate::metrics;
 use crate::services::catalog::{sale_on_show, sales_on_show};
 use crate::services::checkout::{
-    keeps_answers_at_gate, purchase, AnswerKey, Line, PurchaseOutcome,
+    keeps_answers_at_gate, purchase_with_pass, AnswerKey, Line, PurchaseOutcome,
 };
 use crate::services::{queue, Shop};
 
@@ -146,19 +146,6 @@ pub async fn buy(
         Ok(answer_kept(see_other(&format!("/orders/{order}"))))
     })
     .await
-}
-
-/// TODO(qservice): replace with `checkout::purchase_with_pass` when it lands
-/// on wip-qservice; until then the pass is carried but not checked.
-async fn purchase_with_pass(
-    shop: &Shop,
-    customer: crate::domain::CustomerId,
-    line: Line,
-    answer_key: Option<AnswerKey>,
-    pass: Option<crate::queue::PassRef>,
-) -> Result<PurchaseOutcome, AppError> {
-    let _ = pass;
-    purchase(shop, customer, vec![line], answer_key).await
 }
 
 /// Runs a purchase attempt (parsing included, so refused input counts too)

@@ -13,18 +13,8 @@ use crate::db::models::Product;
 use crate::domain::draw::{DrawRecord, PassState as DrawPassState};
 use crate::domain::Quantity;
 use crate::queue::{PassState, QueueState};
-use crate::services::queue::{QueueStatus, Standing};
+use crate::services::queue::{QueueSale, QueueStatus, Standing};
 use crate::web::format::{iso, timestamp};
-
-/// Default time the waiting room opens before the start (the 15 minutes).
-pub const OPENS_BEFORE_START: chrono::Duration = chrono::Duration::minutes(15);
-
-/// When a sale's waiting room opens.
-pub fn queue_opens_at(product: &Product) -> DateTime<Utc> {
-    product
-        .queue_opens_at
-        .unwrap_or(product.sale_starts_at - OPENS_BEFORE_START)
-}
 
 /// What the page shows, in the order a customer meets it. One section of
 /// the page per phase; the script swaps the section when the phase changes.
@@ -333,6 +323,8 @@ fn phase_of(status: &QueueStatus, signed_in: bool, now: DateTime<Utc>) -> Phase 
     match status.pass_state {
         Some(PassState::Used) => return Phase::Bought,
         Some(PassState::Claimed) => return Phase::Buying,
+        // The service calls a spent turn `Closed`; its customer should read why.
+        Some(PassState::Lapsed) => return Phase::Lapsed,
         _ => {}
     }
     match status.standing {
@@ -344,9 +336,6 @@ fn phase_of(status: &QueueStatus, signed_in: bool, now: DateTime<Utc>) -> Phase 
         QueueState::SoldOut => return Phase::SoldOut,
         QueueState::Closed => return Phase::Closed,
         _ => {}
-    }
-    if status.pass_state == Some(PassState::Lapsed) {
-        return Phase::Lapsed;
     }
     match status.standing {
         Standing::Admitted => Phase::Admitted,
@@ -433,7 +422,7 @@ pub struct ProductQueue {
 
 impl ProductQueue {
     pub fn new(product: &Product, ticket: Option<String>, now: DateTime<Utc>) -> ProductQueue {
-        let opens_at = queue_opens_at(product);
+        let opens_at = QueueSale::of(product).map_or(product.sale_starts_at, |sale| sale.opens_at);
         ProductQueue {
             opens_at,
             open: now >= opens_at,
