@@ -18,10 +18,12 @@ use super::views::queue::{DrawPage, QueuePage, WaitingRoomView};
 use super::views::shop::SaleView;
 use super::views::{render, Nav};
 use super::{html, see_other};
-use crate::domain::ProductId;
+use crate::domain::{CustomerId, ProductId};
 use crate::error::AppError;
-use crate::services::catalog::sale_on_show;
+use crate::queue::QueueState;
+use crate::services::catalog::{sale_on_show, ShownSale};
 use crate::services::draw_record::draw_record;
+use crate::services::queue::{QueueSale, QueueStatus, Standing};
 use crate::services::{queue, Shop};
 
 pub fn routes(cfg: &mut web::ServiceConfig) {
@@ -89,7 +91,7 @@ pub async fn waiting_page(
     if !shown.product.queue_mode {
         return Err(no_waiting_room(product));
     }
-    let status = queue::status(&shop, account.as_ref().map(|a| a.0.id), product).await?;
+    let status = standing(&shop, account.as_ref().map(|a| a.0.id), &shown).await?;
     let now = Utc::now();
     let room = WaitingRoomView::new(status, account.is_some(), now);
     // A customer's page carries the form token (join and buy forms); a
@@ -113,21 +115,48 @@ pub async fn status_json(
 ) -> Result<HttpResponse, AppError> {
     let product = parse_product_id(&path)?;
     let account = customer(signed_in)?;
-    let shelf = shop.sale_cache.shelf(&shop.pool).await?;
-    match shelf.product(product) {
-        Some(sale) if sale.queue_mode => {}
-        Some(_) => return Err(no_waiting_room(product)),
-        None => {
-            return Err(AppError::NotFound(format!(
-                "There is no product with id {product}."
-            )))
-        }
+    // The sale cache and the gate's counts as the product page reads them
+    // (in memory, refreshed a few times a second at most).
+    let shown = sale_on_show(&shop, product).await?;
+    if !shown.product.queue_mode {
+        return Err(no_waiting_room(product));
     }
-    let status = queue::status(&shop, account.as_ref().map(|a| a.0.id), product).await?;
+    let status = standing(&shop, account.as_ref().map(|a| a.0.id), &shown).await?;
     let room = WaitingRoomView::new(status, account.is_some(), Utc::now());
     let mut response = HttpResponse::Ok().json(room.json());
     no_store(&mut response);
     Ok(response)
+}
+
+/// `customer`'s standing. Before the opening nobody can have joined and
+/// Redis has no queue yet (the tick prepares it at the opening), so the
+/// answer is known without asking: not joined, the units on sale, nothing held.
+pub async fn standing(
+    shop: &Shop,
+    customer: Option<CustomerId>,
+    shown: &ShownSale,
+) -> Result<QueueStatus, AppError> {
+    let product = &shown.product;
+    let sale = QueueSale::of(product).ok_or_else(|| no_waiting_room(product.product_id()))?;
+    if Utc::now() < sale.opens_at {
+        return Ok(QueueStatus {
+            standing: Standing::NotJoined,
+            queue: QueueState::Pre,
+            opens_at: sale.opens_at,
+            starts_at: sale.starts_at,
+            ticket: None,
+            position: None,
+            ahead: None,
+            units_left: i64::from(shown.units_left),
+            held: 0,
+            held_until: None,
+            pass: None,
+            pass_state: None,
+            pass_expires_at: None,
+            estimated_wait: None,
+        });
+    }
+    queue::status(shop, customer, product.product_id()).await
 }
 
 /// Per customer and changing by the second: no cache may keep it.

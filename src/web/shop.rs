@@ -9,6 +9,7 @@ use chrono::Utc;
 use super::forms::{parse_product_id, BuyForm};
 use super::idempotency::{answer_kept, once, replayed, Intent};
 use super::session::{verify_csrf, SignedIn};
+use super::queue::standing;
 use super::views::queue::{rfc3339, ProductQueue};
 use super::views::shop::{ProductPage, SaleListPage, SaleView};
 use super::views::{render, Nav};
@@ -20,7 +21,7 @@ use crate::services::catalog::{sale_on_show, sales_on_show};
 use crate::services::checkout::{
     keeps_answers_at_gate, purchase_with_pass, AnswerKey, Line, PurchaseOutcome,
 };
-use crate::services::{queue, Shop};
+use crate::services::Shop;
 
 pub fn routes(cfg: &mut web::ServiceConfig) {
     cfg.service(sale_list).service(product_page).service(buy);
@@ -57,7 +58,7 @@ pub async fn product_page(
             // One Redis read, as the waiting page's poll; if the queue
             // cannot be read the page still offers to join (joining again
             // keeps the same place, and says so if it fails).
-            let ticket = queue::status(&shop, Some(account.id), product)
+            let ticket = standing(&shop, Some(account.id), &shown)
                 .await
                 .ok()
                 .and_then(|status| status.ticket)

@@ -49,6 +49,21 @@ pub async fn queue_sale(
     .execute(&mut app.db.conn())
     .unwrap();
     flashsale::services::sale_cache::invalidate();
+    // Once open, the queue is ready within a tick of the jobs (which read
+    // the sale afresh): until then its status is unavailable.
+    if opens_before.is_none_or(|before| before >= starts_in) {
+        let stranger = app.browser();
+        let deadline = Instant::now() + StdDuration::from_secs(10);
+        while stranger
+            .get(&format!("/products/{id}/queue.json"))
+            .await
+            .status()
+            != StatusCode::OK
+        {
+            assert!(Instant::now() < deadline, "the waiting room never opened");
+            tokio::time::sleep(StdDuration::from_millis(50)).await;
+        }
+    }
     id
 }
 
@@ -354,7 +369,8 @@ async fn at_the_start_the_page_shows_a_place_then_a_pass_that_buys() {
     chrono::DateTime::parse_from_rfc3339(won["pass_expires_at"].as_str().unwrap()).unwrap();
     let waiting = queue_json(loser, product).await;
     assert_eq!(waiting["state"], "waiting", "{waiting}");
-    assert_eq!(waiting["ahead"], 1, "{waiting}");
+    // Nobody ahead still waits: the one before holds the pass.
+    assert_eq!(waiting["ahead"], 0, "{waiting}");
     // The one unit is held by the pass: the loser is told so at once.
     assert_eq!(waiting["units_left"], 0, "{waiting}");
     assert_eq!(waiting["held"], 1, "{waiting}");
@@ -552,8 +568,9 @@ async fn the_published_draw_passes_flashsale_draw_verify() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn draw_json_is_built_from_the_tables_and_verifies() {
     use flashsale::domain::draw::{draw_order, DrawEntry, DrawSeed, Ticket};
-    let app = spawn_app().await;
-    let product = queue_sale(&app, 3, 1, Duration::minutes(10), None).await;
+    // No tick: nothing but this test writes the queue's tables.
+    let app = spawn_app_with(|s| s.queue_tick = StdDuration::from_secs(3_600)).await;
+    let product = queue_sale(&app, 3, 1, Duration::minutes(10), Some(Duration::minutes(5))).await;
     let customers = app.customers(6, "tabled").await;
     let ids: Vec<i64> = customers
         .iter()
@@ -573,7 +590,7 @@ async fn draw_json_is_built_from_the_tables_and_verifies() {
     sql(
         &mut conn,
         format!(
-            "UPDATE products SET sale_starts_at = '{}' WHERE id = {product}",
+            "UPDATE products SET sale_starts_at = '{}', queue_opens_at = NULL WHERE id = {product}",
             starts_at.to_rfc3339()
         ),
     );
