@@ -70,7 +70,7 @@ pub async fn product_page(
         nav,
         sale: SaleView::showing(&shown.product, shown.units_left, now),
         queue,
-        served_at: rfc3339(&now),
+        served_at: rfc3339(now),
     };
     Ok(shared_page(&session, &page.nav, render(&page)?))
 }

@@ -139,7 +139,14 @@
           waitingRoom(fresh);
         });
     }
-    function nextPoll(phase) {
+    function nextPoll(phase, status) {
+      // Before the opening or the start, look again just after it.
+      var target = phase === "pre_queue" ? status && status.starts_at
+        : phase === "not_open_yet" ? status && status.opens_at : null;
+      if (target) {
+        var left = Date.parse(target) - (Date.now() + skew);
+        if (left < 10000) return Math.max(250, left + 150);
+      }
       if (phase === "drawing") return 700;
       if (phase === "waiting" || phase === "buying") return 2000;
       if (phase === "admitted") return 3000;
@@ -166,7 +173,7 @@
             return swap().catch(function () { location.reload(); });
           }
           show(status);
-          if (FINAL.indexOf(status.phase) < 0) schedule(nextPoll(status.phase));
+          if (FINAL.indexOf(status.phase) < 0) schedule(nextPoll(status.phase, status));
         })
         .catch(function () {
           // The shop may be busy or briefly down: back off, keep the page.

@@ -591,3 +591,86 @@ async fn waiting_room_in_chromium() {
     );
     app.db.assert_audit_clean();
 }
+
+/// The opening second, by the shop's clock: an open-mode sale's Buy button
+/// and a queue-mode sale's join button enable themselves, without a reload.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn buttons_open_by_themselves_at_the_opening_second_in_chromium() {
+    use crate::waiting_room_pages::queue_sale;
+    let app = spawn_app().await;
+    let (_driver, driver_port) = start_chromedriver();
+    let chrome = Chrome::start(driver_port, &app.address).await;
+    chrome.sign_up("opening@example.com").await;
+    let soon = chrono::Utc::now() + chrono::Duration::seconds(12);
+    let open_sale = flashsale::services::catalog::create_product(
+        &app.shop.pool,
+        flashsale::services::catalog::SaleSpec {
+            name: "Opening owl".into(),
+            description: "Opens in a moment.".into(),
+            price: flashsale::domain::Money::from_cents(1_500).unwrap(),
+            stock: 3,
+            per_customer_limit: Some(1),
+            starts_at: soon,
+            ends_at: None,
+        },
+    )
+    .await
+    .unwrap()
+    .id;
+    chrome.open(&format!("/products/{open_sale}")).await;
+    chrome.expect_text("has not opened yet").await;
+    let button = chrome
+        .client
+        .find(Locator::Css("form.buy button[type=submit]"))
+        .await
+        .unwrap();
+    assert!(!button.is_enabled().await.unwrap());
+    chrome.mark_document().await;
+    chrome.expect_text_within("Buy now", Duration::from_secs(30)).await;
+    assert!(button.is_enabled().await.unwrap());
+    assert!(chrome.same_document().await, "the page was reloaded");
+    assert!(!chrome.text().await.contains("has not opened yet"));
+    chrome.shot("30-opened-by-itself").await;
+    chrome.submit("form.buy button[type=submit]").await;
+    chrome.expect_text("Pay $15.00").await;
+
+    // A waiting room that opens 12 s from now, its sale 10 minutes later.
+    let queued = queue_sale(
+        &app,
+        3,
+        1,
+        chrono::Duration::seconds(612),
+        Some(chrono::Duration::minutes(10)),
+    )
+    .await;
+    chrome.open(&format!("/products/{queued}")).await;
+    chrome.expect_text("The waiting room opens").await;
+    let join = chrome
+        .client
+        .find(Locator::Css("form.join button[type=submit]"))
+        .await
+        .unwrap();
+    assert!(!join.is_enabled().await.unwrap(), "joining is not open yet");
+    assert!(
+        chrome
+            .client
+            .find(Locator::Css("form.buy"))
+            .await
+            .is_err(),
+        "a queue-mode sale offers no Buy"
+    );
+    chrome.mark_document().await;
+    for _ in 0..150 {
+        if join.is_enabled().await.unwrap() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(join.is_enabled().await.unwrap(), "the join button never opened");
+    assert!(chrome.same_document().await, "the page was reloaded");
+    chrome.submit("form.join button[type=submit]").await;
+    chrome.expect_path(&format!("/products/{queued}/queue")).await;
+    chrome.expect_text("You are in the waiting room").await;
+    chrome.shot("31-joined-at-the-opening").await;
+    chrome.client.close().await.unwrap();
+}

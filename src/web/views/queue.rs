@@ -142,11 +142,11 @@ impl WaitingRoomView {
     }
 
     pub fn now_iso(&self) -> String {
-        rfc3339(&self.now)
+        rfc3339(self.now)
     }
 
     pub fn opens_at_iso(&self) -> String {
-        iso(&self.status.opens_at)
+        rfc3339(self.status.opens_at)
     }
 
     pub fn opens_at_text(&self) -> String {
@@ -154,7 +154,7 @@ impl WaitingRoomView {
     }
 
     pub fn starts_at_iso(&self) -> String {
-        iso(&self.status.starts_at)
+        rfc3339(self.status.starts_at)
     }
 
     pub fn starts_at_text(&self) -> String {
@@ -198,7 +198,7 @@ impl WaitingRoomView {
     }
 
     pub fn held_until_iso(&self) -> String {
-        self.status.held_until.as_ref().map(iso).unwrap_or_default()
+        self.status.held_until.map(rfc3339).unwrap_or_default()
     }
 
     pub fn held_until_text(&self) -> String {
@@ -223,8 +223,7 @@ impl WaitingRoomView {
     pub fn pass_expires_iso(&self) -> String {
         self.status
             .pass_expires_at
-            .as_ref()
-            .map(iso)
+            .map(rfc3339)
             .unwrap_or_default()
     }
 
@@ -278,15 +277,15 @@ impl WaitingRoomView {
             ticket: status.ticket.as_ref().map(|t| t.as_str().to_string()),
             pass_expires_at: status.pass_expires_at.as_ref().map(rfc3339),
             queue: status.queue,
-            opens_at: rfc3339(&status.opens_at),
-            starts_at: rfc3339(&status.starts_at),
+            opens_at: rfc3339(status.opens_at),
+            starts_at: rfc3339(status.starts_at),
             held_until: status.held_until.as_ref().map(rfc3339),
             estimated_wait_secs: status.estimated_wait.map(|w| w.as_secs()),
             pass: status.pass.as_ref().map(ToString::to_string),
             pass_state: status.pass_state,
             phase: self.phase.name(),
             availability: self.availability.name(),
-            now: rfc3339(&self.now),
+            now: rfc3339(self.now),
         }
     }
 }
@@ -356,8 +355,8 @@ fn seconds_until(now: DateTime<Utc>, at: DateTime<Utc>) -> i64 {
 
 /// RFC 3339 with milliseconds: the script's countdowns are to the second,
 /// and the server's clock is its reference.
-pub fn rfc3339(at: &DateTime<Utc>) -> String {
-    at.to_rfc3339_opts(SecondsFormat::Millis, true)
+pub fn rfc3339(at: impl std::borrow::Borrow<DateTime<Utc>>) -> String {
+    at.borrow().to_rfc3339_opts(SecondsFormat::Millis, true)
 }
 
 /// "1:02:03", "4:05", "0:09".
@@ -431,7 +430,7 @@ impl ProductQueue {
     }
 
     pub fn opens_at_iso(&self) -> String {
-        iso(&self.opens_at)
+        rfc3339(self.opens_at)
     }
 
     pub fn opens_at_text(&self) -> String {
