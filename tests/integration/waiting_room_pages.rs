@@ -732,3 +732,69 @@ async fn draw_json_is_built_from_the_tables_and_verifies() {
     assert!(!output.status.success(), "{text}");
     assert!(text.contains("FAIL admissions"), "{text}");
 }
+
+/// Committed plus rolled-back transactions of `db`, read from the server's
+/// `postgres` database so that reading costs `db` nothing.
+fn transactions(db: &TestDb) -> i64 {
+    use diesel::prelude::*;
+    let (server, name) = flashsale::db::split_database_url(&db.url).unwrap();
+    let mut admin = diesel::PgConnection::establish(&format!("{server}/postgres")).unwrap();
+    diesel::sql_query(
+        "SELECT (xact_commit + xact_rollback)::int8 AS n FROM pg_stat_database WHERE datname = $1",
+    )
+    .bind::<diesel::sql_types::Text, _>(name)
+    .get_result::<flashsale::qa::harness::Count>(&mut admin)
+    .unwrap()
+    .n
+}
+
+const STATS_LAG: StdDuration = StdDuration::from_secs(11);
+
+/// `queue.json` is polled by every waiter every few seconds: it must cost
+/// Postgres nothing per poll (the session from its cookie, the sale from
+/// the sale cache, the standing from Redis), like a sold-out answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn status_polls_cost_postgres_nothing_each() {
+    // No tick and no jobs during the count: a join prepares the queue.
+    let app = spawn_app_with(|s| {
+        s.queue_tick = StdDuration::from_secs(3_600);
+        s.jobs_interval = StdDuration::from_secs(3_600);
+    })
+    .await;
+    let product = queue_sale(&app, 5, 1, Duration::minutes(10), Some(Duration::minutes(5))).await;
+    diesel::sql_query(format!(
+        "UPDATE products SET queue_opens_at = now() - interval '1 minute' WHERE id = {product}"
+    ))
+    .execute(&mut app.db.conn())
+    .unwrap();
+    flashsale::services::sale_cache::invalidate();
+    let waiter = app.customer("poller@example.com").await;
+    expect_redirect(
+        &join(&waiter, product).await,
+        &format!("/products/{product}/queue"),
+    );
+    let stranger = app.browser();
+    queue_json(&stranger, product).await;
+    // Backends report their transactions up to ~10 s late (as sessions.rs
+    // waits): the set-up's are all counted before.
+    tokio::time::sleep(STATS_LAG).await;
+
+    let before = transactions(&app.db);
+    let started = Instant::now();
+    const POLLS: usize = 200;
+    for _ in 0..POLLS {
+        assert_eq!(queue_json(&waiter, product).await["state"], "waiting");
+        assert_eq!(queue_json(&stranger, product).await["state"], "not_joined");
+    }
+    let took = started.elapsed();
+    tokio::time::sleep(STATS_LAG).await;
+    let spent = transactions(&app.db) - before;
+    // The sale cache reads the sales at most about twice a second.
+    let allowed = 2 * took.as_secs() as i64 + 4;
+    eprintln!("{spent} transactions for {} polls in {took:?}", 2 * POLLS);
+    assert!(
+        spent <= allowed,
+        "{spent} Postgres transactions for {} polls in {took:?} (at most {allowed})",
+        2 * POLLS
+    );
+}
