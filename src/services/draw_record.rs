@@ -88,6 +88,9 @@ fn cached(key: &Key) -> Option<Arc<DrawRecord>> {
     kept.get(key).map(|(_, record)| record.clone())
 }
 
+/// `queue_draws`' seed, its SHA-256 and when it was drawn.
+type DrawRow = (Vec<u8>, Vec<u8>, Option<DateTime<Utc>>);
+
 /// The draw as one snapshot has it; None when no seed is committed yet.
 fn read_snapshot(
     conn: &mut crate::db::PgConn,
@@ -105,7 +108,7 @@ fn read_snapshot(
             let Some(starts_at) = starts_at else {
                 return Ok(None);
             };
-            let draw: Option<(Vec<u8>, Vec<u8>, Option<DateTime<Utc>>)> = queue_draws::table
+            let draw: Option<DrawRow> = queue_draws::table
                 .find(product.get())
                 .select((
                     queue_draws::seed,
@@ -151,7 +154,7 @@ fn read_snapshot(
 fn record_from_rows(
     product: ProductId,
     starts_at: DateTime<Utc>,
-    (seed, seed_sha256, drawn_at): (Vec<u8>, Vec<u8>, Option<DateTime<Utc>>),
+    (seed, seed_sha256, drawn_at): DrawRow,
     entries: Vec<(String, i64, DateTime<Utc>, bool)>,
     admissions: Vec<(String, DateTime<Utc>, String)>,
 ) -> Result<DrawRecord, AppError> {

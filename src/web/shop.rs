@@ -8,8 +8,8 @@ use chrono::Utc;
 
 use super::forms::{parse_product_id, BuyForm};
 use super::idempotency::{answer_kept, once, replayed, Intent};
-use super::session::{verify_csrf, SignedIn};
 use super::queue::standing;
+use super::session::{verify_csrf, SignedIn};
 use super::views::queue::{rfc3339, ProductQueue};
 use super::views::shop::{ProductPage, SaleListPage, SaleView};
 use super::views::{render, Nav};

@@ -221,10 +221,7 @@ impl WaitingRoomView {
     }
 
     pub fn pass_expires_iso(&self) -> String {
-        self.status
-            .pass_expires_at
-            .map(rfc3339)
-            .unwrap_or_default()
+        self.status.pass_expires_at.map(rfc3339).unwrap_or_default()
     }
 
     pub fn pass_expires_text(&self) -> String {
@@ -485,7 +482,10 @@ impl DrawPage {
             .map(|entry| DrawEntryRow {
                 ticket: entry.ticket.as_str().to_string(),
                 seq: entry.seq,
-                joined_at_text: entry.joined_at.format("%Y-%m-%d %H:%M:%S%.3f UTC").to_string(),
+                joined_at_text: entry
+                    .joined_at
+                    .format("%Y-%m-%d %H:%M:%S%.3f UTC")
+                    .to_string(),
                 late: entry.late,
                 position: position.get(entry.ticket.as_str()).copied(),
             })
