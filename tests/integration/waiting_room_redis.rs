@@ -121,6 +121,29 @@ impl Fixture {
     }
 }
 
+/// A test that fails leaves no keys behind either: a blocking sweep of the
+/// prefix on a thread of its own (the runtime may be unwinding).
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        let pattern = format!("{}*", self.prefix);
+        let _ = std::thread::spawn(move || {
+            let Ok(mut connection) =
+                redis::Client::open(redis_url()).and_then(|c| c.get_connection())
+            else {
+                return;
+            };
+            let keys: Vec<String> = match redis::Commands::scan_match(&mut connection, &pattern) {
+                Ok(found) => found.filter_map(Result::ok).collect(),
+                Err(_) => return,
+            };
+            for key in keys {
+                let _: redis::RedisResult<i64> = redis::cmd("DEL").arg(&key).query(&mut connection);
+            }
+        })
+        .join();
+    }
+}
+
 fn setup(starts_in_ms: i64, pass_ms: u64, units: i64) -> QueueSetup {
     QueueSetup {
         starts_at: Utc::now() + chrono::Duration::milliseconds(starts_in_ms),
@@ -1268,5 +1291,124 @@ impl Fixture {
             .filter(|k| k.starts_with(&base))
             .collect();
         self.delete(&keys).await;
+    }
+}
+
+/// Every script on a three-master Redis Cluster: each call lands on the
+/// product's slot (the per-ticket keys the scripts name themselves carry the
+/// same tag), for two products on different nodes, and a rebuild there too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn on_a_redis_cluster_every_script_runs_on_the_products_slot() {
+    let cluster = crate::helpers::RedisCluster::start();
+    let prefix = unique_prefix();
+    let room = WaitingRoom::new(RedisNode::cluster(&cluster.urls).unwrap(), &prefix);
+    let gate = flashsale::gate::StockGate::new(
+        RedisNode::cluster(&cluster.urls).unwrap(),
+        &prefix,
+        Duration::from_secs(60),
+        Duration::from_secs(60),
+    );
+    let client = redis::cluster::ClusterClient::new(cluster.urls.clone()).unwrap();
+    let mut raw = client.get_async_connection().await.unwrap();
+    for product in [ProductId(1), ProductId(2), ProductId(3)] {
+        let start = setup(60_000, 60_000, 1);
+        assert!(room.prepare(product, &start).await.unwrap());
+        let mut entries = Vec::new();
+        for c in 1..=3 {
+            entries.push(join_confirmed(&room, product, c).await);
+        }
+        let order: Vec<Ticket> = entries.iter().rev().map(|e| e.ticket.clone()).collect();
+        assert_eq!(room.pre_queue(product).await.unwrap().tickets.len(), 3);
+        assert_eq!(room.draw(product, &order).await.unwrap(), Drawn::Done);
+        let late = join_new(&room, product, 4).await;
+        room.confirm(product, &late.ticket).await.unwrap();
+        entries.push(Entry {
+            confirmed: true,
+            ..late
+        });
+        let undone = join_new(&room, product, 5).await;
+        room.undo_join(product, CustomerId(5), &undone.ticket)
+            .await
+            .unwrap();
+        assert!(room
+            .unconfirmed(product, Duration::ZERO)
+            .await
+            .unwrap()
+            .is_empty());
+        gate.seed_if_absent(product, 2, Some(1)).await.unwrap();
+        let issued = room.issue(product, IssueBound::Gate).await.unwrap();
+        assert_eq!(issued.len(), 2);
+        assert_eq!(issued[0].customer, CustomerId(3));
+        let used = pass_of(&issued[0]);
+        assert_eq!(
+            room.claim(product, CustomerId(3), &used, "u")
+                .await
+                .unwrap(),
+            Claim::Claimed { units: 1 }
+        );
+        assert!(room.settle(product, &used, "u").await.unwrap());
+        room.unclaim(product, &used, "u").await.unwrap();
+        assert!(room
+            .lapse_due(product, Duration::ZERO)
+            .await
+            .unwrap()
+            .is_empty());
+        assert!(!room.lapse_claim(product, &used, "u").await.unwrap());
+        let log = room.log(product, 10).await.unwrap();
+        assert_eq!(log.len(), 2);
+        room.ack_log(product, &log[0]).await.unwrap();
+        assert_eq!(room.log(product, 10).await.unwrap().len(), 1);
+        room.mirror_stock(product, 2).await.unwrap();
+        room.mirror_unpaid(product, 1).await.unwrap();
+        assert!(room.set_state(product, QueueState::Paused).await.unwrap());
+        assert!(room.set_state(product, QueueState::Open).await.unwrap());
+        let customers: Vec<CustomerId> = (1..=4).map(CustomerId).collect();
+        let mut before = Vec::new();
+        for &c in &customers {
+            before.push(room.status(product, c).await.unwrap());
+        }
+        assert_eq!(before[2].pass.as_ref().unwrap().1, PassState::Used);
+        let counts = room.counts(product).await.unwrap();
+        assert_eq!((counts.joined, counts.used, counts.open_passes), (4, 1, 1));
+
+        // Lost and rebuilt on the cluster.
+        let base = room.key_base(product);
+        let mut lost: Vec<String> = room
+            .fixed_keys(product)
+            .into_iter()
+            .filter(|k| k.starts_with(&base) && !k.ends_with("mirror_unpaid"))
+            .collect();
+        for e in &entries {
+            lost.push(format!("{base}entry:{}", e.ticket));
+            lost.push(format!("{base}pass:{}", e.ticket));
+        }
+        let _: i64 = redis::cmd("DEL")
+            .arg(&lost)
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        assert!(!room.exists(product).await.unwrap());
+        let mut line = order.clone();
+        line.push(entries[3].ticket.clone());
+        let snapshot = QueueSnapshot {
+            setup: start,
+            state: QueueState::Open,
+            drawn: true,
+            entries: entries.clone(),
+            line,
+            admissions: vec![
+                (issued[0].clone(), PassState::Used),
+                (issued[1].clone(), PassState::Issued),
+            ],
+        };
+        assert!(room.rebuild(product, &snapshot).await.unwrap());
+        room.mirror_stock(product, 2).await.unwrap();
+        for (c, was) in customers.iter().zip(&before) {
+            assert_eq!(
+                &room.status(product, *c).await.unwrap(),
+                was,
+                "customer {c}"
+            );
+        }
     }
 }
