@@ -9,6 +9,7 @@ use chrono::{DateTime, Utc};
 
 use super::join::queue_sale;
 use super::local::local;
+use super::opening::ensure_queue;
 use crate::domain::draw::Ticket;
 use crate::domain::{CustomerId, ProductId};
 use crate::error::AppError;
@@ -68,11 +69,29 @@ pub async fn status(
     product: ProductId,
 ) -> Result<QueueStatus, AppError> {
     let sale = queue_sale(shop, product).await?;
-    let view = shop
-        .waiting_room
-        .status(product, customer.unwrap_or(NOBODY))
-        .await?;
     let now = Utc::now();
+    let who = customer.unwrap_or(NOBODY);
+    let view = match shop.waiting_room.view(product, who).await? {
+        Some(view) => view,
+        // Not prepared yet: nobody has a place before the opening.
+        None if !sale.is_open(now) => QueueView {
+            queue: QueueState::Pre,
+            drawn: false,
+            entry: None,
+            position: None,
+            ahead: None,
+            pass: None,
+            units_left: 0,
+            outstanding: 0,
+            unpaid: 0,
+        },
+        // Redis lost it (or nobody prepared it yet): the one poll that
+        // notices asks Postgres, so no waiter is told they have no place.
+        None => {
+            ensure_queue(shop, &sale).await?;
+            shop.waiting_room.status(product, who).await?
+        }
+    };
     let (rate, held_until) = {
         let local = local(&shop.redis_prefix);
         (local.admission_rate(product), local.held_until(product))
