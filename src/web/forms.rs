@@ -120,11 +120,9 @@ impl BuyForm {
     pub fn pass(&self) -> Result<Option<crate::queue::PassRef>, AppError> {
         match self.pass.as_deref().map(str::trim) {
             None | Some("") => Ok(None),
-            Some(raw) => crate::queue::PassRef::parse(raw).map(Some).ok_or_else(|| {
-                AppError::Invalid(
-                    "The pass in this form is not one the shop issued, so nothing was bought or reserved. Go back to the waiting room and use the Buy button shown there when it is your turn.".into(),
-                )
-            }),
+            Some(raw) => crate::queue::PassRef::parse(raw)
+                .map(Some)
+                .ok_or(AppError::PassRefused(crate::error::PassRefusal::Forged)),
         }
     }
 }

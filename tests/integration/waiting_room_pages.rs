@@ -357,8 +357,14 @@ async fn at_the_start_the_page_shows_a_place_then_a_pass_that_buys() {
         );
     }
     // Buying without a pass is refused in queue mode, before and after the start.
-    let response = buy_with_pass(&first, product, "1", None).await;
-    assert!(response.status().is_client_error(), "{}", response.status());
+    let rows = app.db.ledger_rows();
+    expect_page(
+        buy_with_pass(&first, product, "1", None).await,
+        StatusCode::FORBIDDEN,
+        "Wait for your turn",
+    )
+    .await;
+    assert_eq!(app.db.ledger_rows(), rows);
 
     // After the start the draw puts both in line; the one unit admits one.
     let admitted = |status: &Value| status["state"] == "admitted";
@@ -423,11 +429,15 @@ async fn at_the_start_the_page_shows_a_place_then_a_pass_that_buys() {
     let rows = app.db.ledger_rows();
     let unknown_number = format!("{}-99", pass.split('-').next().unwrap());
     for (who, pass, words) in [
-        (loser, None, "pass"),
-        (loser, Some(pass.as_str()), "pass"),
-        (winner, Some("not-a-pass"), "not one the shop issued"),
-        (winner, Some(unknown_number.as_str()), "pass"),
-        (winner, Some("ZZZZZZZZZZ-1"), "pass"),
+        (loser, None, "Wait for your turn"),
+        (loser, Some(pass.as_str()), "This pass is someone else"),
+        (winner, Some("not-a-pass"), "This pass is not valid"),
+        (
+            winner,
+            Some(unknown_number.as_str()),
+            "This pass is not valid",
+        ),
+        (winner, Some("ZZZZZZZZZZ-1"), "This pass is not valid"),
     ] {
         let response = buy_with_pass(who, product, "1", pass).await;
         let status = response.status();
@@ -455,7 +465,10 @@ async fn at_the_start_the_page_shows_a_place_then_a_pass_that_buys() {
     .await;
     // A used pass buys nothing more.
     let response = buy_with_pass(winner, product, "1", Some(&pass)).await;
-    assert!(response.status().is_client_error(), "{}", response.status());
+    let status = response.status();
+    let text = response.text().await.unwrap();
+    assert!(status.is_client_error(), "{status}: {text}");
+    assert!(text.contains("Your pass has been used"), "{text}");
     assert_eq!(orders_of(&app, product), 1);
 
     // Until the order is paid its unit is held; once paid, nothing can come back.
