@@ -28,3 +28,4 @@ mod shop_pages;
 mod soak;
 mod stock_gate;
 mod uncertain_commit;
+mod waiting_room_admin;
