@@ -298,7 +298,7 @@ fn keeps_the_queue_whole(
         } else if after.starts_at != before.sale_starts_at {
             Some("move the start")
         } else if opening_after != opening_before {
-            Some("move the waiting room's opening")
+            Some("move the opening of the waiting room")
         } else if after.per_customer_limit != before.per_customer_limit {
             Some("change the per-customer limit (each pass covers it)")
         } else {
@@ -498,4 +498,83 @@ async fn with_units_left(
             }),
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use diesel::result::{DatabaseErrorInformation, DatabaseErrorKind, Error};
+
+    use super::*;
+
+    struct Violated(&'static str);
+
+    impl DatabaseErrorInformation for Violated {
+        fn message(&self) -> &str {
+            "new row for relation \"products\" violates check constraint"
+        }
+        fn details(&self) -> Option<&str> {
+            None
+        }
+        fn hint(&self) -> Option<&str> {
+            None
+        }
+        fn table_name(&self) -> Option<&str> {
+            Some("products")
+        }
+        fn column_name(&self) -> Option<&str> {
+            None
+        }
+        fn constraint_name(&self) -> Option<&str> {
+            Some(self.0)
+        }
+        fn statement_position(&self) -> Option<i32> {
+            None
+        }
+    }
+
+    fn violating(constraint: &'static str) -> AppError {
+        refused_by_constraint(Error::DatabaseError(
+            DatabaseErrorKind::CheckViolation,
+            Box::new(Violated(constraint)),
+        ))
+    }
+
+    #[test]
+    fn the_queue_checks_of_the_products_table_are_the_admins_mistakes() {
+        assert!(
+            matches!(violating("products_queue_needs_limit"), AppError::Invalid(m) if m.contains("needs a per-customer limit"))
+        );
+        assert!(
+            matches!(violating("products_queue_opens_before_start"), AppError::Invalid(m) if m.contains("at or before the sale starts"))
+        );
+        assert!(matches!(
+            violating("some_other_check"),
+            AppError::Internal(_)
+        ));
+    }
+
+    fn terms(queue_mode: bool, limit: Option<i32>, opens: Option<i64>) -> SaleTerms {
+        let starts_at = DateTime::from_timestamp(1_900_000_000, 0).unwrap();
+        SaleTerms {
+            name: "Drop".into(),
+            description: String::new(),
+            price: Money::from_cents(100).unwrap(),
+            per_customer_limit: limit,
+            starts_at,
+            ends_at: None,
+            queue_mode,
+            queue_opens_at: opens.map(|minutes| starts_at + chrono::Duration::minutes(minutes)),
+        }
+    }
+
+    #[test]
+    fn a_queue_needs_a_limit_and_opens_at_or_before_the_start() {
+        assert!(terms(true, Some(1), None).validate().is_ok());
+        assert!(terms(true, Some(1), Some(0)).validate().is_ok());
+        assert!(terms(true, Some(1), Some(-60)).validate().is_ok());
+        let refusal = |t: SaleTerms| t.validate().unwrap_err().0;
+        assert!(refusal(terms(true, None, None)).contains("needs a per-customer limit"));
+        assert!(refusal(terms(true, Some(1), Some(1))).contains("at or before the sale starts"));
+        assert!(refusal(terms(false, Some(1), Some(-60))).contains("only applies"));
+    }
 }

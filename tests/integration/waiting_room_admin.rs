@@ -166,7 +166,12 @@ async fn the_sale_form_creates_and_edits_a_queue_mode_sale() {
         1
     );
     let edit = format!("/admin/products/{id}/edit");
-    let page = expect_page(admin.get(&edit).await, StatusCode::OK, "Saved.").await;
+    let page = expect_page(
+        admin.get(&format!("{edit}?saved=1")).await,
+        StatusCode::OK,
+        "Saved.",
+    )
+    .await;
     assert!(
         page.contains(r#"name="queue_mode" type="checkbox" value="on" checked"#),
         "{page}"
@@ -354,7 +359,7 @@ async fn edits_cannot_break_a_waiting_room_customers_are_in() {
         ),
         (
             with(later.clone(), "queue_opens_at", "2030-01-01T07:00"),
-            "move the waiting room's opening",
+            "move the opening of the waiting room",
         ),
         (
             with(later.clone(), "per_customer_limit", "3"),
