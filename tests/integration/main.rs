@@ -29,3 +29,4 @@ mod soak;
 mod stock_gate;
 mod uncertain_commit;
 mod waiting_room_admin;
+mod waiting_room_redis;
