@@ -219,6 +219,54 @@ proptest! {
         }
     }
 
+    /// The queue choice on an otherwise good form: accepted exactly when
+    /// queue mode has a limit and any opening is a queue's, at or before the start.
+    #[test]
+    fn queue_choices_are_accepted_only_when_the_table_would_store_them(
+        queue_mode in prop_oneof![Just(String::new()), Just("on".to_string()), hostile_text()],
+        limit in prop_oneof![Just(String::new()), Just("2".to_string())],
+        opening in prop_oneof![
+            Just(String::new()),
+            Just("2026-12-01T08:45".to_string()),
+            Just("2026-12-01T09:00".to_string()),
+            Just("2026-12-01T09:01".to_string()),
+            hostile_text(),
+        ],
+    ) {
+        let fields = SaleFields {
+            name: "Lamp".into(),
+            price: "10".into(),
+            stock: "5".into(),
+            starts_at: "2026-12-01T09:00".into(),
+            per_customer_limit: limit.clone(),
+            queue_mode: queue_mode.clone(),
+            queue_opens_at: opening.clone(),
+            ..SaleFields::default()
+        };
+        let ticked = match queue_mode.trim() {
+            "" => Some(false),
+            "on" | "1" | "true" => Some(true),
+            _ => None,
+        };
+        let opening = opening.trim();
+        let opens_in_time = matches!(opening, "" | "2026-12-01T08:45" | "2026-12-01T09:00");
+        let storable = ticked.is_some_and(|queue| {
+            (!queue || !limit.is_empty()) && (opening.is_empty() || queue) && opens_in_time
+        });
+        match (fields.spec(), fields.terms()) {
+            (Ok(spec), Ok(terms)) => {
+                prop_assert!(storable, "accepted {queue_mode:?} {limit:?} {opening:?}");
+                prop_assert_eq!(spec.queue_mode, ticked == Some(true));
+                prop_assert_eq!(terms.queue_opens_at, spec.queue_opens_at);
+            }
+            (Err(spec), Err(_)) => {
+                prop_assert!(!storable, "refused {queue_mode:?} {limit:?} {opening:?}: {}", spec.0);
+                assert_safe_message(spec.into());
+            }
+            _ => prop_assert!(false, "spec and terms disagree"),
+        }
+    }
+
     #[test]
     fn a_sale_shown_in_its_edit_form_reads_back_as_the_same_sale(
         name in "[A-Za-z0-9<>'&\"]([A-Za-z0-9<>'&\" ]{0,40}[A-Za-z0-9])?",
