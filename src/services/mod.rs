@@ -12,6 +12,7 @@ pub mod ledger_audit;
 pub mod orders;
 pub mod payment;
 pub mod queue;
+pub mod queue_admin;
 pub mod restore;
 pub mod revocations;
 pub mod sale_cache;
@@ -30,8 +31,8 @@ use crate::config::Settings;
 use crate::db::PgPool;
 use crate::gate::StockGate;
 use crate::lock::ProductLocks;
-use crate::queue::WaitingRoom;
 use crate::payment::PaymentProvider;
+use crate::queue::WaitingRoom;
 use crate::redis_node::RedisNode;
 use stock_gate::ReconcileReport;
 

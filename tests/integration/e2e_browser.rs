@@ -469,6 +469,8 @@ async fn create_named_product(app: &TestApp, name: &str, stock: i32, cents: i64)
             per_customer_limit: Some(1),
             starts_at: chrono::Utc::now() - chrono::Duration::minutes(1),
             ends_at: Some(chrono::Utc::now() + chrono::Duration::hours(2)),
+            queue_mode: false,
+            queue_opens_at: None,
         },
     )
     .await

@@ -10,6 +10,7 @@ pub mod cart;
 pub mod operations;
 pub mod orders;
 pub mod queue;
+pub mod queue_admin;
 pub mod shop;
 
 use actix_session::Session;
