@@ -634,6 +634,8 @@ async fn buttons_open_by_themselves_at_the_opening_second_in_chromium() {
             per_customer_limit: Some(1),
             starts_at: soon,
             ends_at: None,
+            queue_mode: false,
+            queue_opens_at: None,
         },
     )
     .await

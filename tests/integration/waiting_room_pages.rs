@@ -15,7 +15,7 @@ use serde_json::Value;
 
 /// A sale in queue mode of `stock` units, limit `limit`, starting in
 /// `starts_in`; its waiting room opens `opens_before` the start (None: the
-/// default 15 minutes). Set by SQL until the catalog takes `--queue`.
+/// default 15 minutes).
 pub async fn queue_sale(
     app: &TestApp,
     stock: i32,
@@ -34,21 +34,13 @@ pub async fn queue_sale(
             per_customer_limit: Some(limit),
             starts_at,
             ends_at: None,
+            queue_mode: true,
+            queue_opens_at: opens_before.map(|before| starts_at - before),
         },
     )
     .await
     .unwrap()
     .id;
-    let opens_at = match opens_before {
-        Some(before) => format!("'{}'", (starts_at - before).to_rfc3339()),
-        None => "NULL".into(),
-    };
-    diesel::sql_query(format!(
-        "UPDATE products SET queue_mode = true, queue_opens_at = {opens_at} WHERE id = {id}"
-    ))
-    .execute(&mut app.db.conn())
-    .unwrap();
-    flashsale::services::sale_cache::invalidate();
     // Once open, the queue is ready within a tick of the jobs (which read
     // the sale afresh): until then its status is unavailable.
     if opens_before.is_none_or(|before| before >= starts_in) {
