@@ -937,3 +937,109 @@ async fn status_polls_cost_postgres_nothing_each() {
         2 * POLLS
     );
 }
+
+/// A pass that runs out says so on its page, and its place goes to the next.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lapsed_pass_says_so_and_admits_the_next() {
+    let app = spawn_app_with(|s| s.queue_pass = StdDuration::from_secs(2)).await;
+    let product = queue_sale(&app, 1, 1, Duration::seconds(2), None).await;
+    let customers = app.customers(2, "lapsing").await;
+    for who in &customers {
+        join(who, product).await;
+    }
+    let placed = |s: &Value| !s["position"].is_null();
+    let mut first = None;
+    for who in &customers {
+        if wait_for(who, product, StdDuration::from_secs(15), placed).await["position"] == 1 {
+            first = Some(who);
+        }
+    }
+    let first = first.expect("someone is first");
+    let second = customers.iter().find(|c| c.email != first.email).unwrap();
+    let pass = wait_for(
+        first,
+        product,
+        StdDuration::from_secs(10),
+        state_is("admitted"),
+    )
+    .await;
+    let pass = pass["pass"].as_str().unwrap().to_string();
+    // The pass lapses unused; the next in line is admitted.
+    wait_for(first, product, StdDuration::from_secs(15), |s| {
+        s["pass_state"] == "lapsed"
+    })
+    .await;
+    expect_page(
+        first.get(&format!("/products/{product}/queue")).await,
+        StatusCode::OK,
+        "Your pass ran out before a purchase",
+    )
+    .await;
+    wait_for(
+        second,
+        product,
+        StdDuration::from_secs(10),
+        state_is("admitted"),
+    )
+    .await;
+    let rows = app.db.ledger_rows();
+    expect_page(
+        buy_with_pass(first, product, "1", Some(&pass)).await,
+        StatusCode::CONFLICT,
+        "Your pass has run out",
+    )
+    .await;
+    assert_eq!(app.db.ledger_rows(), rows);
+}
+
+/// Once the sale ends the waiting room is closed for everyone in it, and
+/// takes nobody else.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn when_the_sale_ends_the_waiting_room_says_it_is_closed() {
+    let app = spawn_app().await;
+    let starts_at = Utc::now() + Duration::seconds(2);
+    let product = create_product(
+        &app.shop.pool,
+        SaleSpec {
+            name: "Brief bittern".into(),
+            description: "A short sale.".into(),
+            price: Money::from_cents(900).unwrap(),
+            stock: 3,
+            per_customer_limit: Some(1),
+            starts_at,
+            ends_at: Some(starts_at + Duration::seconds(3)),
+            queue_mode: true,
+            queue_opens_at: None,
+        },
+    )
+    .await
+    .unwrap()
+    .id;
+    let waiter = app.customer("closing@example.com").await;
+    let latecomer = app.customer("toolate@example.com").await;
+    let deadline = Instant::now() + StdDuration::from_secs(10);
+    while join(&waiter, product).await.status() != StatusCode::SEE_OTHER {
+        assert!(Instant::now() < deadline, "could not join");
+        tokio::time::sleep(StdDuration::from_millis(100)).await;
+    }
+    wait_for(
+        &waiter,
+        product,
+        StdDuration::from_secs(20),
+        state_is("closed"),
+    )
+    .await;
+    expect_page(
+        waiter.get(&format!("/products/{product}/queue")).await,
+        StatusCode::OK,
+        "This waiting room is closed",
+    )
+    .await;
+    let before = entries(&app, product);
+    let response = join(&latecomer, product).await;
+    let status = response.status();
+    let text = response.text().await.unwrap();
+    assert!(status.is_client_error(), "{status}: {text}");
+    assert!(text.contains("waiting room is closed"), "{text}");
+    assert_eq!(entries(&app, product), before);
+}
