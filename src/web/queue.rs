@@ -6,7 +6,7 @@
 //! (and this process's revocation list), the sale comes from the sale
 //! cache, and the standing is one Redis read. No Postgres, no template.
 
-use actix_session::Session;
+use actix_session::{Session, SessionStatus};
 use actix_web::http::header::{self, HeaderValue};
 use actix_web::http::StatusCode;
 use actix_web::{get, post, web, HttpResponse};
@@ -167,22 +167,31 @@ fn no_store(response: &mut HttpResponse) {
 }
 
 /// The same for everyone and rebuilt at most once a second per process:
-/// a CDN may keep it for that second too.
-fn shared_for_a_second(response: &mut HttpResponse) {
-    response.headers_mut().insert(
+/// a CDN may keep it for that second too, unless this answer names an
+/// account or changes a cookie (the session check may empty a revoked one).
+fn shared_for_a_second(session: &Session, named: bool, response: &mut HttpResponse) {
+    let shareable = !named && session.status() == SessionStatus::Unchanged;
+    let headers = response.headers_mut();
+    headers.insert(
         header::CACHE_CONTROL,
-        HeaderValue::from_static("public, max-age=1"),
+        HeaderValue::from_static(if shareable {
+            "public, max-age=1"
+        } else {
+            "private, no-store"
+        }),
     );
+    headers.insert(header::VARY, HeaderValue::from_static("Cookie"));
 }
 
 #[get("/products/{id}/draw.json")]
 pub async fn draw_json(
     shop: web::Data<Shop>,
+    session: Session,
     path: web::Path<String>,
 ) -> Result<HttpResponse, AppError> {
     let record = draw_record(&shop, parse_product_id(&path)?).await?;
     let mut response = HttpResponse::Ok().json(&*record);
-    shared_for_a_second(&mut response);
+    shared_for_a_second(&session, false, &mut response);
     Ok(response)
 }
 
@@ -196,14 +205,10 @@ pub async fn draw_page(
     let record = draw_record(&shop, product).await?;
     let shown = sale_on_show(&shop, product).await?;
     let nav = Nav::for_shared_page(&session);
-    let shareable = nav.account.is_none();
+    let named = nav.account.is_some();
     let sale = SaleView::showing(&shown.product, shown.units_left, Utc::now());
     let page = DrawPage::new(nav, sale, &record);
     let mut response = html(StatusCode::OK, render(&page)?);
-    if shareable {
-        shared_for_a_second(&mut response);
-    } else {
-        no_store(&mut response);
-    }
+    shared_for_a_second(&session, named, &mut response);
     Ok(response)
 }

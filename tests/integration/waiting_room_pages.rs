@@ -503,6 +503,9 @@ async fn the_published_draw_passes_flashsale_draw_verify() {
         .get(&format!("/products/{product}/draw.json"))
         .await;
     assert_eq!(response.status(), StatusCode::OK);
+    // The same for everyone: a CDN may keep it for its second.
+    assert_eq!(response.headers()["cache-control"], "public, max-age=1");
+    assert!(response.headers().get("set-cookie").is_none());
     let before: Value = serde_json::from_str(&response.text().await.unwrap()).unwrap();
     assert_eq!(before["product"], product);
     assert!(before["seed"].is_null(), "{before}");
