@@ -793,3 +793,113 @@ async fn concurrent_joins_share_commits() {
     start_now(&app, product);
     assert_eq!(tick(&app).await.drawn, 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_place_whose_joiner_died_is_written_by_the_tick_and_the_draw_waits_for_it() {
+    // A join may take a connection wait and a statement: 2 × (0.1 + 0.4) s.
+    let app = spawn_app_with(|s| {
+        s.queue_tick = Duration::from_secs(3600);
+        s.db_connect_timeout = Duration::from_millis(100);
+        s.db_statement_timeout = Duration::from_millis(400);
+    })
+    .await;
+    let product = queue_product(&app, 2, 1).await;
+    let who = customers(&app, 3);
+    join_all(&app, product, &who[..2]).await;
+    // The third joiner's process dies between Redis and Postgres.
+    let orphan = match app
+        .shop
+        .waiting_room
+        .join(product, who[2], &Ticket::generate())
+        .await
+        .unwrap()
+    {
+        flashsale::queue::Joined::New(entry) => entry,
+        other => panic!("{other:?}"),
+    };
+    start_now(&app, product);
+    let report = tick(&app).await;
+    assert_eq!((report.confirmed, report.drawn), (0, 0), "the draw waits: {report:?}");
+    tokio::time::sleep(app.shop.settings.longest_join() + Duration::from_millis(100)).await;
+    let report = tick(&app).await;
+    assert_eq!((report.confirmed, report.drawn), (1, 1), "{report:?}");
+    assert_eq!(
+        count(
+            &app,
+            &format!(
+                "SELECT count(*) AS n FROM queue_entries WHERE customer_id = {} AND ticket = '{}' AND seq = {}",
+                who[2], orphan.ticket, orphan.seq
+            )
+        ),
+        1
+    );
+    let verdict = verify(&record_of(&app, product).await);
+    assert!(verdict.passed(), "{verdict:?}");
+    assert_eq!(line_of(&app, product, &who).await.len(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_claim_left_behind_is_settled_by_what_postgres_says() {
+    let app = spawn_app_with(|s| {
+        s.queue_tick = Duration::from_secs(3600);
+        s.queue_pass = Duration::from_millis(800);
+        s.gate_pending_ttl = Some(Duration::from_millis(200));
+    })
+    .await;
+    let product = queue_product(&app, 2, 1).await;
+    let who = customers(&app, 3);
+    join_all(&app, product, &who).await;
+    start_now(&app, product);
+    tick(&app).await;
+    let mut admitted = Vec::new();
+    for customer in &who {
+        let status = status(&app, *customer, product).await;
+        if let Some(pass) = status.pass {
+            admitted.push((*customer, pass));
+        }
+    }
+    let [(died, ref died_pass), (committed, ref committed_pass)] = admitted[..] else {
+        panic!("two passes: {admitted:?}")
+    };
+    let room = &app.shop.waiting_room;
+    // Two purchases stop after their claim: one never reached Postgres, the
+    // other's order committed (it carries the claim) before its process died.
+    assert!(matches!(
+        room.claim(product, died, died_pass, "claim-never-committed").await.unwrap(),
+        flashsale::queue::Claim::Claimed { .. }
+    ));
+    assert!(matches!(
+        room.claim(product, committed, committed_pass, "claim-committed").await.unwrap(),
+        flashsale::queue::Claim::Claimed { .. }
+    ));
+    let other = ProductId(app.product(5, None).await);
+    let line = Line {
+        product: other,
+        quantity: Quantity::new(1).unwrap(),
+    };
+    let PurchaseOutcome::Purchased(order) = purchase(&app.shop, committed, vec![line], None)
+        .await
+        .unwrap()
+    else {
+        panic!("an open sale sells")
+    };
+    sql(&app, &format!("UPDATE orders SET gate_key = 'claim-committed' WHERE id = {order}"));
+
+    assert_eq!(tick(&app).await.lapsed_claims, 0, "a claim within its deadline stays");
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    let report = tick(&app).await;
+    assert_eq!((report.settled, report.lapsed_claims), (1, 1), "{report:?}");
+    assert_eq!(
+        count(
+            &app,
+            &format!(
+                "SELECT count(*) AS n FROM queue_admissions WHERE state = 'used' AND order_id = {order}"
+            )
+        ),
+        1
+    );
+    assert_eq!(admissions(&app, product, "lapsed"), 1);
+    assert_eq!(status(&app, died, product).await.pass_state, Some(PassState::Lapsed));
+    // The lapsed claim's place goes to the one still waiting.
+    assert_eq!(report.issued, 1, "{report:?}");
+}
