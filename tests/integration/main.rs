@@ -28,5 +28,6 @@ mod shop_pages;
 mod soak;
 mod stock_gate;
 mod uncertain_commit;
+mod waiting_room;
 mod waiting_room_admin;
 mod waiting_room_redis;
