@@ -214,6 +214,13 @@ enum ProductCommand {
         ends_at: Option<DateTime<Utc>>,
         #[arg(long, default_value = "")]
         description: String,
+        /// Queue mode: customers join a waiting room and buy in a drawn
+        /// order with a pass (needs --limit: a pass covers that many units).
+        #[arg(long)]
+        queue: bool,
+        /// RFC 3339 opening of the waiting room; 15 minutes before the start when omitted.
+        #[arg(long, requires = "queue")]
+        queue_opens_at: Option<DateTime<Utc>>,
     },
 }
 
@@ -309,6 +316,8 @@ async fn shop(command: ShopCommand) -> anyhow::Result<ExitCode> {
                     starts_at,
                     ends_at,
                     description,
+                    queue,
+                    queue_opens_at,
                 },
         } => {
             let spec = SaleSpec {
@@ -319,6 +328,8 @@ async fn shop(command: ShopCommand) -> anyhow::Result<ExitCode> {
                 per_customer_limit: limit,
                 starts_at: starts_at.unwrap_or_else(Utc::now),
                 ends_at,
+                queue_mode: queue,
+                queue_opens_at,
             };
             let product = create_product(&pool(&settings), spec).await?;
             println!("{}", product.id);
@@ -512,5 +523,37 @@ mod tests {
         ])
         .is_err());
         assert!(parse(&["--base-url", "http://x", "--product", "0"]).is_err());
+    }
+
+    #[test]
+    fn a_queue_opening_needs_queue_mode() {
+        let parse = |args: &[&str]| {
+            Cli::try_parse_from(
+                [
+                    &[
+                        "flashsale",
+                        "product",
+                        "create",
+                        "--name",
+                        "Lamp",
+                        "--price",
+                        "10",
+                        "--stock",
+                        "5",
+                        "--limit",
+                        "1",
+                    ],
+                    args,
+                ]
+                .concat(),
+            )
+        };
+        assert!(parse(&["--queue"]).is_ok());
+        assert!(parse(&["--queue", "--queue-opens-at", "2030-01-01T08:45:00Z"]).is_ok());
+        let error = parse(&["--queue-opens-at", "2030-01-01T08:45:00Z"])
+            .err()
+            .expect("refused without --queue");
+        assert!(error.to_string().contains("--queue"), "{error}");
+        assert!(parse(&["--queue", "--queue-opens-at", "soon"]).is_err());
     }
 }

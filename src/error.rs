@@ -20,6 +20,10 @@ pub enum AppError {
     /// A purchase the sale's rules refuse (sold out, limit reached, not open).
     #[error("purchase refused: {}", .0.kind())]
     Refused(Refusal),
+    /// A buy of a sale in queue mode without a valid pass of this customer's
+    /// (issue #16): nothing was written, nothing is held.
+    #[error("pass refused: {}", .0.kind())]
+    PassRefused(PassRefusal),
     /// A well-formed request that the shop's rules refuse (already paid, ...).
     #[error("{message}")]
     Conflict {
@@ -84,6 +88,38 @@ impl AppError {
             },
             AppError::NotFound(message) => AppError::NotFound(message.clone()),
             other => AppError::Internal(anyhow::anyhow!("{other}")),
+        }
+    }
+}
+
+/// Why a buy in queue mode was turned away at its pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PassRefusal {
+    /// The form carried no pass, or the customer holds none (not joined, or
+    /// still waiting for their turn).
+    NoPass,
+    /// The form's pass names no pass of this sale's waiting room.
+    Forged,
+    /// The pass was issued to another customer.
+    NotYours,
+    /// The pass ran out before the purchase; its place went to the next in line.
+    Lapsed,
+    /// The pass already bought its order.
+    Used,
+    /// Another purchase under this pass is on its way.
+    InUse,
+}
+
+impl PassRefusal {
+    /// A stable name for counting refusals by kind.
+    pub fn kind(self) -> &'static str {
+        match self {
+            PassRefusal::NoPass => "no_pass",
+            PassRefusal::Forged => "forged_pass",
+            PassRefusal::NotYours => "not_your_pass",
+            PassRefusal::Lapsed => "pass_lapsed",
+            PassRefusal::Used => "pass_used",
+            PassRefusal::InUse => "pass_in_use",
         }
     }
 }

@@ -24,6 +24,7 @@
 //!   helper that runs blocking Diesel, migrations, schema, row types, how
 //!   Diesel errors become `AppError`, and the connection that listens for
 //!   revoked sessions. `redis_node`: kept Redis connections, one per thread.
+//!   `queue`: the waiting rooms' Redis side (places, the line, passes).
 //! - `domain`: types valid by construction (ids, money, quantities, emails,
 //!   card numbers, order states, sale states and refusals), and the waiting
 //!   room's draw (`domain::draw`: pure computation, checkable by anyone).
@@ -43,6 +44,7 @@ pub mod logging;
 pub mod metrics;
 pub mod payment;
 pub mod qa;
+pub mod queue;
 pub mod redis_node;
 pub mod services;
 pub mod startup;

@@ -74,6 +74,15 @@ pub struct Settings {
     /// How long a payment waits for the provider's answer before the
     /// attempt is left pending for the settling job.
     pub payment_provider_timeout: Duration,
+    /// How long a waiting room's pass lets its holder buy (`QUEUE_PASS_SECS`).
+    pub queue_pass: Duration,
+    /// How often each process runs the waiting rooms' tick: the draw,
+    /// passes, lapses and the Postgres record (`QUEUE_TICK_MS`). A unit that
+    /// comes back admits the next waiter within about this long.
+    pub queue_tick: Duration,
+    /// At most this many joins share one insert and one commit
+    /// (`QUEUE_JOIN_MAX`).
+    pub queue_join_max: usize,
 }
 
 impl Settings {
@@ -130,6 +139,9 @@ impl Settings {
                 "PAYMENT_PROVIDER_TIMEOUT_MS",
                 10_000,
             )?),
+            queue_pass: Duration::from_secs(parse_var("QUEUE_PASS_SECS", 120)?),
+            queue_tick: Duration::from_millis(parse_var("QUEUE_TICK_MS", 250)?),
+            queue_join_max: parse_var("QUEUE_JOIN_MAX", 1_000)?,
         };
         settings.validate()?;
         Ok(settings)
@@ -170,6 +182,9 @@ impl Settings {
             metrics: true,
             payment_provider: "sandbox".into(),
             payment_provider_timeout: Duration::from_secs(10),
+            queue_pass: Duration::from_secs(120),
+            queue_tick: Duration::from_millis(250),
+            queue_join_max: 1_000,
         }
     }
 
@@ -187,6 +202,14 @@ impl Settings {
     /// without an order will never get one.
     pub fn longest_purchase(&self) -> Duration {
         2 * (self.db_connect_timeout + self.lock_wait + self.lock_lease + self.db_statement_timeout)
+    }
+
+    /// How long after its Redis JOIN a joiner may still be inserting its
+    /// entry's row (a wait for a connection, then one statement); twice
+    /// that, for margin. An entry unconfirmed for longer lost its joiner, and
+    /// the queue's tick writes its row instead.
+    pub fn longest_join(&self) -> Duration {
+        2 * (self.db_connect_timeout + self.db_statement_timeout)
     }
 
     pub fn validate(&self) -> anyhow::Result<()> {
@@ -218,6 +241,15 @@ impl Settings {
         }
         if self.gate_pending_ttl().is_zero() {
             bail!("GATE_PENDING_TTL_MS must be at least 1");
+        }
+        if self.queue_pass.is_zero() {
+            bail!("QUEUE_PASS_SECS must be at least 1");
+        }
+        if self.queue_tick.is_zero() {
+            bail!("QUEUE_TICK_MS must be at least 1");
+        }
+        if self.queue_join_max == 0 {
+            bail!("QUEUE_JOIN_MAX must be at least 1");
         }
         if self.lock_lease <= self.db_statement_timeout {
             bail!("LOCK_LEASE_MS must be longer than DB_STATEMENT_TIMEOUT_MS, or a slow statement could outlive the lock");

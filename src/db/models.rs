@@ -40,6 +40,10 @@ pub struct Product {
     pub updated_at: DateTime<Utc>,
     /// Fencing token of the last lock holder that wrote the stock.
     pub fence: i64,
+    /// Customers wait in the waiting room and buy with a pass (issue #16).
+    pub queue_mode: bool,
+    /// When the waiting room opens; None means 15 minutes before the start.
+    pub queue_opens_at: Option<DateTime<Utc>>,
 }
 
 impl Product {
@@ -75,6 +79,8 @@ pub struct NewProduct<'a> {
     pub per_customer_limit: Option<i32>,
     pub sale_starts_at: DateTime<Utc>,
     pub sale_ends_at: Option<DateTime<Utc>>,
+    pub queue_mode: bool,
+    pub queue_opens_at: Option<DateTime<Utc>>,
 }
 
 #[derive(Debug, Clone, Queryable, Selectable, Identifiable)]

@@ -241,6 +241,8 @@ async fn create_race_product(database_url: &str, stock: i32) -> anyhow::Result<i
             per_customer_limit: None,
             starts_at: chrono::Utc::now() - chrono::Duration::seconds(5),
             ends_at: None,
+            queue_mode: false,
+            queue_opens_at: None,
         },
     )
     .await?;

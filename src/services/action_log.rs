@@ -17,15 +17,20 @@ pub enum ActionKind {
     GateResync,
     SaleCreate,
     SaleEdit,
+    /// A waiting room's admission paused (issue #16).
+    QueuePause,
+    QueueResume,
 }
 
 impl ActionKind {
-    pub const ALL: [ActionKind; 5] = [
+    pub const ALL: [ActionKind; 7] = [
         ActionKind::Refund,
         ActionKind::StockAdjust,
         ActionKind::GateResync,
         ActionKind::SaleCreate,
         ActionKind::SaleEdit,
+        ActionKind::QueuePause,
+        ActionKind::QueueResume,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -35,6 +40,8 @@ impl ActionKind {
             ActionKind::GateResync => "gate_resync",
             ActionKind::SaleCreate => "sale_create",
             ActionKind::SaleEdit => "sale_edit",
+            ActionKind::QueuePause => "queue_pause",
+            ActionKind::QueueResume => "queue_resume",
         }
     }
 
@@ -45,6 +52,8 @@ impl ActionKind {
             ActionKind::GateResync => "Gate resync",
             ActionKind::SaleCreate => "Sale created",
             ActionKind::SaleEdit => "Sale edited",
+            ActionKind::QueuePause => "Waiting room paused",
+            ActionKind::QueueResume => "Waiting room resumed",
         }
     }
 

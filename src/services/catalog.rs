@@ -23,6 +23,11 @@ pub struct SaleSpec {
     pub per_customer_limit: Option<i32>,
     pub starts_at: DateTime<Utc>,
     pub ends_at: Option<DateTime<Utc>>,
+    /// Customers wait in the waiting room and buy with a pass (issue #16).
+    pub queue_mode: bool,
+    /// When the waiting room opens; None: `QUEUE_OPENS_BEFORE_START` before
+    /// the start. Only with `queue_mode`.
+    pub queue_opens_at: Option<DateTime<Utc>>,
 }
 
 /// The most units a sale may hold; keeps every stock sum far from `i32::MAX`.
@@ -42,6 +47,8 @@ impl SaleSpec {
             per_customer_limit: self.per_customer_limit,
             starts_at: self.starts_at,
             ends_at: self.ends_at,
+            queue_mode: self.queue_mode,
+            queue_opens_at: self.queue_opens_at,
         }
         .validate()?;
         Ok(SaleSpec {
@@ -62,6 +69,20 @@ pub struct SaleTerms {
     pub per_customer_limit: Option<i32>,
     pub starts_at: DateTime<Utc>,
     pub ends_at: Option<DateTime<Utc>>,
+    pub queue_mode: bool,
+    pub queue_opens_at: Option<DateTime<Utc>>,
+}
+
+/// How long before the start a waiting room opens unless told otherwise.
+pub const QUEUE_OPENS_BEFORE_START: chrono::Duration = chrono::Duration::minutes(15);
+
+/// When a sale's waiting room opens (`queue_opens_at`, or the default
+/// before `starts_at`).
+pub fn queue_opening(
+    starts_at: DateTime<Utc>,
+    queue_opens_at: Option<DateTime<Utc>>,
+) -> DateTime<Utc> {
+    queue_opens_at.unwrap_or(starts_at - QUEUE_OPENS_BEFORE_START)
 }
 
 impl SaleTerms {
@@ -87,12 +108,48 @@ impl SaleTerms {
         if self.ends_at.is_some_and(|end| end <= self.starts_at) {
             return Err(InvalidInput("The sale must end after it starts.".into()));
         }
+        if self.queue_mode && self.per_customer_limit.is_none() {
+            return Err(InvalidInput(QUEUE_NEEDS_LIMIT.into()));
+        }
+        match self.queue_opens_at {
+            Some(_) if !self.queue_mode => {
+                return Err(InvalidInput(
+                    "A waiting-room opening time only applies to a sale in queue mode: turn queue mode on, or leave the opening time empty.".into(),
+                ))
+            }
+            Some(opens) if opens > self.starts_at => {
+                return Err(InvalidInput(QUEUE_OPENS_AFTER_START.into()))
+            }
+            _ => {}
+        }
         Ok(SaleTerms {
             name,
             description: self.description.trim().to_string(),
             ..self
         })
     }
+}
+
+const QUEUE_NEEDS_LIMIT: &str = "A sale in queue mode needs a per-customer limit: each pass from the waiting room covers that many units.";
+const QUEUE_OPENS_AFTER_START: &str =
+    "The waiting room must open at or before the sale starts (leave the opening empty for 15 minutes before).";
+
+/// The products table's own checks, should a sale reach them past
+/// `validate` (another writer, a race with a concurrent edit): the admin's
+/// mistake, said as such, not a server error.
+fn refused_by_constraint(error: diesel::result::Error) -> AppError {
+    use diesel::result::{DatabaseErrorKind, Error};
+    if let Error::DatabaseError(DatabaseErrorKind::CheckViolation, info) = &error {
+        let message = match info.constraint_name() {
+            Some("products_queue_needs_limit") => Some(QUEUE_NEEDS_LIMIT),
+            Some("products_queue_opens_before_start") => Some(QUEUE_OPENS_AFTER_START),
+            _ => None,
+        };
+        if let Some(message) = message {
+            return AppError::Invalid(message.into());
+        }
+    }
+    error.into()
 }
 
 pub async fn create_product(pool: &PgPool, spec: SaleSpec) -> Result<Product, AppError> {
@@ -126,11 +183,21 @@ async fn insert_sale(
                     per_customer_limit: spec.per_customer_limit,
                     sale_starts_at: spec.starts_at,
                     sale_ends_at: spec.ends_at,
+                    queue_mode: spec.queue_mode,
+                    queue_opens_at: spec.queue_opens_at,
                 })
                 .returning(Product::as_returning())
-                .get_result(conn)?;
+                .get_result(conn)
+                .map_err(refused_by_constraint)?;
             if let Some(admin) = admin {
-                let detail = format!("“{}”: {} units at {}", spec.name, spec.stock, spec.price);
+                let mut detail = format!("“{}”: {} units at {}", spec.name, spec.stock, spec.price);
+                if spec.queue_mode {
+                    detail.push_str("; queue mode, opens ");
+                    detail.push_str(&audit_time(Some(queue_opening(
+                        spec.starts_at,
+                        spec.queue_opens_at,
+                    ))));
+                }
                 let action = AdminAction::on_product(
                     admin,
                     ActionKind::SaleCreate,
@@ -169,6 +236,7 @@ pub async fn update_sale(
                 .first(conn)
                 .optional()?
                 .ok_or_else(|| AppError::NotFound(format!("There is no product with id {id}.")))?;
+            keeps_the_queue_whole(conn, &before, &terms)?;
             let after = diesel::update(products::table.find(id.get()))
                 .set((
                     products::name.eq(&terms.name),
@@ -177,10 +245,13 @@ pub async fn update_sale(
                     products::per_customer_limit.eq(terms.per_customer_limit),
                     products::sale_starts_at.eq(terms.starts_at),
                     products::sale_ends_at.eq(terms.ends_at),
+                    products::queue_mode.eq(terms.queue_mode),
+                    products::queue_opens_at.eq(terms.queue_opens_at),
                     products::updated_at.eq(Utc::now()),
                 ))
                 .returning(Product::as_returning())
-                .get_result(conn)?;
+                .get_result(conn)
+                .map_err(refused_by_constraint)?;
             let action =
                 AdminAction::on_product(admin, ActionKind::SaleEdit, id, changes(&before, &terms));
             action_log::record(conn, &action)?;
@@ -196,15 +267,106 @@ pub async fn update_sale(
     Ok(product)
 }
 
+/// Refuses an edit that would break a waiting room customers are already
+/// in. Once the draw is published (`drawn_at`), its record is checked
+/// against the sale's start (the `late` flags) and the passes cover the
+/// per-customer limit, so mode, opening, start and limit are fixed. Before
+/// the draw, entries pin what they joined: the sale stays in queue mode, the
+/// opening stays at or before the first join, and the start stays after the
+/// last one (so every pre-queue entry is still "before the start").
+fn keeps_the_queue_whole(
+    conn: &mut db::PgConn,
+    before: &Product,
+    after: &SaleTerms,
+) -> Result<(), AppError> {
+    use crate::db::schema::{queue_draws, queue_entries};
+    use diesel::dsl::{max, min};
+    if !before.queue_mode {
+        return Ok(());
+    }
+    let drawn_at: Option<DateTime<Utc>> = queue_draws::table
+        .find(before.id)
+        .select(queue_draws::drawn_at)
+        .first::<Option<DateTime<Utc>>>(conn)
+        .optional()?
+        .flatten();
+    let opening_before = queue_opening(before.sale_starts_at, before.queue_opens_at);
+    let opening_after = queue_opening(after.starts_at, after.queue_opens_at);
+    if let Some(drawn_at) = drawn_at {
+        let moved = if !after.queue_mode {
+            Some("take the sale out of queue mode")
+        } else if after.starts_at != before.sale_starts_at {
+            Some("move the start")
+        } else if opening_after != opening_before {
+            Some("move the opening of the waiting room")
+        } else if after.per_customer_limit != before.per_customer_limit {
+            Some("change the per-customer limit (each pass covers it)")
+        } else {
+            None
+        };
+        if let Some(what) = moved {
+            return Err(AppError::conflict(
+                "The draw is published",
+                format!(
+                    "The waiting room was drawn at {} and its draw is published: an edit cannot {what} any more.",
+                    audit_time(Some(drawn_at))
+                ),
+            ));
+        }
+        return Ok(());
+    }
+    let (entries, first, last): (i64, Option<DateTime<Utc>>, Option<DateTime<Utc>>) =
+        queue_entries::table
+            .filter(queue_entries::product_id.eq(before.id))
+            .select((
+                diesel::dsl::count_star(),
+                min(queue_entries::joined_at),
+                max(queue_entries::joined_at),
+            ))
+            .first(conn)?;
+    let (Some(first), Some(last)) = (first, last) else {
+        return Ok(());
+    };
+    let people = if entries == 1 {
+        "1 customer is".to_string()
+    } else {
+        format!("{entries} customers are")
+    };
+    let refusal = if !after.queue_mode {
+        Some(format!(
+            "{people} in the waiting room: the sale cannot leave queue mode."
+        ))
+    } else if opening_after > first {
+        Some(format!(
+            "{people} in the waiting room since {}: it cannot open later than that.",
+            audit_time(Some(first))
+        ))
+    } else if after.starts_at <= last {
+        Some(format!(
+            "{people} in the waiting room, the last joined at {}: the start must stay after that, so they are drawn as the pre-queue they joined.",
+            audit_time(Some(last))
+        ))
+    } else {
+        None
+    };
+    match refusal {
+        Some(message) => Err(AppError::conflict("Customers are waiting", message)),
+        None => Ok(()),
+    }
+}
+
+fn audit_time(at: Option<DateTime<Utc>>) -> String {
+    at.map_or("none".to_string(), |at| {
+        at.format("%Y-%m-%d %H:%M UTC").to_string()
+    })
+}
+
 /// What an edit changed, for the audit log: "price 12.00 → 10.00; limit none → 2".
 fn changes(before: &Product, after: &SaleTerms) -> String {
     let money = |cents: i64| Money::from_cents(cents).unwrap_or_default().to_string();
     let limit = |limit: Option<i32>| limit.map_or("none".to_string(), |l| l.to_string());
-    let time = |at: Option<DateTime<Utc>>| {
-        at.map_or("none".to_string(), |at| {
-            at.format("%Y-%m-%d %H:%M UTC").to_string()
-        })
-    };
+    let time = audit_time;
+    let mode = |queue: bool| if queue { "queue" } else { "open" };
     let mut changed = Vec::new();
     if before.name != after.name {
         changed.push(format!("name “{}” → “{}”", before.name, after.name));
@@ -238,6 +400,23 @@ fn changes(before: &Product, after: &SaleTerms) -> String {
             "end {} → {}",
             time(before.sale_ends_at),
             time(after.ends_at)
+        ));
+    }
+    if before.queue_mode != after.queue_mode {
+        changed.push(format!(
+            "mode {} → {}",
+            mode(before.queue_mode),
+            mode(after.queue_mode)
+        ));
+    }
+    if before.queue_opens_at != after.queue_opens_at {
+        let opening = |at: Option<DateTime<Utc>>| {
+            at.map_or("15 min before start".to_string(), |at| time(Some(at)))
+        };
+        changed.push(format!(
+            "queue opens {} → {}",
+            opening(before.queue_opens_at),
+            opening(after.queue_opens_at)
         ));
     }
     if changed.is_empty() {
@@ -319,4 +498,83 @@ async fn with_units_left(
             }),
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use diesel::result::{DatabaseErrorInformation, DatabaseErrorKind, Error};
+
+    use super::*;
+
+    struct Violated(&'static str);
+
+    impl DatabaseErrorInformation for Violated {
+        fn message(&self) -> &str {
+            "new row for relation \"products\" violates check constraint"
+        }
+        fn details(&self) -> Option<&str> {
+            None
+        }
+        fn hint(&self) -> Option<&str> {
+            None
+        }
+        fn table_name(&self) -> Option<&str> {
+            Some("products")
+        }
+        fn column_name(&self) -> Option<&str> {
+            None
+        }
+        fn constraint_name(&self) -> Option<&str> {
+            Some(self.0)
+        }
+        fn statement_position(&self) -> Option<i32> {
+            None
+        }
+    }
+
+    fn violating(constraint: &'static str) -> AppError {
+        refused_by_constraint(Error::DatabaseError(
+            DatabaseErrorKind::CheckViolation,
+            Box::new(Violated(constraint)),
+        ))
+    }
+
+    #[test]
+    fn the_queue_checks_of_the_products_table_are_the_admins_mistakes() {
+        assert!(
+            matches!(violating("products_queue_needs_limit"), AppError::Invalid(m) if m.contains("needs a per-customer limit"))
+        );
+        assert!(
+            matches!(violating("products_queue_opens_before_start"), AppError::Invalid(m) if m.contains("at or before the sale starts"))
+        );
+        assert!(matches!(
+            violating("some_other_check"),
+            AppError::Internal(_)
+        ));
+    }
+
+    fn terms(queue_mode: bool, limit: Option<i32>, opens: Option<i64>) -> SaleTerms {
+        let starts_at = DateTime::from_timestamp(1_900_000_000, 0).unwrap();
+        SaleTerms {
+            name: "Drop".into(),
+            description: String::new(),
+            price: Money::from_cents(100).unwrap(),
+            per_customer_limit: limit,
+            starts_at,
+            ends_at: None,
+            queue_mode,
+            queue_opens_at: opens.map(|minutes| starts_at + chrono::Duration::minutes(minutes)),
+        }
+    }
+
+    #[test]
+    fn a_queue_needs_a_limit_and_opens_at_or_before_the_start() {
+        assert!(terms(true, Some(1), None).validate().is_ok());
+        assert!(terms(true, Some(1), Some(0)).validate().is_ok());
+        assert!(terms(true, Some(1), Some(-60)).validate().is_ok());
+        let refusal = |t: SaleTerms| t.validate().unwrap_err().0;
+        assert!(refusal(terms(true, None, None)).contains("needs a per-customer limit"));
+        assert!(refusal(terms(true, Some(1), Some(1))).contains("at or before the sale starts"));
+        assert!(refusal(terms(false, Some(1), Some(-60))).contains("only applies"));
+    }
 }

@@ -109,18 +109,26 @@ pub fn spawn_reconcile(shop: Shop, interval: Duration) -> Option<JoinHandle<()>>
     }))
 }
 
-/// Runs the jobs every `interval` until the task is aborted.
+/// Runs the jobs every `interval`, and beside them the waiting rooms' tick
+/// every `QUEUE_TICK_MS` (`services::queue::run_forever`), until the task
+/// is aborted: both stop with the server.
 pub fn spawn(shop: Shop, interval: Duration) -> JoinHandle<()> {
     tokio::spawn(async move {
-        let mut ticker = tokio::time::interval(interval);
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            ticker.tick().await;
-            match run_once(&shop).await {
-                Ok(report) if report != JobReport::default() => tracing::info!(?report, "jobs ran"),
-                Ok(_) => {}
-                Err(error) => tracing::warn!(%error, "jobs failed; retrying next interval"),
+        let queues = crate::services::queue::run_forever(shop.clone());
+        let jobs = async move {
+            let mut ticker = tokio::time::interval(interval);
+            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                ticker.tick().await;
+                match run_once(&shop).await {
+                    Ok(report) if report != JobReport::default() => {
+                        tracing::info!(?report, "jobs ran")
+                    }
+                    Ok(_) => {}
+                    Err(error) => tracing::warn!(%error, "jobs failed; retrying next interval"),
+                }
             }
-        }
+        };
+        tokio::join!(jobs, queues);
     })
 }

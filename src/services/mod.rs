@@ -5,11 +5,14 @@ pub mod accounts;
 pub mod action_log;
 pub mod catalog;
 pub mod checkout;
+pub mod draw_record;
 pub mod idempotency;
 pub mod jobs;
 pub mod ledger_audit;
 pub mod orders;
 pub mod payment;
+pub mod queue;
+pub mod queue_admin;
 pub mod restore;
 pub mod revocations;
 pub mod sale_cache;
@@ -29,6 +32,7 @@ use crate::db::PgPool;
 use crate::gate::StockGate;
 use crate::lock::ProductLocks;
 use crate::payment::PaymentProvider;
+use crate::queue::WaitingRoom;
 use crate::redis_node::RedisNode;
 use stock_gate::ReconcileReport;
 
@@ -51,6 +55,8 @@ pub struct Shop {
     pub payment_provider: Arc<dyn PaymentProvider>,
     /// The Redis stock gate, unless `STOCK_GATE=off`.
     pub gate: Option<StockGate>,
+    /// The waiting rooms of sales in queue mode (Redis; shared by every instance).
+    pub waiting_room: WaitingRoom,
     /// Per-product batching of single-product purchases, unless `COMBINING=off`.
     pub combiner: Option<Arc<checkout::Combiner>>,
     /// When the gate was last reconciled and what drift was found (admin dashboard).
@@ -91,18 +97,22 @@ impl Shop {
             settings.lock_lease,
             settings.redis_lock,
         )?;
+        // A Redlock quorum spans independent servers; the gate and the waiting
+        // rooms live on the first (or on the cluster, where their hash-tagged
+        // keys spread by product), each with connections of its own.
+        let redis_node = || {
+            if settings.redis_cluster {
+                RedisNode::cluster(&settings.redis_urls)
+            } else {
+                RedisNode::single(&settings.redis_urls[0])
+            }
+        };
+        let waiting_room = WaitingRoom::new(redis_node()?, &redis_prefix);
         let gate = if settings.stock_gate {
             // Markers must outlive any order that may still give units back.
             let marker_ttl = settings.payment_timeout + settings.idempotency_retention;
-            // A Redlock quorum spans independent servers; the gate lives on the first
-            // (or on the cluster, where its hash-tagged keys spread by product).
-            let node = if settings.redis_cluster {
-                RedisNode::cluster(&settings.redis_urls)?
-            } else {
-                RedisNode::single(&settings.redis_urls[0])?
-            };
             Some(StockGate::new(
-                node,
+                redis_node()?,
                 &redis_prefix,
                 marker_ttl,
                 settings.gate_pending_ttl(),
@@ -130,6 +140,7 @@ impl Shop {
             redis_prefix,
             locks,
             gate,
+            waiting_room,
             combiner,
             last_reconcile: Arc::new(Mutex::new(None)),
             revocations: Arc::new(revocations::Revocations::new(&settings)),

@@ -56,6 +56,8 @@ pub async fn seed_demo(pool: &PgPool) -> Result<Vec<String>, AppError> {
             per_customer_limit: Some(1),
             starts_at: now,
             ends_at: None,
+            queue_mode: false,
+            queue_opens_at: None,
         },
         SaleSpec {
             name: "Studio headphones".into(),
@@ -66,6 +68,8 @@ pub async fn seed_demo(pool: &PgPool) -> Result<Vec<String>, AppError> {
             per_customer_limit: Some(2),
             starts_at: now,
             ends_at: Some(now + Duration::days(7)),
+            queue_mode: false,
+            queue_opens_at: None,
         },
         SaleSpec {
             name: "Mechanical keyboard".into(),
@@ -75,6 +79,8 @@ pub async fn seed_demo(pool: &PgPool) -> Result<Vec<String>, AppError> {
             per_customer_limit: None,
             starts_at: now + Duration::hours(1),
             ends_at: None,
+            queue_mode: false,
+            queue_opens_at: None,
         },
     ];
     for spec in sales {

@@ -1,5 +1,6 @@
 //! The admin console: the dashboard (ledger audit and stock gate), orders
-//! and refunds, creating and editing sales, stock adjustments and history.
+//! and refunds, creating and editing sales, stock adjustments and history,
+//! and the waiting rooms (counts, pause and resume, the draw).
 
 use actix_session::Session;
 use actix_web::http::StatusCode;
@@ -17,6 +18,7 @@ use super::views::admin::{
     HistoryRow, RefundConfirmPage,
 };
 use super::views::orders::{OrderPage, OrderView};
+use super::views::queue_admin::{QueueDashboardPage, QueuePanel};
 use super::views::shop::SaleView;
 use super::views::{render, Nav, Pager};
 use super::{html, see_other};
@@ -27,6 +29,7 @@ use crate::services::action_log::{record_done, ActionKind, AdminAction};
 use crate::services::catalog::{create_sale_by, find_product, list_products, update_sale};
 use crate::services::ledger_audit::{run_audit, AuditReport};
 use crate::services::orders::{order_detail, search_orders};
+use crate::services::queue_admin::{queue_overviews, set_admission_paused};
 use crate::services::restore::restore_order;
 use crate::services::stock::{adjust_stock, history_of};
 use crate::services::stock_gate::seed_if_absent;
@@ -47,7 +50,10 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         .service(edit_sale_page)
         .service(edit_sale)
         .service(adjust)
-        .service(history);
+        .service(history)
+        .service(queues)
+        .service(pause_queue)
+        .service(resume_queue);
 }
 
 #[get("/admin")]
@@ -306,7 +312,9 @@ pub async fn edit_sale(
             "/admin/products/{}/edit?saved=1",
             product.id
         ))),
-        Err(error @ AppError::Invalid(_)) => {
+        // A refusal the queue's state makes (the draw is published, customers
+        // are waiting) comes back on the form too, as typed.
+        Err(error @ (AppError::Invalid(_) | AppError::Conflict { .. })) => {
             let product = find_product(&shop.pool, id).await?;
             let sale = SaleView::new(&product, Utc::now());
             sale_form(&session, Some(sale), fields, Some(error), false)
@@ -351,10 +359,53 @@ pub async fn history(
     let page = AdminHistoryPage {
         nav: Nav::from_session(&session),
         sale: SaleView::new(&product, Utc::now()),
+        queue_mode: product.queue_mode,
         rows: rows.iter().map(HistoryRow::new).collect(),
         pager: Pager::new(page, HISTORY_PER_PAGE, total, |n| {
             format!("/admin/products/{id}/history?page={n}")
         }),
     };
     Ok(html(StatusCode::OK, render(&page)?))
+}
+
+#[get("/admin/queues")]
+pub async fn queues(
+    shop: web::Data<Shop>,
+    _admin: Admin,
+    session: Session,
+) -> Result<HttpResponse, AppError> {
+    let overviews = queue_overviews(&shop).await?;
+    let page = QueueDashboardPage {
+        nav: Nav::from_session(&session),
+        queues: overviews.iter().map(QueuePanel::new).collect(),
+    };
+    Ok(html(StatusCode::OK, render(&page)?))
+}
+
+#[post("/admin/products/{id}/queue/pause")]
+pub async fn pause_queue(
+    shop: web::Data<Shop>,
+    Admin(admin): Admin,
+    session: Session,
+    path: web::Path<String>,
+    form: web::Form<CsrfOnlyForm>,
+) -> Result<HttpResponse, AppError> {
+    verify_csrf(&session, &form.csrf_token)?;
+    let product = parse_product_id(&path)?;
+    set_admission_paused(&shop, product, true, admin.id).await?;
+    Ok(see_other(&format!("/admin/queues#queue-{product}")))
+}
+
+#[post("/admin/products/{id}/queue/resume")]
+pub async fn resume_queue(
+    shop: web::Data<Shop>,
+    Admin(admin): Admin,
+    session: Session,
+    path: web::Path<String>,
+    form: web::Form<CsrfOnlyForm>,
+) -> Result<HttpResponse, AppError> {
+    verify_csrf(&session, &form.csrf_token)?;
+    let product = parse_product_id(&path)?;
+    set_admission_paused(&shop, product, false, admin.id).await?;
+    Ok(see_other(&format!("/admin/queues#queue-{product}")))
 }

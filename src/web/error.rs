@@ -15,7 +15,7 @@ use askama::Template;
 use super::views::render;
 use super::{html, MAX_FORM_BYTES};
 use crate::domain::{Refusal, SaleState};
-use crate::error::AppError;
+use crate::error::{AppError, PassRefusal};
 
 #[derive(Template)]
 #[template(path = "error.html")]
@@ -37,6 +37,7 @@ fn title_and_message(error: &AppError) -> (&'static str, Cow<'static, str>) {
             "The form you sent was not issued to this session (it may be old, or come from another site). Nothing was changed. Go back, reload the page and try again.".into(),
         ),
         AppError::Refused(refusal) => refusal_in_words(refusal),
+        AppError::PassRefused(refusal) => pass_refusal_in_words(*refusal),
         AppError::Conflict { title, message } => (title, Cow::Owned(message.clone())),
         AppError::KeyReused => (
             "Conflicting reuse of key",
@@ -132,6 +133,37 @@ fn refusal_in_words(refusal: &Refusal) -> (&'static str, Cow<'static, str>) {
     }
 }
 
+/// What a buyer turned away at their waiting-room pass reads.
+fn pass_refusal_in_words(refusal: PassRefusal) -> (&'static str, Cow<'static, str>) {
+    let (title, message) = match refusal {
+        PassRefusal::NoPass => (
+            "Wait for your turn",
+            "This sale has a waiting room: you can buy once the waiting room gives you a pass. Join it (or keep its page open) and the Buy button appears when your turn comes. Nothing was reserved or charged.",
+        ),
+        PassRefusal::Forged => (
+            "This pass is not valid",
+            "The pass sent with this purchase was not issued by this sale's waiting room, so nothing was bought, reserved or charged. Open the waiting room page to see your place.",
+        ),
+        PassRefusal::NotYours => (
+            "This pass is someone else's",
+            "The pass sent with this purchase was issued to another customer, and a pass can only be used by the customer it was issued to. Nothing was bought, reserved or charged.",
+        ),
+        PassRefusal::Lapsed => (
+            "Your pass has run out",
+            "Your turn to buy ended before this purchase arrived, and your place went to the next in line. Nothing was bought, reserved or charged.",
+        ),
+        PassRefusal::Used => (
+            "Your pass has been used",
+            "This pass already bought its order (see My orders); a pass buys once. Nothing more was bought or charged.",
+        ),
+        PassRefusal::InUse => (
+            "Already in progress",
+            "A purchase under this pass is already on its way. Check My orders in a moment before trying again; nothing more was bought or charged.",
+        ),
+    };
+    (title, Cow::Borrowed(message))
+}
+
 /// "45 seconds", "1 minute", "15 minutes": rounded up, so waiting that long is enough.
 fn wait_in_words(wait: std::time::Duration) -> String {
     let seconds = wait.as_secs().max(1);
@@ -148,7 +180,15 @@ impl ResponseError for AppError {
         match self {
             AppError::Invalid(_) => StatusCode::UNPROCESSABLE_ENTITY,
             AppError::NotFound(_) => StatusCode::NOT_FOUND,
-            AppError::Forbidden(_) | AppError::BadCsrf => StatusCode::FORBIDDEN,
+            AppError::Forbidden(_)
+            | AppError::BadCsrf
+            | AppError::PassRefused(PassRefusal::NoPass | PassRefusal::NotYours) => {
+                StatusCode::FORBIDDEN
+            }
+            AppError::PassRefused(PassRefusal::Forged) => StatusCode::UNPROCESSABLE_ENTITY,
+            AppError::PassRefused(PassRefusal::Lapsed | PassRefusal::Used | PassRefusal::InUse) => {
+                StatusCode::CONFLICT
+            }
             AppError::SignInRequired => StatusCode::SEE_OTHER,
             AppError::Conflict { .. }
             | AppError::Refused(_)

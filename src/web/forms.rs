@@ -105,11 +105,25 @@ pub struct BuyForm {
     #[serde(default)]
     pub csrf_token: String,
     pub idempotency_key: Option<String>,
+    /// The waiting room's pass (`TICKET-NUMBER`), sent by the waiting page's form.
+    #[serde(default)]
+    pub pass: Option<String>,
 }
 
 impl BuyForm {
     pub fn quantity(&self) -> Result<Quantity, AppError> {
         Ok(Quantity::parse(&self.quantity)?)
+    }
+
+    /// None when the form has no pass; a pass that does not read as one is
+    /// no pass the shop issued.
+    pub fn pass(&self) -> Result<Option<crate::queue::PassRef>, AppError> {
+        match self.pass.as_deref().map(str::trim) {
+            None | Some("") => Ok(None),
+            Some(raw) => crate::queue::PassRef::parse(raw)
+                .map(Some)
+                .ok_or(AppError::PassRefused(crate::error::PassRefusal::Forged)),
+        }
     }
 }
 
@@ -196,6 +210,12 @@ pub struct SaleFields {
     pub starts_at: String,
     #[serde(default)]
     pub ends_at: String,
+    /// The queue-mode checkbox: absent when unticked, `on` when ticked.
+    #[serde(default)]
+    pub queue_mode: String,
+    /// The waiting room's opening; empty means 15 minutes before the start.
+    #[serde(default)]
+    pub queue_opens_at: String,
     #[serde(default)]
     pub csrf_token: String,
 }
@@ -266,8 +286,23 @@ impl SaleFields {
                 .as_ref()
                 .map(form_time)
                 .unwrap_or_default(),
+            queue_mode: if product.queue_mode {
+                "on".into()
+            } else {
+                String::new()
+            },
+            queue_opens_at: product
+                .queue_opens_at
+                .as_ref()
+                .map(form_time)
+                .unwrap_or_default(),
             csrf_token: String::new(),
         }
+    }
+
+    /// Whether the form shows queue mode ticked (as typed, even if refused).
+    pub fn queue_ticked(&self) -> bool {
+        parse_checkbox(&self.queue_mode).unwrap_or(false)
     }
 
     /// The terms an edit may change (everything but stock), checked.
@@ -286,6 +321,8 @@ impl SaleFields {
             per_customer_limit: terms.per_customer_limit,
             starts_at: terms.starts_at,
             ends_at: terms.ends_at,
+            queue_mode: terms.queue_mode,
+            queue_opens_at: terms.queue_opens_at,
         }
         .validate()
     }
@@ -306,7 +343,20 @@ impl SaleFields {
             per_customer_limit,
             starts_at,
             ends_at: parse_form_time(&self.ends_at, "end")?,
+            queue_mode: parse_checkbox(&self.queue_mode)
+                .ok_or_else(|| InvalidInput("Queue mode is a checkbox: ticked or not.".into()))?,
+            queue_opens_at: parse_form_time(&self.queue_opens_at, "waiting-room opening")?,
         })
+    }
+}
+
+/// A checkbox sends `on` (or the value the page gave it) when ticked and
+/// nothing when not; anything else was not sent by our page.
+fn parse_checkbox(raw: &str) -> Option<bool> {
+    match raw.trim() {
+        "" => Some(false),
+        "on" | "1" | "true" => Some(true),
+        _ => None,
     }
 }
 

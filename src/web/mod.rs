@@ -2,8 +2,8 @@
 //! and render a page or redirect (303 after every POST).
 //!
 //! - one file per area holds its handlers and registers its routes
-//!   (`shop`, `cart`, `orders`, `auth`, `admin`, `action_log`, `operations`,
-//!   `health`, `assets`); `routes` below puts them together;
+//!   (`shop`, `queue` (the waiting room and its draw), `cart`, `orders`,
+//!   `auth`, `admin`, `action_log`, `operations`, `health`, `assets`); `routes` below puts them together;
 //! - `views/` holds what each area's pages show (template structs and view
 //!   data), `format` how pages write times and money;
 //! - `forms` holds every form and query string the shop accepts, and their
@@ -26,6 +26,7 @@ pub mod health;
 pub mod idempotency;
 pub mod operations;
 pub mod orders;
+pub mod queue;
 pub mod request_id;
 pub mod session;
 pub mod shop;
@@ -56,6 +57,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     .configure(operations::routes)
     .configure(assets::routes)
     .configure(shop::routes)
+    .configure(queue::routes)
     .configure(auth::routes)
     .configure(cart::routes)
     .configure(orders::routes)

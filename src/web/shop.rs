@@ -8,7 +8,9 @@ use chrono::Utc;
 
 use super::forms::{parse_product_id, BuyForm};
 use super::idempotency::{answer_kept, once, replayed, Intent};
+use super::queue::standing;
 use super::session::{verify_csrf, SignedIn};
+use super::views::queue::{rfc3339, ProductQueue};
 use super::views::shop::{ProductPage, SaleListPage, SaleView};
 use super::views::{render, Nav};
 use super::{html, see_other};
@@ -17,7 +19,7 @@ use crate::error::AppError;
 use crate::metrics;
 use crate::services::catalog::{sale_on_show, sales_on_show};
 use crate::services::checkout::{
-    keeps_answers_at_gate, purchase, AnswerKey, Line, PurchaseOutcome,
+    keeps_answers_at_gate, purchase_with_pass, AnswerKey, Line, PurchaseOutcome,
 };
 use crate::services::Shop;
 
@@ -45,10 +47,30 @@ pub async fn product_page(
     session: Session,
     path: web::Path<String>,
 ) -> Result<HttpResponse, AppError> {
-    let shown = sale_on_show(&shop, parse_product_id(&path)?).await?;
+    let product = parse_product_id(&path)?;
+    let shown = sale_on_show(&shop, product).await?;
+    let nav = Nav::for_shared_page(&session);
+    let now = Utc::now();
+    let queue = match (&nav.account, shown.product.queue_mode) {
+        (_, false) => None,
+        (None, true) => Some(ProductQueue::new(&shown.product, None, now)),
+        (Some(account), true) => {
+            // One Redis read, as the waiting page's poll; if the queue
+            // cannot be read the page still offers to join (joining again
+            // keeps the same place, and says so if it fails).
+            let ticket = standing(&shop, Some(account.id), &shown)
+                .await
+                .ok()
+                .and_then(|status| status.ticket)
+                .map(|ticket| ticket.as_str().to_string());
+            Some(ProductQueue::new(&shown.product, ticket, now))
+        }
+    };
     let page = ProductPage {
-        nav: Nav::for_shared_page(&session),
-        sale: SaleView::showing(&shown.product, shown.units_left, Utc::now()),
+        nav,
+        sale: SaleView::showing(&shown.product, shown.units_left, now),
+        queue,
+        served_at: rfc3339(now),
     };
     Ok(shared_page(&session, &page.nav, render(&page)?))
 }
@@ -82,10 +104,15 @@ pub async fn buy(
     form: web::Form<BuyForm>,
 ) -> Result<HttpResponse, AppError> {
     verify_csrf(&session, &form.csrf_token)?;
+    let pass = form.pass()?;
     let intent = Intent {
         request: &request,
         form_key: form.idempotency_key.as_deref(),
-        fields: format!("quantity={}", form.quantity),
+        // A key sent again with another pass is another request.
+        fields: match &pass {
+            Some(pass) => format!("quantity={}\npass={pass}", form.quantity),
+            None => format!("quantity={}", form.quantity),
+        },
         names_order: true,
     };
     if keeps_answers_at_gate(&shop) {
@@ -99,7 +126,7 @@ pub async fn buy(
             let answer_key = intent
                 .key(&shop)?
                 .map(|(key, fingerprint)| AnswerKey::AtGate { key, fingerprint });
-            purchase(&shop, account.id, vec![line], answer_key).await
+            purchase_with_pass(&shop, account.id, line, answer_key, pass.clone()).await
         };
         let outcome = counted(attempt.await);
         let replay = matches!(&outcome, Ok(outcome) if outcome.is_replay());
@@ -114,7 +141,7 @@ pub async fn buy(
             let product = parse_product_id(&path)?;
             let quantity = form.quantity()?;
             let key = key.map(AnswerKey::Claimed);
-            purchase(&shop, account.id, vec![Line { product, quantity }], key).await
+            purchase_with_pass(&shop, account.id, Line { product, quantity }, key, pass).await
         })
         .await?;
         Ok(answer_kept(see_other(&format!("/orders/{order}"))))

@@ -35,12 +35,159 @@
         })
       : "";
   }
+  // How far the reader's clock is behind the shop's, from the page's
+  // data-server-now: openings and passes run by the shop's clock.
+  function skewOf(el) {
+    var holder = el.closest("[data-server-now]");
+    var served = holder && Date.parse(holder.getAttribute("data-server-now"));
+    return served ? served - Date.now() : 0;
+  }
+  // A button that opens at a given second (the sale's start, the waiting
+  // room's opening) enables itself then; the server still decides.
+  function openAt(root) {
+    root.querySelectorAll("[data-enable-at], [data-hide-at]").forEach(function (el) {
+      var enable = el.hasAttribute("data-enable-at");
+      var at = Date.parse(el.getAttribute(enable ? "data-enable-at" : "data-hide-at"));
+      if (isNaN(at)) return;
+      var wait = at - (Date.now() + skewOf(el));
+      setTimeout(function () {
+        if (!enable) { el.hidden = true; return; }
+        el.disabled = false;
+        if (el.form && el.form.classList.contains("buy")) el.textContent = "Buy now";
+      }, Math.max(0, wait) + 50);
+    });
+  }
   document.addEventListener("DOMContentLoaded", function () {
     update();
     setInterval(update, 1000);
+    openAt(document);
+    var room = document.getElementById("waiting-room");
+    if (room) waitingRoom(room);
     document.querySelectorAll("input[data-utc]").forEach(function (input) {
       echoLocal(input);
       input.addEventListener("input", function () { echoLocal(input); });
     });
   });
+
+  // The waiting page: polls queue.json, writes the numbers in place, counts
+  // down to the opening, the start and the pass's end by the shop's clock,
+  // and swaps in the page's new section when the customer's phase changes
+  // (the draw at the start, an admission, a sell-out), so nobody reloads by
+  // hand. Without scripts the page refreshes itself (<noscript> meta).
+  function waitingRoom(room) {
+    var url = room.getAttribute("data-status-url");
+    var skew = skewOf(room);
+    var timer = null, failures = 0;
+    var FINAL = ["bought", "lapsed", "sold_out", "closed"];
+    function clock(seconds) {
+      var h = Math.floor(seconds / 3600), m = Math.floor((seconds % 3600) / 60), s = seconds % 60;
+      return h > 0 ? h + ":" + pad(m) + ":" + pad(s) : m + ":" + pad(s);
+    }
+    // Worded as the server words it (wait_in_words in web/views/queue.rs).
+    function waitInWords(seconds) {
+      if (seconds === null || seconds === undefined) {
+        return "not known yet (it is worked out from how fast places are admitted)";
+      }
+      if (seconds < 60) return "less than a minute";
+      var minutes = Math.ceil(seconds / 60);
+      return "about " + minutes + " minute" + (minutes === 1 ? "" : "s");
+    }
+    function tick() {
+      var now = Date.now() + skew;
+      room.querySelectorAll("[data-until]").forEach(function (el) {
+        var at = Date.parse(el.getAttribute("data-until"));
+        if (isNaN(at)) return;
+        var left = Math.max(0, Math.ceil((at - now) / 1000));
+        el.textContent = clock(left);
+        if (left === 0 && el.getAttribute("data-at-zero") === "poll" && !el.hasAttribute("data-fired")) {
+          el.setAttribute("data-fired", "");
+          schedule(150);
+        }
+      });
+    }
+    function show(status) {
+      function put(field, text) {
+        room.querySelectorAll('[data-field="' + field + '"]').forEach(function (el) {
+          if (text !== null && text !== undefined) el.textContent = String(text);
+        });
+      }
+      put("position", status.position);
+      put("ahead", status.ahead);
+      put("units_left", status.units_left);
+      put("held", status.held);
+      put("estimated_wait", waitInWords(status.estimated_wait_secs));
+      if (status.held_until) {
+        room.querySelectorAll('[data-field="held_until"]').forEach(function (el) {
+          el.setAttribute("datetime", status.held_until);
+        });
+        update();
+      }
+    }
+    // The server renders each phase's section; fetch it rather than build it here.
+    function swap() {
+      return fetch(location.href, { credentials: "same-origin", cache: "no-store" })
+        .then(function (response) {
+          if (!response.ok) throw new Error("page answered " + response.status);
+          return response.text();
+        })
+        .then(function (html) {
+          var fresh = new DOMParser().parseFromString(html, "text/html").getElementById("waiting-room");
+          if (!fresh) throw new Error("no waiting room in the page");
+          room.replaceWith(fresh);
+          update();
+          openAt(fresh);
+          waitingRoom(fresh);
+        });
+    }
+    function nextPoll(phase, status) {
+      // Before the opening or the start, look again just after it.
+      var target = phase === "pre_queue" ? status && status.starts_at
+        : phase === "not_open_yet" ? status && status.opens_at : null;
+      if (target) {
+        var left = Date.parse(target) - (Date.now() + skew);
+        if (left < 10000) return Math.max(250, left + 150);
+      }
+      if (phase === "drawing") return 700;
+      if (phase === "waiting" || phase === "buying") return 2000;
+      if (phase === "admitted") return 3000;
+      if (phase === "sign_in") return 30000;
+      return 5000;
+    }
+    function poll() {
+      timer = null;
+      fetch(url, { credentials: "same-origin", cache: "no-store", headers: { Accept: "application/json" } })
+        .then(function (response) {
+          if (!response.ok) throw new Error("queue.json answered " + response.status);
+          return response.json();
+        })
+        .then(function (status) {
+          failures = 0;
+          var served = Date.parse(status.now);
+          if (!isNaN(served)) skew = served - Date.now();
+          // Availability has its own wording only while waiting; an
+          // admitted customer's form is not swapped under their hands.
+          if (status.phase !== room.getAttribute("data-phase") ||
+              (status.phase === "waiting" &&
+               status.availability !== room.getAttribute("data-availability"))) {
+            clearInterval(ticking);
+            return swap().catch(function () { location.reload(); });
+          }
+          show(status);
+          if (FINAL.indexOf(status.phase) < 0) schedule(nextPoll(status.phase, status));
+        })
+        .catch(function () {
+          // The shop may be busy or briefly down: back off, keep the page.
+          failures += 1;
+          schedule(Math.min(30000, 2000 * Math.pow(2, Math.min(failures, 4))));
+        });
+    }
+    function schedule(ms) {
+      if (timer !== null) clearTimeout(timer);
+      timer = setTimeout(poll, ms);
+    }
+    var ticking = setInterval(tick, 250);
+    tick();
+    var phase = room.getAttribute("data-phase");
+    if (FINAL.indexOf(phase) < 0) schedule(phase === "drawing" ? 300 : nextPoll(phase));
+  }
 })();

@@ -44,6 +44,7 @@ async fn admin_pages_are_for_admins_only() {
         ("/admin/products/new".to_string(), "New flash sale"),
         (format!("/admin/products/{product}/edit"), "Adjust stock"),
         (format!("/admin/products/{product}/history"), "Purchase"),
+        ("/admin/queues".to_string(), "Waiting rooms"),
     ];
     for (path, text) in &pages {
         expect_redirect(&stranger.get(path).await, "/login");
@@ -72,6 +73,8 @@ async fn admin_pages_are_for_admins_only() {
             vec![("delta", "5"), ("reason", "found more")],
         ),
         (format!("/admin/orders/{order}/refund"), vec![]),
+        (format!("/admin/products/{product}/queue/pause"), vec![]),
+        (format!("/admin/products/{product}/queue/resume"), vec![]),
     ];
     for (path, fields) in &posts {
         // A stranger and a customer are refused before the token matters.
@@ -99,6 +102,11 @@ async fn admin_pages_are_for_admins_only() {
         .await;
     }
     assert_eq!(app.db.ledger_rows(), rows, "refused forms write nothing");
+    assert_eq!(
+        app.db.count("SELECT count(*) AS n FROM admin_actions"),
+        0,
+        "refused forms log nothing"
+    );
     assert_eq!(app.db.count("SELECT count(*) AS n FROM products"), products);
     assert_eq!(app.db.count(&format!("SELECT count(*) AS n FROM products WHERE name = 'Renamed' OR id = {product} AND price_cents <> 1000")), 0);
     app.db.assert_audit_clean();

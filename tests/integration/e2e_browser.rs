@@ -135,6 +135,42 @@ impl Chrome {
         panic!("expected {wanted:?} on {}:\n{text}", self.path().await);
     }
 
+    /// Like `expect_text`, for what happens by itself later (a countdown
+    /// ending, the next admission): waits up to `within`.
+    async fn expect_text_within(&self, wanted: &str, within: Duration) -> String {
+        let deadline = std::time::Instant::now() + within;
+        loop {
+            let text = self.text().await;
+            if text.contains(wanted) {
+                return text;
+            }
+            if std::time::Instant::now() > deadline {
+                panic!(
+                    "expected {wanted:?} on {} within {within:?}:\n{text}",
+                    self.path().await
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Whether the page is still the document `mark_document` marked: it
+    /// changed by itself, with no reload or navigation.
+    async fn mark_document(&self) {
+        self.client
+            .execute("window.__markedDocument = true", vec![])
+            .await
+            .unwrap();
+    }
+
+    async fn same_document(&self) -> bool {
+        self.client
+            .execute("return window.__markedDocument === true", vec![])
+            .await
+            .unwrap()
+            == serde_json::Value::Bool(true)
+    }
+
     async fn expect_path(&self, wanted: &str) {
         let mut path = String::new();
         for _ in 0..100 {
@@ -433,9 +469,235 @@ async fn create_named_product(app: &TestApp, name: &str, stock: i32, cents: i64)
             per_customer_limit: Some(1),
             starts_at: chrono::Utc::now() - chrono::Duration::minutes(1),
             ends_at: Some(chrono::Utc::now() + chrono::Duration::hours(2)),
+            queue_mode: false,
+            queue_opens_at: None,
         },
     )
     .await
     .unwrap()
     .id
+}
+
+/// The waiting room end to end: two customers join before the opening and
+/// watch the countdown turn into a place by itself; the first admitted
+/// buys and is declined, which admits the next; the next buys and pays;
+/// a late arrival watching the waiting page sees "sold out" as the last
+/// unit goes; and the published draw passes `flashsale draw verify`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn waiting_room_in_chromium() {
+    use crate::waiting_room_pages::{join, queue_json, queue_sale, wait_for};
+    let app = spawn_app().await;
+    let (_driver, driver_port) = start_chromedriver();
+    let one = Chrome::start(driver_port, &app.address).await;
+    let two = Chrome::start(driver_port, &app.address).await;
+    // Long enough for both browsers to sign up and join first.
+    let product = queue_sale(&app, 1, 1, chrono::Duration::seconds(40), None).await;
+    let late = app.customer("queue-late@example.com").await;
+
+    for (chrome, email) in [
+        (&one, "queue-one@example.com"),
+        (&two, "queue-two@example.com"),
+    ] {
+        chrome.sign_up(email).await;
+        chrome.open(&format!("/products/{product}")).await;
+        chrome
+            .expect_text("This sale opens through a waiting room")
+            .await;
+        chrome.submit("form.join button[type=submit]").await;
+        chrome
+            .expect_path(&format!("/products/{product}/queue"))
+            .await;
+        chrome.expect_text("You are in the waiting room").await;
+        chrome.expect_text("The sale starts in").await;
+        chrome.mark_document().await;
+    }
+    one.shot("20-waiting-room-countdown").await;
+
+    // At the start the countdown turns into a place, without a reload (the
+    // first in line may go straight on to its pass).
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let first_is_one = loop {
+        let (a, b) = (one.text().await, two.text().await);
+        if a.contains("It is your turn") && b.contains("in line") {
+            break true;
+        }
+        if b.contains("It is your turn") && a.contains("in line") {
+            break false;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no place and pass at the start:\n{a}\n---\n{b}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let (first, second) = if first_is_one {
+        (&one, &two)
+    } else {
+        (&two, &one)
+    };
+    for chrome in [first, second] {
+        assert!(chrome.same_document().await, "the page was reloaded");
+    }
+    second.expect_text("You are number 2 in line").await;
+    second.shot("21-waiting-room-place").await;
+    // A late arrival goes to the back.
+    crate::helpers::expect_redirect(
+        &join(&late, product).await,
+        &format!("/products/{product}/queue"),
+    );
+    assert_eq!(queue_json(&late, product).await["position"], 3);
+    // The other waiter is told at once that every unit is held.
+    second
+        .expect_text_within(
+            "Every unit is sold or held right now",
+            Duration::from_secs(20),
+        )
+        .await;
+    first.shot("22-admitted").await;
+    second.shot("23-all-held").await;
+
+    // The first buys with the pass and the card is declined ...
+    first.submit("form.buy button[type=submit]").await;
+    first.expect_text("Pay $25.00").await;
+    first.pay(DECLINED_CARD).await;
+    first.expect_text("Your payment was declined").await;
+    // ... which gives the unit back and admits the next waiter.
+    second
+        .expect_text_within("It is your turn", Duration::from_secs(30))
+        .await;
+    assert!(second.same_document().await, "the page was reloaded");
+    second.shot("24-admitted-after-decline").await;
+
+    // The late arrival watches the waiting page in the first browser.
+    first.sign_out().await;
+    first.sign_in("queue-late@example.com").await;
+    first.open(&format!("/products/{product}/queue")).await;
+    first
+        .expect_text("Every unit is sold or held right now")
+        .await;
+    first.mark_document().await;
+
+    second.submit("form.buy button[type=submit]").await;
+    second.expect_text("Pay $25.00").await;
+    second.pay(GOOD_CARD).await;
+    second.expect_text("Paid — thank you").await;
+    second.shot("25-paid-with-pass").await;
+
+    first
+        .expect_text_within("Sold out", Duration::from_secs(30))
+        .await;
+    assert!(first.same_document().await, "the page was reloaded");
+    first.shot("26-sold-out-for-waiters").await;
+    wait_for(&late, product, Duration::from_secs(5), |s| {
+        s["state"] == "sold_out"
+    })
+    .await;
+
+    // The draw page, and the draw checked as anyone would.
+    first.open(&format!("/products/{product}/draw")).await;
+    first.expect_text("flashsale draw verify").await;
+    first.shot("27-draw").await;
+    let report =
+        flashsale::qa::draw::fetch_and_check(&app.address, flashsale::domain::ProductId(product))
+            .await
+            .unwrap();
+    assert!(report.passed(), "{}", report.render());
+    one.client.clone().close().await.unwrap();
+    two.client.clone().close().await.unwrap();
+    assert_eq!(
+        app.db.count(&format!(
+            "SELECT count(*) AS n FROM orders o JOIN order_items i ON i.order_id = o.id \
+             WHERE i.product_id = {product} AND o.status = 'paid'"
+        )),
+        1
+    );
+    app.db.assert_audit_clean();
+}
+
+/// The opening second, by the shop's clock: an open-mode sale's Buy button
+/// and a queue-mode sale's join button enable themselves, without a reload.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn buttons_open_by_themselves_at_the_opening_second_in_chromium() {
+    use crate::waiting_room_pages::queue_sale;
+    let app = spawn_app().await;
+    let (_driver, driver_port) = start_chromedriver();
+    let chrome = Chrome::start(driver_port, &app.address).await;
+    chrome.sign_up("opening@example.com").await;
+    let soon = chrono::Utc::now() + chrono::Duration::seconds(12);
+    let open_sale = flashsale::services::catalog::create_product(
+        &app.shop.pool,
+        flashsale::services::catalog::SaleSpec {
+            name: "Opening owl".into(),
+            description: "Opens in a moment.".into(),
+            price: flashsale::domain::Money::from_cents(1_500).unwrap(),
+            stock: 3,
+            per_customer_limit: Some(1),
+            starts_at: soon,
+            ends_at: None,
+            queue_mode: false,
+            queue_opens_at: None,
+        },
+    )
+    .await
+    .unwrap()
+    .id;
+    chrome.open(&format!("/products/{open_sale}")).await;
+    chrome.expect_text("has not opened yet").await;
+    let button = chrome
+        .client
+        .find(Locator::Css("form.buy button[type=submit]"))
+        .await
+        .unwrap();
+    assert!(!button.is_enabled().await.unwrap());
+    chrome.mark_document().await;
+    chrome
+        .expect_text_within("Buy now", Duration::from_secs(30))
+        .await;
+    assert!(button.is_enabled().await.unwrap());
+    assert!(chrome.same_document().await, "the page was reloaded");
+    assert!(!chrome.text().await.contains("has not opened yet"));
+    chrome.shot("30-opened-by-itself").await;
+    chrome.submit("form.buy button[type=submit]").await;
+    chrome.expect_text("Pay $15.00").await;
+
+    // A waiting room that opens 12 s from now, its sale 10 minutes later.
+    let queued = queue_sale(
+        &app,
+        3,
+        1,
+        chrono::Duration::seconds(612),
+        Some(chrono::Duration::minutes(10)),
+    )
+    .await;
+    chrome.open(&format!("/products/{queued}")).await;
+    chrome.expect_text("The waiting room opens").await;
+    let join = chrome
+        .client
+        .find(Locator::Css("form.join button[type=submit]"))
+        .await
+        .unwrap();
+    assert!(!join.is_enabled().await.unwrap(), "joining is not open yet");
+    assert!(
+        chrome.client.find(Locator::Css("form.buy")).await.is_err(),
+        "a queue-mode sale offers no Buy"
+    );
+    chrome.mark_document().await;
+    for _ in 0..150 {
+        if join.is_enabled().await.unwrap() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        join.is_enabled().await.unwrap(),
+        "the join button never opened"
+    );
+    assert!(chrome.same_document().await, "the page was reloaded");
+    chrome.submit("form.join button[type=submit]").await;
+    chrome
+        .expect_path(&format!("/products/{queued}/queue"))
+        .await;
+    chrome.expect_text("You are in the waiting room").await;
+    chrome.shot("31-joined-at-the-opening").await;
+    chrome.client.close().await.unwrap();
 }

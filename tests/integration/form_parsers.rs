@@ -190,9 +190,12 @@ proptest! {
         limit in hostile_text(),
         starts_at in prop_oneof![hostile_text(), Just("2026-12-01T09:00".to_string()), "[+-]?[0-9]{1,6}-0[1-9]-1[0-9]T0[0-9]:00"],
         ends_at in prop_oneof![hostile_text(), Just(String::new())],
+        queue_mode in prop_oneof![hostile_text(), Just(String::new()), Just("on".to_string())],
+        queue_opens_at in prop_oneof![hostile_text(), Just(String::new()), Just("2026-12-01T08:45".to_string())],
     ) {
         let fields = SaleFields {
             name, description, price, stock, per_customer_limit: limit, starts_at, ends_at,
+            queue_mode, queue_opens_at,
             csrf_token: String::new(),
         };
         match fields.spec() {
@@ -205,11 +208,62 @@ proptest! {
                 // Postgres stores these; chrono reads far wider years.
                 prop_assert!((1970..=9999).contains(&chrono::Datelike::year(&spec.starts_at)));
                 prop_assert!(spec.ends_at.is_none_or(|end| end > spec.starts_at));
+                // What the products table's queue checks demand, and no opening without a queue.
+                prop_assert!(!spec.queue_mode || spec.per_customer_limit.is_some());
+                prop_assert!(spec.queue_opens_at.is_none_or(|opens| spec.queue_mode && opens <= spec.starts_at));
             }
             Err(error) => assert_safe_message(error.into()),
         }
         if let Err(error) = fields.terms() {
             assert_safe_message(error.into());
+        }
+    }
+
+    /// The queue choice on an otherwise good form: accepted exactly when
+    /// queue mode has a limit and any opening is a queue's, at or before the start.
+    #[test]
+    fn queue_choices_are_accepted_only_when_the_table_would_store_them(
+        queue_mode in prop_oneof![Just(String::new()), Just("on".to_string()), hostile_text()],
+        limit in prop_oneof![Just(String::new()), Just("2".to_string())],
+        opening in prop_oneof![
+            Just(String::new()),
+            Just("2026-12-01T08:45".to_string()),
+            Just("2026-12-01T09:00".to_string()),
+            Just("2026-12-01T09:01".to_string()),
+            hostile_text(),
+        ],
+    ) {
+        let fields = SaleFields {
+            name: "Lamp".into(),
+            price: "10".into(),
+            stock: "5".into(),
+            starts_at: "2026-12-01T09:00".into(),
+            per_customer_limit: limit.clone(),
+            queue_mode: queue_mode.clone(),
+            queue_opens_at: opening.clone(),
+            ..SaleFields::default()
+        };
+        let ticked = match queue_mode.trim() {
+            "" => Some(false),
+            "on" | "1" | "true" => Some(true),
+            _ => None,
+        };
+        let opening = opening.trim();
+        let opens_in_time = matches!(opening, "" | "2026-12-01T08:45" | "2026-12-01T09:00");
+        let storable = ticked.is_some_and(|queue| {
+            (!queue || !limit.is_empty()) && (opening.is_empty() || queue) && opens_in_time
+        });
+        match (fields.spec(), fields.terms()) {
+            (Ok(spec), Ok(terms)) => {
+                prop_assert!(storable, "accepted {queue_mode:?} {limit:?} {opening:?}");
+                prop_assert_eq!(spec.queue_mode, ticked == Some(true));
+                prop_assert_eq!(terms.queue_opens_at, spec.queue_opens_at);
+            }
+            (Err(spec), Err(_)) => {
+                prop_assert!(!storable, "refused {queue_mode:?} {limit:?} {opening:?}: {}", spec.0);
+                assert_safe_message(spec.into());
+            }
+            _ => prop_assert!(false, "spec and terms disagree"),
         }
     }
 
@@ -222,8 +276,12 @@ proptest! {
         limit in proptest::option::of(1..=i32::MAX),
         start_minute in 0i64..4_000_000,
         length_minutes in proptest::option::of(1i64..1_000_000),
+        queue in proptest::option::of(proptest::option::of(0i64..100_000)),
     ) {
         let starts_at = minute(start_minute);
+        // Queue mode needs a limit; its opening is at most the start.
+        let limit = if queue.is_some() { limit.or(Some(1)) } else { limit };
+        let queue_opens_at = queue.flatten().map(|before| minute(start_minute - before));
         let product = Product {
             id: 1,
             name: name.clone(),
@@ -237,8 +295,12 @@ proptest! {
             created_at: starts_at,
             updated_at: starts_at,
             fence: 0,
+            queue_mode: queue.is_some(),
+            queue_opens_at,
         };
-        let spec = SaleFields::of(&product).spec().unwrap();
+        let fields = SaleFields::of(&product);
+        prop_assert_eq!(fields.queue_ticked(), product.queue_mode);
+        let spec = fields.spec().unwrap();
         prop_assert_eq!(spec.name, name);
         prop_assert_eq!(spec.description, description);
         prop_assert_eq!(spec.price.cents(), cents);
@@ -246,6 +308,11 @@ proptest! {
         prop_assert_eq!(spec.per_customer_limit, limit);
         prop_assert_eq!(spec.starts_at, product.sale_starts_at);
         prop_assert_eq!(spec.ends_at, product.sale_ends_at);
+        prop_assert_eq!(spec.queue_mode, product.queue_mode);
+        prop_assert_eq!(spec.queue_opens_at, product.queue_opens_at);
+        let terms = fields.terms().unwrap();
+        prop_assert_eq!(terms.queue_mode, product.queue_mode);
+        prop_assert_eq!(terms.queue_opens_at, product.queue_opens_at);
     }
 
     #[test]
@@ -271,7 +338,7 @@ proptest! {
         body in prop_oneof![
             proptest::collection::vec(any::<u8>(), 0..400),
             proptest::collection::vec(
-                ("(quantity|product_id|card_number|email|password|delta|reason|name|price|stock|starts_at|ends_at|idempotency_key|status|product)", hostile_text()),
+                ("(quantity|product_id|card_number|email|password|delta|reason|name|price|stock|starts_at|ends_at|queue_mode|queue_opens_at|per_customer_limit|idempotency_key|status|product)", hostile_text()),
                 0..6,
             ).prop_map(|fields| serde_urlencoded::to_string(fields).unwrap().into_bytes()),
         ]

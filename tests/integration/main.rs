@@ -28,3 +28,7 @@ mod shop_pages;
 mod soak;
 mod stock_gate;
 mod uncertain_commit;
+mod waiting_room;
+mod waiting_room_admin;
+mod waiting_room_pages;
+mod waiting_room_redis;

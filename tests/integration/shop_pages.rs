@@ -24,6 +24,8 @@ async fn sale(
             per_customer_limit: Some(3),
             starts_at: Utc::now() + starts_in,
             ends_at: ends_in.map(|d| Utc::now() + d),
+            queue_mode: false,
+            queue_opens_at: None,
         },
     )
     .await
@@ -627,6 +629,8 @@ async fn the_sale_state_is_worked_out_when_the_page_is_shown() {
                 per_customer_limit: None,
                 starts_at: opens,
                 ends_at: None,
+                queue_mode: false,
+                queue_opens_at: None,
             },
         )
         .await

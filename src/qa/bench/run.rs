@@ -37,6 +37,8 @@ fn sale(name: String, stock: i32) -> SaleSpec {
         per_customer_limit: None,
         starts_at: Utc::now() - chrono::Duration::minutes(1),
         ends_at: None,
+        queue_mode: false,
+        queue_opens_at: None,
     }
 }
 

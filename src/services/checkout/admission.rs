@@ -19,7 +19,8 @@ use crate::services::stock_gate::{give_back_all, seed_if_absent};
 use crate::services::Shop;
 
 /// Admits every line at the gate, or none: a refused line hands back the
-/// lines admitted before it. Returns the admission key, or the refusal.
+/// lines admitted before it, all under the admission `key`. Returns the
+/// admission key, or the refusal.
 /// Whatever ends it early gives back every line it may have admitted: a
 /// call that failed or timed out may still have run in Redis, and giving
 /// back an admission the gate never made does nothing.
@@ -28,8 +29,8 @@ pub(super) async fn admit_all(
     gate: &StockGate,
     customer: CustomerId,
     lines: &[Line],
+    key: String,
 ) -> Result<Result<String, Refusal>, AppError> {
-    let key = super::admission_key();
     let mut admitted = Vec::with_capacity(lines.len());
     for line in lines {
         let mut answer = gate

@@ -11,9 +11,15 @@
 //! may carry other products' batches too; `sell` is one product's batch as
 //! (part of) a transaction.
 //!
-//! Within this module calls go one way: `mod` -> `admission`, `batch`,
-//! `lone`; `batch` -> `group` -> `sell` (and `batch` -> `sell` for a batch
-//! served alone); all of them -> `rules`, `order_rows`, `outcome`.
+//! A sale in queue mode is bought with a waiting-room pass
+//! (`purchase_with_pass`, in `pass`): the pass is claimed first, and the
+//! purchase then goes the same way, its gate admission (and its order's
+//! `gate_key`) named after the claim, so what became of a claim can be
+//! told from Postgres alone. `purchase` refuses such a sale.
+//!
+//! Within this module calls go one way: `pass` -> `mod` -> `admission`,
+//! `batch`, `lone`; `batch` -> `group` -> `sell` (and `batch` -> `sell` for
+//! a batch served alone); all of them -> `rules`, `order_rows`, `outcome`.
 
 mod admission;
 mod batch;
@@ -21,6 +27,7 @@ mod group;
 mod lone;
 mod order_rows;
 mod outcome;
+mod pass;
 mod rules;
 mod sell;
 
@@ -32,6 +39,7 @@ use tracing::Instrument;
 pub use batch::{buy_in_batch, Combiner};
 pub use order_rows::{Buyer, KeyRow};
 pub use outcome::{Line, PurchaseOutcome};
+pub use pass::purchase_with_pass;
 
 use std::time::Duration;
 
@@ -88,6 +96,8 @@ pub fn keeps_answers_at_gate(shop: &Shop) -> bool {
 
 /// Buys `lines` (one order, all lines or none) for `customer`. The order is
 /// named on `answer_key` in the order's own transaction, so a replay finds it.
+/// A sale in queue mode is refused: it is bought with a pass, one product
+/// at a time (`purchase_with_pass`).
 pub async fn purchase(
     shop: &Shop,
     customer: CustomerId,
@@ -96,6 +106,32 @@ pub async fn purchase(
 ) -> Result<PurchaseOutcome, AppError> {
     // Lock order and row-lock order are both ascending product id.
     lines.sort_by_key(|l| l.product);
+    check_lines(shop, &lines, answer_key.as_ref())?;
+    if let Some(name) = pass::queue_mode_among(shop, &lines).await {
+        return Err(AppError::conflict(
+            "This sale has a waiting room",
+            format!(
+                "{name} is sold through its waiting room, one customer at a time: join it from the product's page and buy with the pass you get when your turn comes. Nothing was bought, reserved or charged."
+            ),
+        ));
+    }
+    // From admission on, the purchase runs on a task of its own: a buyer who
+    // hangs up cancels the request, and with it anything awaited there, but
+    // not the give-back of what the gate admitted for them, nor the answer
+    // recorded under their key.
+    let served = shop.clone();
+    let purchase = async move { admit_and_buy(&served, customer, lines, answer_key, None).await };
+    tokio::spawn(purchase.instrument(tracing::Span::current()))
+        .await
+        .map_err(|e| AppError::Internal(anyhow::anyhow!("purchase task failed: {e}")))?
+}
+
+/// What every purchase's lines must be, whatever its path.
+fn check_lines(
+    shop: &Shop,
+    lines: &[Line],
+    answer_key: Option<&AnswerKey>,
+) -> Result<(), AppError> {
     if lines.is_empty() || lines.windows(2).any(|w| w[0].product == w[1].product) {
         return Err(AppError::Invalid(
             "An order needs each product once, with a quantity.".into(),
@@ -108,15 +144,7 @@ pub async fn purchase(
             "a key kept at the gate needs the gate and one product"
         )));
     }
-    // From admission on, the purchase runs on a task of its own: a buyer who
-    // hangs up cancels the request, and with it anything awaited there, but
-    // not the give-back of what the gate admitted for them, nor the answer
-    // recorded under their key.
-    let served = shop.clone();
-    let purchase = async move { admit_and_buy(&served, customer, lines, answer_key).await };
-    tokio::spawn(purchase.instrument(tracing::Span::current()))
-        .await
-        .map_err(|e| AppError::Internal(anyhow::anyhow!("purchase task failed: {e}")))?
+    Ok(())
 }
 
 /// A new admission's name at the gate. Random from the thread's CSPRNG, not
@@ -136,19 +164,31 @@ enum Admitted {
     NoGate,
 }
 
+/// `claim`: the admission a waiting-room pass was claimed for. The gate
+/// admits under it, and the order carries it as its `gate_key` (with the
+/// gate off too), so the claim's fate can be read from Postgres.
 async fn admit_and_buy(
     shop: &Shop,
     customer: CustomerId,
     lines: Vec<Line>,
     answer_key: Option<AnswerKey>,
+    claim: Option<String>,
 ) -> Result<PurchaseOutcome, AppError> {
-    let admitted = match admit(shop, customer, &lines, answer_key.as_ref()).await? {
+    let admitted = match admit(
+        shop,
+        customer,
+        &lines,
+        answer_key.as_ref(),
+        claim.as_deref(),
+    )
+    .await?
+    {
         Ok(admitted) => admitted,
         Err(answered) => return Ok(answered),
     };
     let gate_key = match &admitted {
         Admitted::Gate(key) => Some(key.clone()),
-        Admitted::NoGate => None,
+        Admitted::NoGate => claim,
     };
     let products: Vec<ProductId> = lines.iter().map(|l| l.product).collect();
     let payment_deadline = Utc::now() + shop.settings.payment_timeout;
@@ -205,6 +245,7 @@ async fn admit(
     customer: CustomerId,
     lines: &[Line],
     answer_key: Option<&AnswerKey>,
+    claim: Option<&str>,
 ) -> Result<Result<Admitted, PurchaseOutcome>, AppError> {
     let Some(gate) = &shop.gate else {
         return Ok(match refusal_before_locking(shop, lines).await? {
@@ -213,12 +254,15 @@ async fn admit(
         });
     };
     if let (Some(AnswerKey::AtGate { key, fingerprint }), [line]) = (answer_key, lines) {
-        return admit_under_key(shop, gate, customer, line, key, fingerprint).await;
+        return admit_under_key(shop, gate, customer, line, key, fingerprint, claim).await;
     }
-    Ok(match admit_all(shop, gate, customer, lines).await? {
-        Ok(admission) => Ok(Admitted::Gate(admission)),
-        Err(refusal) => Err(PurchaseOutcome::Refused(refusal)),
-    })
+    let admission = claim.map_or_else(admission_key, str::to_string);
+    Ok(
+        match admit_all(shop, gate, customer, lines, admission).await? {
+            Ok(admission) => Ok(Admitted::Gate(admission)),
+            Err(refusal) => Err(PurchaseOutcome::Refused(refusal)),
+        },
+    )
 }
 
 /// How often a repeat looks again at a request still in flight under its key.
@@ -227,7 +271,9 @@ const POLL: Duration = Duration::from_millis(25);
 /// The gate's answer for a purchase whose key it keeps. A repeat of a
 /// request still in flight waits for it, about as long as that one can take
 /// to get its lock; one whose first request can no longer commit (older than
-/// any purchase runs) and bought nothing is taken over.
+/// any purchase runs) and bought nothing is taken over. Under a claimed
+/// pass every try admits as the claim (none of them was admitted, so the
+/// name is free each time).
 async fn admit_under_key(
     shop: &Shop,
     gate: &StockGate,
@@ -235,6 +281,7 @@ async fn admit_under_key(
     line: &Line,
     key: &IdempotencyKey,
     fingerprint: &str,
+    claim: Option<&str>,
 ) -> Result<Result<Admitted, PurchaseOutcome>, AppError> {
     let record = AnswerRecord {
         key: key.as_str(),
@@ -243,7 +290,7 @@ async fn admit_under_key(
     };
     let patience = tokio::time::Instant::now() + shop.settings.lock_wait * 2;
     loop {
-        let admission = admission_key();
+        let admission = claim.map_or_else(admission_key, str::to_string);
         match admit_keyed(shop, gate, customer, line, &admission, &record).await? {
             KeyedAdmission::Admitted => return Ok(Ok(Admitted::Gate(admission))),
             KeyedAdmission::Refused(refusal) => return Ok(Err(PurchaseOutcome::Refused(refusal))),

@@ -190,6 +190,8 @@ impl HistoryRow {
 pub struct AdminHistoryPage {
     pub nav: Nav,
     pub sale: SaleView,
+    /// Links the sale's waiting room.
+    pub queue_mode: bool,
     pub rows: Vec<HistoryRow>,
     pub pager: Pager,
 }

@@ -9,6 +9,8 @@ pub mod auth;
 pub mod cart;
 pub mod operations;
 pub mod orders;
+pub mod queue;
+pub mod queue_admin;
 pub mod shop;
 
 use actix_session::Session;

@@ -118,6 +118,8 @@ impl TestApp {
                 per_customer_limit: None,
                 starts_at: chrono::Utc::now() + chrono::Duration::hours(1),
                 ends_at: None,
+                queue_mode: false,
+                queue_opens_at: None,
             },
         )
         .await
@@ -145,6 +147,8 @@ pub async fn create_product(pool: &PgPool, stock: i32, limit: Option<i32>) -> i6
             per_customer_limit: limit,
             starts_at: chrono::Utc::now() - chrono::Duration::minutes(1),
             ends_at: None,
+            queue_mode: false,
+            queue_opens_at: None,
         },
     )
     .await

@@ -1,0 +1,1088 @@
+//! The waiting room's Redis side (issue #16, `docs/waiting-room.md`): one
+//! queue per sale in queue mode, shared by every instance. Every key is
+//! `{prefix}queue:{product:ID}:…`, the gate's hash tag, so each script runs
+//! on one slot (Redis Cluster too) and may read the gate's stock in the same
+//! atomic step. Postgres holds what the queue is rebuilt from
+//! (`services::queue`); nothing here touches Postgres.
+//!
+//! The scripts (`scripts.rs`) are the rules; this module names the keys,
+//! runs one script per call (bounded in time, once more on a dropped
+//! connection) and reads the answers. Redis down means `Unavailable`, so
+//! callers fail closed.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use redis::Script;
+
+mod scripts;
+
+use crate::domain::draw::Ticket;
+use crate::domain::{CustomerId, ProductId};
+use crate::error::AppError;
+use crate::redis_node::{RedisConnection, RedisNode};
+
+/// Where a queue stands as a whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum QueueState {
+    /// Before the start: joins go to the pre-queue.
+    Pre,
+    /// Admitting in order.
+    Open,
+    /// An admin paused admission; joins still go to the back.
+    Paused,
+    /// Every unit is sold and nothing can come back: nobody else is admitted.
+    SoldOut,
+    /// The sale ended (or was closed): nobody else joins or is admitted.
+    Closed,
+}
+
+/// What a queue needs to know about its sale.
+#[derive(Debug, Clone, Copy)]
+pub struct QueueSetup {
+    pub starts_at: DateTime<Utc>,
+    /// How long a pass lasts (`QUEUE_PASS_SECS`).
+    pub pass: Duration,
+    /// Units a pass covers: the sale's per-customer limit.
+    pub units: i64,
+}
+
+/// One customer's place, as Redis has it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    pub customer: CustomerId,
+    pub ticket: Ticket,
+    /// Arrival order, from 1.
+    pub seq: i64,
+    pub joined_at: DateTime<Utc>,
+    /// Joined at or after the start (or after the draw): goes behind the drawn.
+    pub late: bool,
+    /// Its Postgres row is committed.
+    pub confirmed: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Joined {
+    /// A new place: insert its row, then `confirm` (or `undo_join`).
+    New(Entry),
+    /// The customer's place from before (one place per customer).
+    Again(Entry),
+    /// Sold out or closed: nobody joins.
+    Refused(QueueState),
+    /// Redis has no such queue (never prepared, or lost): prepare or rebuild first.
+    Missing,
+}
+
+/// The pre-queue as the draw reads it.
+#[derive(Debug, Clone)]
+pub struct PreQueue {
+    pub drawn: bool,
+    /// Pre-queue tickets in arrival order.
+    pub tickets: Vec<Ticket>,
+    /// Entries (pre-queue or late) whose Postgres row is not yet confirmed.
+    pub unconfirmed: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Drawn {
+    Done,
+    /// Drawn before (by another caller): nothing changed.
+    Already,
+    /// The pre-queue is not the set the order was computed from (a join
+    /// landed in between, or one is unconfirmed): read it again.
+    Changed,
+    Missing,
+}
+
+/// Which count bounds the passes: the gate's stock key (the gate on), or
+/// the queue's own mirror of the Postgres stock (`STOCK_GATE=off`, kept by
+/// `mirror_stock`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IssueBound {
+    Gate,
+    Mirror,
+}
+
+/// A pass names its admission: `TICKET-NUMBER`. It is not a secret (a
+/// claim also checks the customer); a form's pass that names no pass of
+/// this queue is forged.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct PassRef {
+    pub ticket: Ticket,
+    pub number: i64,
+}
+
+impl PassRef {
+    pub fn parse(raw: &str) -> Option<PassRef> {
+        let (ticket, number) = raw.trim().split_once('-')?;
+        let number: i64 = number.parse().ok().filter(|n| *n > 0)?;
+        Some(PassRef {
+            ticket: Ticket::parse(ticket).ok()?,
+            number,
+        })
+    }
+}
+
+impl std::fmt::Display for PassRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}-{}", self.ticket.as_str(), self.number)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PassState {
+    Issued,
+    /// A purchase under it is on its way (admitted at the gate).
+    Claimed,
+    Used,
+    Lapsed,
+}
+
+/// One admission: a pass issued to the ticket at `cursor`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Issued {
+    pub number: i64,
+    pub ticket: Ticket,
+    pub customer: CustomerId,
+    pub issued_at: DateTime<Utc>,
+    pub expires_at: DateTime<Utc>,
+}
+
+/// What the queue's log holds for Postgres (`queue_admissions`), in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LogEvent {
+    Issued(Issued),
+    Lapsed {
+        number: i64,
+        ticket: Ticket,
+        at: DateTime<Utc>,
+    },
+}
+
+/// A buy's pass, checked and taken in one step.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claim {
+    /// Taken for this admission; `units` is what the pass covers.
+    Claimed {
+        units: i64,
+    },
+    /// The customer holds no pass (not joined, or still waiting).
+    NoPass,
+    /// The form's pass names no pass of this queue.
+    Forged,
+    /// The pass is another customer's.
+    NotYours,
+    Lapsed,
+    Used,
+    /// Claimed by another purchase still on its way.
+    InUse,
+    Missing,
+}
+
+/// A claimed pass past its deadline and grace: its purchase either
+/// committed (settle it) or never will (lapse it); Postgres tells which.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StaleClaim {
+    pub pass: PassRef,
+    pub customer: CustomerId,
+    pub admission: String,
+}
+
+/// One customer's view (`queue.json`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueView {
+    pub queue: QueueState,
+    pub drawn: bool,
+    pub entry: Option<Entry>,
+    /// 1-based place in the line, once drawn (late arrivals: at once).
+    pub position: Option<i64>,
+    /// Places before this one not yet admitted.
+    pub ahead: Option<i64>,
+    pub pass: Option<(PassRef, PassState, DateTime<Utc>)>,
+    /// Stock the gate can still admit, less what open passes cover.
+    pub units_left: i64,
+    /// Covered by open passes.
+    pub outstanding: i64,
+    /// Units in unpaid orders, as last mirrored (`mirror_unpaid`).
+    pub unpaid: i64,
+}
+
+/// Counts for the admin dashboard.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QueueCounts {
+    pub joined: i64,
+    /// In the line, not yet admitted.
+    pub waiting: i64,
+    pub admitted: i64,
+    /// Passes issued or claimed, not yet used or lapsed.
+    pub open_passes: i64,
+    pub outstanding_units: i64,
+    pub used: i64,
+    pub lapsed: i64,
+}
+
+/// Everything Postgres knows, to rebuild a queue Redis lost.
+#[derive(Debug, Clone)]
+pub struct QueueSnapshot {
+    pub setup: QueueSetup,
+    pub state: QueueState,
+    pub drawn: bool,
+    /// Every confirmed entry.
+    pub entries: Vec<Entry>,
+    /// When drawn: the whole line in order (the draw's order), else empty.
+    pub line: Vec<Ticket>,
+    /// Every admission, by number, with its state (issued ones are open).
+    pub admissions: Vec<(Issued, PassState)>,
+}
+
+/// The fixed keys of one queue, in the order every script takes them as KEYS.
+struct QueueKeys {
+    base: String,
+    gate_stock: String,
+}
+
+impl QueueKeys {
+    const PARTS: [&'static str; 10] = [
+        "meta",
+        "by_customer",
+        "seq",
+        "pre",
+        "line",
+        "cursor",
+        "deadlines",
+        "outstanding",
+        "log",
+        "unconfirmed",
+    ];
+
+    fn all(&self) -> Vec<String> {
+        let mut keys: Vec<String> = Self::PARTS
+            .iter()
+            .map(|part| format!("{}{part}", self.base))
+            .collect();
+        keys.push(self.gate_stock.clone());
+        for part in ["mirror_stock", "mirror_unpaid", "rebuilding"] {
+            keys.push(format!("{}{part}", self.base));
+        }
+        keys
+    }
+}
+
+#[derive(Clone)]
+pub struct WaitingRoom {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    node: RedisNode,
+    prefix: String,
+    prepare: Script,
+    join: Script,
+    confirm: Script,
+    undo_join: Script,
+    unconfirmed: Script,
+    pre_queue: Script,
+    draw: Script,
+    issue: Script,
+    ack_log: Script,
+    claim: Script,
+    unclaim: Script,
+    settle: Script,
+    lapse_due: Script,
+    lapse_claim: Script,
+    status: Script,
+    set_state: Script,
+    counts: Script,
+    rebuild: Script,
+}
+
+const TIMEOUT: Duration = Duration::from_secs(1);
+/// A rebuild is one script; the key only has to outlive a caller's read of
+/// Postgres racing another's.
+const REBUILD_LOCK: Duration = Duration::from_secs(30);
+/// Passes one ISSUE call may hand out, so a script never runs long; callers
+/// issue again on every give-back and sweep.
+const ISSUE_BATCH: usize = 1000;
+
+/// Runs one call, once more on a fresh connection if the first lost its
+/// connection: every script here is idempotent or, like ISSUE, only does
+/// again what its caller asked for anyway.
+macro_rules! with_retry {
+    ($room:expr, $connection:ident => $call:expr) => {{
+        let mut answer = None;
+        for attempt in 0..2 {
+            let mut $connection = $room.connection().await?;
+            match $room.guard($call).await {
+                Err((true, _)) if attempt == 0 => continue,
+                Err((_, error)) => {
+                    answer = Some(Err(error));
+                    break;
+                }
+                Ok(value) => {
+                    answer = Some(Ok(value));
+                    break;
+                }
+            }
+        }
+        answer.expect("the loop always answers")
+    }};
+}
+
+type EntryRow = (String, String, i64, i64, i64, i64);
+type StatusRow = (
+    i64,
+    String,
+    i64,
+    i64,
+    i64,
+    i64,
+    String,
+    String,
+    i64,
+    Vec<redis::Value>,
+    i64,
+    Vec<redis::Value>,
+);
+
+impl WaitingRoom {
+    pub fn new(node: RedisNode, prefix: &str) -> WaitingRoom {
+        WaitingRoom {
+            inner: Arc::new(Inner {
+                node,
+                prefix: prefix.to_string(),
+                prepare: Script::new(scripts::PREPARE),
+                join: Script::new(scripts::JOIN),
+                confirm: Script::new(scripts::CONFIRM),
+                undo_join: Script::new(scripts::UNDO_JOIN),
+                unconfirmed: Script::new(scripts::UNCONFIRMED),
+                pre_queue: Script::new(scripts::PRE_QUEUE),
+                draw: Script::new(scripts::DRAW),
+                issue: Script::new(scripts::ISSUE),
+                ack_log: Script::new(scripts::ACK_LOG),
+                claim: Script::new(scripts::CLAIM),
+                unclaim: Script::new(scripts::UNCLAIM),
+                settle: Script::new(scripts::SETTLE),
+                lapse_due: Script::new(scripts::LAPSE_DUE),
+                lapse_claim: Script::new(scripts::LAPSE_CLAIM),
+                status: Script::new(scripts::STATUS),
+                set_state: Script::new(scripts::SET_STATE),
+                counts: Script::new(scripts::COUNTS),
+                rebuild: Script::new(scripts::REBUILD),
+            }),
+        }
+    }
+
+    fn keys(&self, product: ProductId) -> QueueKeys {
+        QueueKeys {
+            base: self.key_base(product),
+            gate_stock: format!("{}gate:{{product:{product}}}:stock", self.inner.prefix),
+        }
+    }
+
+    /// `{prefix}queue:{product:ID}:`: every key of the queue starts so, the
+    /// per-ticket ones (`entry:<ticket>`, `pass:<ticket>`) too.
+    pub fn key_base(&self, product: ProductId) -> String {
+        format!("{}queue:{{product:{product}}}:", self.inner.prefix)
+    }
+
+    /// Every fixed key a queue's scripts touch (the gate's stock among them),
+    /// for tests and tools; per-ticket keys start with `key_base`.
+    pub fn fixed_keys(&self, product: ProductId) -> Vec<String> {
+        self.keys(product).all()
+    }
+
+    async fn connection(&self) -> Result<RedisConnection, AppError> {
+        self.inner
+            .node
+            .connection()
+            .await
+            .map_err(|e| unavailable(&e.to_string()))
+    }
+
+    /// Bounds one call in time; a failed connection is dropped so the next
+    /// call reconnects. Says whether the connection was lost (worth one retry).
+    async fn guard<T>(
+        &self,
+        call: impl std::future::Future<Output = redis::RedisResult<T>>,
+    ) -> Result<T, (bool, AppError)> {
+        match tokio::time::timeout(TIMEOUT, call).await {
+            Ok(Ok(value)) => Ok(value),
+            failure => {
+                self.inner.node.reset().await;
+                Err(match failure {
+                    Ok(Err(e)) => (
+                        e.is_io_error() || e.is_connection_dropped(),
+                        unavailable(&e.to_string()),
+                    ),
+                    _ => (false, unavailable("no answer in time")),
+                })
+            }
+        }
+    }
+
+    async fn run<T: redis::FromRedisValue>(
+        &self,
+        script: &Script,
+        product: ProductId,
+        args: &[String],
+    ) -> Result<T, AppError> {
+        let keys = self.keys(product);
+        let mut invocation = script.prepare_invoke();
+        for key in keys.all() {
+            invocation.key(key);
+        }
+        invocation.arg(&keys.base);
+        for arg in args {
+            invocation.arg(arg);
+        }
+        with_retry!(self, connection => invocation.invoke_async(&mut connection))
+    }
+
+    /// Creates the queue (state `Pre`) unless it exists; before the draw an
+    /// existing queue takes the new setup (an admin moved the start).
+    /// Returns whether it was created.
+    pub async fn prepare(&self, product: ProductId, setup: &QueueSetup) -> Result<bool, AppError> {
+        let created: i64 = self
+            .run(
+                &self.inner.prepare,
+                product,
+                &[
+                    setup.starts_at.timestamp_millis().to_string(),
+                    (setup.pass.as_millis().max(1) as u64).to_string(),
+                    setup.units.max(1).to_string(),
+                ],
+            )
+            .await?;
+        Ok(created == 1)
+    }
+
+    /// Whether Redis has this queue (false after Redis lost it: rebuild).
+    pub async fn exists(&self, product: ProductId) -> Result<bool, AppError> {
+        let key = format!("{}meta", self.key_base(product));
+        let found: i64 = with_retry!(self, connection => redis::cmd("EXISTS").arg(&key).query_async(&mut connection))?;
+        Ok(found == 1)
+    }
+
+    /// A place for `customer`: theirs from before, or a new one with `fresh`.
+    pub async fn join(
+        &self,
+        product: ProductId,
+        customer: CustomerId,
+        fresh: &Ticket,
+    ) -> Result<Joined, AppError> {
+        let mut ticket = fresh.clone();
+        // Two entries sharing a ticket would share a place in the draw; the
+        // odds are tiny, a new ticket costs nothing.
+        for _ in 0..3 {
+            let (code, state, t, who, seq, joined, late, confirmed): (
+                i64,
+                String,
+                String,
+                String,
+                i64,
+                i64,
+                i64,
+                i64,
+            ) = self
+                .run(
+                    &self.inner.join,
+                    product,
+                    &[customer.get().to_string(), ticket.as_str().to_string()],
+                )
+                .await?;
+            let entry = || entry_from((t.clone(), who.clone(), seq, joined, late, confirmed));
+            return match code {
+                0 => Ok(Joined::New(entry()?)),
+                1 => Ok(Joined::Again(entry()?)),
+                2 => Ok(Joined::Refused(state_from(&state)?)),
+                3 => Ok(Joined::Missing),
+                4 => {
+                    ticket = Ticket::generate();
+                    continue;
+                }
+                _ => Err(broken("join")),
+            };
+        }
+        Err(broken("join: no free ticket"))
+    }
+
+    /// The entry's Postgres row committed.
+    pub async fn confirm(&self, product: ProductId, ticket: &Ticket) -> Result<(), AppError> {
+        let _: i64 = self
+            .run(&self.inner.confirm, product, &[ticket.as_str().to_string()])
+            .await?;
+        Ok(())
+    }
+
+    /// Takes back a place whose row could not be written (only while unconfirmed).
+    pub async fn undo_join(
+        &self,
+        product: ProductId,
+        customer: CustomerId,
+        ticket: &Ticket,
+    ) -> Result<(), AppError> {
+        let _: i64 = self
+            .run(
+                &self.inner.undo_join,
+                product,
+                &[customer.get().to_string(), ticket.as_str().to_string()],
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Unconfirmed entries older than `age` (their joiner died): the jobs
+    /// insert their rows and confirm them.
+    pub async fn unconfirmed(
+        &self,
+        product: ProductId,
+        age: Duration,
+    ) -> Result<Vec<Entry>, AppError> {
+        let rows: Vec<EntryRow> = self
+            .run(
+                &self.inner.unconfirmed,
+                product,
+                &[(age.as_millis() as u64).to_string()],
+            )
+            .await?;
+        rows.into_iter().map(entry_from).collect()
+    }
+
+    /// An absent queue reads as undrawn and empty (`draw` then says `Missing`).
+    pub async fn pre_queue(&self, product: ProductId) -> Result<PreQueue, AppError> {
+        let values: Vec<redis::Value> = self.run(&self.inner.pre_queue, product, &[]).await?;
+        let number = |i: usize| -> Result<i64, AppError> {
+            values
+                .get(i)
+                .and_then(|v| redis::from_redis_value_ref::<i64>(v).ok())
+                .ok_or_else(|| broken("pre_queue"))
+        };
+        let (drawn, unconfirmed) = (number(1)? == 1, number(2)?);
+        let tickets = values[3..]
+            .iter()
+            .map(|v| {
+                redis::from_redis_value_ref::<String>(v)
+                    .ok()
+                    .and_then(|t| Ticket::parse(&t).ok())
+                    .ok_or_else(|| broken("pre_queue ticket"))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(PreQueue {
+            drawn,
+            tickets,
+            unconfirmed: unconfirmed.max(0) as usize,
+        })
+    }
+
+    /// Puts the pre-queue in `order` (positions 1..n; late arrivals already
+    /// in the line move behind), opens admission (state `Open`, cursor 1).
+    /// A queue an admin paused or closed before the draw stays so.
+    pub async fn draw(&self, product: ProductId, order: &[Ticket]) -> Result<Drawn, AppError> {
+        let args: Vec<String> = order.iter().map(|t| t.as_str().to_string()).collect();
+        let code: i64 = self.run(&self.inner.draw, product, &args).await?;
+        match code {
+            0 => Ok(Drawn::Done),
+            1 => Ok(Drawn::Already),
+            2 => Ok(Drawn::Changed),
+            3 => Ok(Drawn::Missing),
+            _ => Err(broken("draw")),
+        }
+    }
+
+    /// Issues passes in line order while the queue is open, the next entry
+    /// is confirmed, and open passes plus one more pass's units fit in what
+    /// `bound` says can still be admitted. Each is appended to the log.
+    /// A missing bound key issues nothing.
+    pub async fn issue(
+        &self,
+        product: ProductId,
+        bound: IssueBound,
+    ) -> Result<Vec<Issued>, AppError> {
+        let which = match bound {
+            IssueBound::Gate => "gate",
+            IssueBound::Mirror => "mirror",
+        };
+        let rows: Vec<(i64, String, String, i64, i64)> = self
+            .run(
+                &self.inner.issue,
+                product,
+                &[which.to_string(), ISSUE_BATCH.to_string()],
+            )
+            .await?;
+        rows.into_iter()
+            .map(|(number, ticket, customer, issued, expires)| {
+                Ok(Issued {
+                    number,
+                    ticket: ticket_from(&ticket)?,
+                    customer: customer_from(&customer)?,
+                    issued_at: time_from(issued)?,
+                    expires_at: time_from(expires)?,
+                })
+            })
+            .collect()
+    }
+
+    /// The log's oldest events (at most `max`), not removed.
+    pub async fn log(&self, product: ProductId, max: usize) -> Result<Vec<LogEvent>, AppError> {
+        if max == 0 {
+            return Ok(Vec::new());
+        }
+        let key = format!("{}log", self.key_base(product));
+        let raw: Vec<String> = with_retry!(self, connection => redis::cmd("LRANGE")
+            .arg(&key)
+            .arg(0)
+            .arg(max as i64 - 1)
+            .query_async(&mut connection))?;
+        raw.iter().map(|line| log_event_from(line)).collect()
+    }
+
+    /// Removes the log's leading events up to and including `through`
+    /// (an event equal to it), once Postgres has them; concurrent drainers
+    /// never remove an event another has not recorded.
+    pub async fn ack_log(&self, product: ProductId, through: &LogEvent) -> Result<(), AppError> {
+        let _: i64 = self
+            .run(&self.inner.ack_log, product, &[log_line(through)])
+            .await?;
+        Ok(())
+    }
+
+    /// Checks and takes `customer`'s pass for the purchase `admission`.
+    pub async fn claim(
+        &self,
+        product: ProductId,
+        customer: CustomerId,
+        pass: &PassRef,
+        admission: &str,
+    ) -> Result<Claim, AppError> {
+        let (code, units): (i64, i64) = self
+            .run(
+                &self.inner.claim,
+                product,
+                &[
+                    customer.get().to_string(),
+                    pass.ticket.as_str().to_string(),
+                    pass.number.to_string(),
+                    admission.to_string(),
+                ],
+            )
+            .await?;
+        Ok(match code {
+            0 => Claim::Claimed { units },
+            1 => Claim::NoPass,
+            2 => Claim::Forged,
+            3 => Claim::NotYours,
+            4 => Claim::Lapsed,
+            5 => Claim::Used,
+            6 => Claim::InUse,
+            7 => Claim::Missing,
+            _ => return Err(broken("claim")),
+        })
+    }
+
+    async fn pass_step(
+        &self,
+        script: &Script,
+        product: ProductId,
+        pass: &PassRef,
+        admission: &str,
+    ) -> Result<i64, AppError> {
+        self.run(
+            script,
+            product,
+            &[
+                pass.ticket.as_str().to_string(),
+                pass.number.to_string(),
+                admission.to_string(),
+            ],
+        )
+        .await
+    }
+
+    /// The purchase under the claim wrote nothing: the pass is `Issued`
+    /// again until its deadline (only while `admission` holds it); past the
+    /// deadline it lapses (logged).
+    pub async fn unclaim(
+        &self,
+        product: ProductId,
+        pass: &PassRef,
+        admission: &str,
+    ) -> Result<(), AppError> {
+        self.pass_step(&self.inner.unclaim, product, pass, admission)
+            .await
+            .map(|_| ())
+    }
+
+    /// The purchase under the claim committed: `Used`, its units no longer
+    /// outstanding. Returns false when the pass was not claimed by
+    /// `admission`; a repeat for the same admission answers true and hands
+    /// back nothing more.
+    pub async fn settle(
+        &self,
+        product: ProductId,
+        pass: &PassRef,
+        admission: &str,
+    ) -> Result<bool, AppError> {
+        Ok(self
+            .pass_step(&self.inner.settle, product, pass, admission)
+            .await?
+            == 1)
+    }
+
+    /// Lapses every issued pass past its deadline (logged), and returns the
+    /// claimed ones past deadline plus `grace`, for the caller to settle or
+    /// `lapse_claim` by what Postgres says.
+    pub async fn lapse_due(
+        &self,
+        product: ProductId,
+        grace: Duration,
+    ) -> Result<Vec<StaleClaim>, AppError> {
+        let rows: Vec<(String, i64, String, String)> = self
+            .run(
+                &self.inner.lapse_due,
+                product,
+                &[(grace.as_millis() as u64).to_string()],
+            )
+            .await?;
+        rows.into_iter()
+            .map(|(ticket, number, customer, admission)| {
+                Ok(StaleClaim {
+                    pass: PassRef {
+                        ticket: ticket_from(&ticket)?,
+                        number,
+                    },
+                    customer: customer_from(&customer)?,
+                    admission,
+                })
+            })
+            .collect()
+    }
+
+    /// A stale claim whose purchase never committed: `Lapsed` (logged).
+    /// False when `admission` does not hold it; a repeat answers true.
+    pub async fn lapse_claim(
+        &self,
+        product: ProductId,
+        pass: &PassRef,
+        admission: &str,
+    ) -> Result<bool, AppError> {
+        Ok(self
+            .pass_step(&self.inner.lapse_claim, product, pass, admission)
+            .await?
+            == 1)
+    }
+
+    /// One customer's view; a queue Redis does not have is `Unavailable`
+    /// (use `view` to tell it apart and rebuild).
+    pub async fn status(
+        &self,
+        product: ProductId,
+        customer: CustomerId,
+    ) -> Result<QueueView, AppError> {
+        self.view(product, customer).await?.ok_or_else(|| {
+            AppError::Unavailable(format!(
+                "waiting room: Redis has no queue for product {product}"
+            ))
+        })
+    }
+
+    /// `status`, with None for a queue Redis does not have (never
+    /// prepared, or lost): one read-only round trip.
+    pub async fn view(
+        &self,
+        product: ProductId,
+        customer: CustomerId,
+    ) -> Result<Option<QueueView>, AppError> {
+        let values: Vec<redis::Value> = self
+            .run(&self.inner.status, product, &[customer.get().to_string()])
+            .await?;
+        if values.len() == 1 {
+            return Ok(None);
+        }
+        let row: StatusRow =
+            redis::from_redis_value(redis::Value::Array(values)).map_err(|_| broken("status"))?;
+        let (
+            _,
+            state,
+            drawn,
+            pre_count,
+            cursor,
+            outstanding,
+            gate_stock,
+            mirror_stock,
+            unpaid,
+            entry,
+            line_position,
+            pass,
+        ) = row;
+        let drawn = drawn == 1;
+        let entry = if entry.is_empty() {
+            None
+        } else {
+            let row: EntryRow = redis::from_redis_value(redis::Value::Array(entry))
+                .map_err(|_| broken("status entry"))?;
+            Some(entry_from(row)?)
+        };
+        // Before the draw a late arrival's place is behind the whole
+        // pre-queue, as the draw will put it.
+        let position = match (&entry, line_position) {
+            (Some(_), p) if p > 0 => Some(if drawn { p } else { pre_count + p }),
+            _ => None,
+        };
+        let ahead = position.map(|p| (p - cursor).max(0));
+        let pass = match (&entry, pass.is_empty()) {
+            (Some(entry), false) => {
+                let (number, state, expires): (i64, String, i64) =
+                    redis::from_redis_value(redis::Value::Array(pass))
+                        .map_err(|_| broken("status pass"))?;
+                Some((
+                    PassRef {
+                        ticket: entry.ticket.clone(),
+                        number,
+                    },
+                    pass_state_from(&state)?,
+                    time_from(expires)?,
+                ))
+            }
+            _ => None,
+        };
+        let bound = gate_stock
+            .parse::<i64>()
+            .ok()
+            .or_else(|| mirror_stock.parse::<i64>().ok())
+            .unwrap_or(0);
+        Ok(Some(QueueView {
+            queue: state_from(&state)?,
+            drawn,
+            entry,
+            position,
+            ahead,
+            pass,
+            units_left: (bound - outstanding).max(0),
+            outstanding,
+            unpaid,
+        }))
+    }
+
+    /// Pause, resume (`Open`), `SoldOut` or `Closed`. Resuming before the
+    /// draw is refused (false), and so is `Pre`; a missing queue is false too.
+    pub async fn set_state(&self, product: ProductId, state: QueueState) -> Result<bool, AppError> {
+        let set: i64 = self
+            .run(
+                &self.inner.set_state,
+                product,
+                &[state_name(state).to_string()],
+            )
+            .await?;
+        Ok(set == 1)
+    }
+
+    /// Zeros for a queue Redis does not have.
+    pub async fn counts(&self, product: ProductId) -> Result<QueueCounts, AppError> {
+        let (_, joined, waiting, admitted, open_passes, outstanding_units, used, lapsed): (
+            i64,
+            i64,
+            i64,
+            i64,
+            i64,
+            i64,
+            i64,
+            i64,
+        ) = self.run(&self.inner.counts, product, &[]).await?;
+        Ok(QueueCounts {
+            joined,
+            waiting,
+            admitted,
+            open_passes,
+            outstanding_units,
+            used,
+            lapsed,
+        })
+    }
+
+    async fn set(&self, key: String, units: i64) -> Result<(), AppError> {
+        with_retry!(self, connection => redis::cmd("SET").arg(&key).arg(units).query_async::<()>(&mut connection))
+    }
+
+    /// The Postgres stock, for `IssueBound::Mirror`.
+    pub async fn mirror_stock(&self, product: ProductId, units: i64) -> Result<(), AppError> {
+        self.set(format!("{}mirror_stock", self.key_base(product)), units)
+            .await
+    }
+
+    /// Units in unpaid orders (shown as held).
+    pub async fn mirror_unpaid(&self, product: ProductId, units: i64) -> Result<(), AppError> {
+        self.set(format!("{}mirror_unpaid", self.key_base(product)), units)
+            .await
+    }
+
+    /// Rebuilds a queue Redis lost, from Postgres alone, once (under a
+    /// `SET NX` key, so two instances do not both rebuild). Returns false
+    /// when the queue exists or another caller is rebuilding. Every entry
+    /// comes back confirmed; before the draw the line is the late entries in
+    /// `(joined_at, seq)` order; a `Claimed` admission comes back `Issued`
+    /// (Postgres does not know its purchase), and the log starts empty.
+    pub async fn rebuild(
+        &self,
+        product: ProductId,
+        snapshot: &QueueSnapshot,
+    ) -> Result<bool, AppError> {
+        let setup = &snapshot.setup;
+        let mut args = vec![
+            (REBUILD_LOCK.as_millis() as u64).to_string(),
+            setup.starts_at.timestamp_millis().to_string(),
+            (setup.pass.as_millis().max(1) as u64).to_string(),
+            setup.units.max(1).to_string(),
+            state_name(snapshot.state).to_string(),
+            if snapshot.drawn { "1" } else { "0" }.to_string(),
+            snapshot.entries.len().to_string(),
+        ];
+        for entry in &snapshot.entries {
+            args.extend([
+                entry.ticket.as_str().to_string(),
+                entry.customer.get().to_string(),
+                entry.seq.to_string(),
+                entry.joined_at.timestamp_millis().to_string(),
+                if entry.late { "1" } else { "0" }.to_string(),
+            ]);
+        }
+        let line: Vec<&Ticket> = if snapshot.drawn {
+            snapshot.line.iter().collect()
+        } else {
+            let mut late: Vec<&Entry> = snapshot.entries.iter().filter(|e| e.late).collect();
+            late.sort_by_key(|e| (e.joined_at, e.seq));
+            late.into_iter().map(|e| &e.ticket).collect()
+        };
+        args.push(line.len().to_string());
+        args.extend(line.iter().map(|t| t.as_str().to_string()));
+        let mut admissions: Vec<&(Issued, PassState)> = snapshot.admissions.iter().collect();
+        admissions.sort_by_key(|(issued, _)| issued.number);
+        for (issued, state) in admissions {
+            args.extend([
+                issued.number.to_string(),
+                issued.ticket.as_str().to_string(),
+                issued.customer.get().to_string(),
+                issued.issued_at.timestamp_millis().to_string(),
+                issued.expires_at.timestamp_millis().to_string(),
+                match state {
+                    PassState::Issued | PassState::Claimed => "issued",
+                    PassState::Used => "used",
+                    PassState::Lapsed => "lapsed",
+                }
+                .to_string(),
+            ]);
+        }
+        let rebuilt: i64 = self.run(&self.inner.rebuild, product, &args).await?;
+        Ok(rebuilt == 1)
+    }
+}
+
+fn state_name(state: QueueState) -> &'static str {
+    match state {
+        QueueState::Pre => "pre",
+        QueueState::Open => "open",
+        QueueState::Paused => "paused",
+        QueueState::SoldOut => "sold_out",
+        QueueState::Closed => "closed",
+    }
+}
+
+fn state_from(name: &str) -> Result<QueueState, AppError> {
+    Ok(match name {
+        "pre" => QueueState::Pre,
+        "open" => QueueState::Open,
+        "paused" => QueueState::Paused,
+        "sold_out" => QueueState::SoldOut,
+        "closed" => QueueState::Closed,
+        _ => return Err(broken("queue state")),
+    })
+}
+
+fn pass_state_from(name: &str) -> Result<PassState, AppError> {
+    Ok(match name {
+        "issued" => PassState::Issued,
+        "claimed" => PassState::Claimed,
+        "used" => PassState::Used,
+        "lapsed" => PassState::Lapsed,
+        _ => return Err(broken("pass state")),
+    })
+}
+
+fn ticket_from(raw: &str) -> Result<Ticket, AppError> {
+    Ticket::parse(raw).map_err(|_| broken("ticket"))
+}
+
+fn customer_from(raw: &str) -> Result<CustomerId, AppError> {
+    raw.parse::<i64>()
+        .map(CustomerId)
+        .map_err(|_| broken("customer"))
+}
+
+fn time_from(ms: i64) -> Result<DateTime<Utc>, AppError> {
+    DateTime::from_timestamp_millis(ms).ok_or_else(|| broken("time"))
+}
+
+fn entry_from(
+    (ticket, customer, seq, joined, late, confirmed): EntryRow,
+) -> Result<Entry, AppError> {
+    Ok(Entry {
+        customer: customer_from(&customer)?,
+        ticket: ticket_from(&ticket)?,
+        seq,
+        joined_at: time_from(joined)?,
+        late: late == 1,
+        confirmed: confirmed == 1,
+    })
+}
+
+/// The event as the scripts log it (see `scripts`).
+fn log_line(event: &LogEvent) -> String {
+    match event {
+        LogEvent::Issued(issued) => format!(
+            "I|{}|{}|{}|{}|{}",
+            issued.number,
+            issued.ticket.as_str(),
+            issued.customer.get(),
+            issued.issued_at.timestamp_millis(),
+            issued.expires_at.timestamp_millis()
+        ),
+        LogEvent::Lapsed { number, ticket, at } => {
+            format!("L|{number}|{}|{}", ticket.as_str(), at.timestamp_millis())
+        }
+    }
+}
+
+fn log_event_from(line: &str) -> Result<LogEvent, AppError> {
+    let fields: Vec<&str> = line.split('|').collect();
+    let number = |i: usize| -> Result<i64, AppError> {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<i64>().ok())
+            .ok_or_else(|| broken("log event"))
+    };
+    match fields.first() {
+        Some(&"I") if fields.len() == 6 => Ok(LogEvent::Issued(Issued {
+            number: number(1)?,
+            ticket: ticket_from(fields[2])?,
+            customer: customer_from(fields[3])?,
+            issued_at: time_from(number(4)?)?,
+            expires_at: time_from(number(5)?)?,
+        })),
+        Some(&"L") if fields.len() == 4 => Ok(LogEvent::Lapsed {
+            number: number(1)?,
+            ticket: ticket_from(fields[2])?,
+            at: time_from(number(3)?)?,
+        }),
+        _ => Err(broken("log event")),
+    }
+}
+
+fn broken(what: &str) -> AppError {
+    AppError::Internal(anyhow::anyhow!("waiting room: unreadable answer ({what})"))
+}
+
+fn unavailable(reason: &str) -> AppError {
+    AppError::Unavailable(format!("waiting room: {reason}"))
+}

@@ -1,0 +1,476 @@
+//! The waiting room's Lua scripts. Each runs atomically on one slot: every
+//! key carries the product's hash tag, the fixed ones arrive as KEYS (in the
+//! order of `QueueKeys::all`) and the per-ticket ones (`entry:<ticket>`,
+//! `pass:<ticket>`) are built from ARGV[1], the queue's key base, which
+//! carries the same tag. Redis's `TIME` is the only clock: instances' clocks
+//! differ, and a pass's deadline must mean the same to all of them.
+//!
+//! A pass is open while `issued` or `claimed`; it leaves that state exactly
+//! once (`used` by SETTLE, `lapsed` by LAPSE_PASS), and only that step hands
+//! its units back from `outstanding`, so no order or repeat of calls hands
+//! back twice.
+//!
+//! Log events read `I|number|ticket|customer|issued_ms|expires_ms` and
+//! `L|number|ticket|at_ms`.
+
+/// Names for the KEYS and the helpers every script shares.
+macro_rules! preamble {
+    () => {
+        r#"
+local base = ARGV[1]
+local K_META, K_BY_CUSTOMER, K_SEQ, K_PRE = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local K_LINE, K_CURSOR, K_DEADLINES, K_OUTSTANDING = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local K_LOG, K_UNCONFIRMED, K_GATE_STOCK, K_MIRROR_STOCK = KEYS[9], KEYS[10], KEYS[11], KEYS[12]
+local K_MIRROR_UNPAID, K_REBUILD = KEYS[13], KEYS[14]
+local function entry_key(t) return base .. 'entry:' .. t end
+local function pass_key(t) return base .. 'pass:' .. t end
+local function now_ms()
+  local now = redis.call('TIME')
+  return tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+end
+-- The one place an open pass lapses: its units go back once.
+local function lapse_pass(t, now)
+  local pk = pass_key(t)
+  local p = redis.call('HMGET', pk, 'n', 'units')
+  redis.call('HSET', pk, 'state', 'lapsed', 'ended_ms', now)
+  redis.call('ZREM', K_DEADLINES, t)
+  redis.call('DECRBY', K_OUTSTANDING, tonumber(p[2]) or 0)
+  redis.call('HINCRBY', K_META, 'lapsed', 1)
+  redis.call('RPUSH', K_LOG, 'L|' .. p[1] .. '|' .. t .. '|' .. now)
+end
+local function entry_of(t)
+  local e = redis.call('HMGET', entry_key(t), 'customer', 'seq', 'joined_ms', 'late', 'confirmed')
+  return {t, e[1] or '', tonumber(e[2]) or 0, tonumber(e[3]) or 0, tonumber(e[4]) or 0, tonumber(e[5]) or 0}
+end
+"#
+    };
+}
+
+macro_rules! script {
+    ($body:literal) => {
+        concat!(preamble!(), $body)
+    };
+}
+
+/// ARGV: base, starts_at_ms, pass_ms, units. Creates the queue unless it
+/// exists; an undrawn one takes the new setup. Returns 1 if created.
+pub(super) const PREPARE: &str = script!(
+    r#"
+local state = redis.call('HGET', K_META, 'state')
+if not state then
+  redis.call('HSET', K_META, 'starts_at_ms', ARGV[2], 'pass_ms', ARGV[3], 'units', ARGV[4],
+    'state', 'pre', 'drawn', 0, 'last_join_ms', 0, 'tail', 0, 'admissions', 0, 'used', 0, 'lapsed', 0)
+  redis.call('SET', K_CURSOR, 1)
+  redis.call('SET', K_OUTSTANDING, 0)
+  return 1
+end
+if redis.call('HGET', K_META, 'drawn') == '0' then
+  redis.call('HSET', K_META, 'starts_at_ms', ARGV[2], 'pass_ms', ARGV[3], 'units', ARGV[4])
+end
+return 0
+"#
+);
+
+/// ARGV: base, customer, fresh ticket.
+/// Returns {code, state, ticket, customer, seq, joined_ms, late, confirmed}:
+/// 0 new, 1 again, 2 refused (state), 3 missing, 4 the fresh ticket is taken.
+/// `joined_ms` never goes back (so `(joined_at, seq)` order is `seq` order),
+/// and after the draw it is at least the start, so `late` stays checkable.
+pub(super) const JOIN: &str = script!(
+    r#"
+local customer, fresh = ARGV[2], ARGV[3]
+local meta = redis.call('HMGET', K_META, 'state', 'drawn', 'starts_at_ms', 'last_join_ms')
+local state = meta[1]
+if not state then return {3, '', '', '', 0, 0, 0, 0} end
+local existing = redis.call('HGET', K_BY_CUSTOMER, customer)
+if existing then
+  local e = entry_of(existing)
+  return {1, state, e[1], e[2], e[3], e[4], e[5], e[6]}
+end
+if state == 'sold_out' or state == 'closed' then return {2, state, '', '', 0, 0, 0, 0} end
+if redis.call('EXISTS', entry_key(fresh)) == 1 then return {4, state, '', '', 0, 0, 0, 0} end
+local now = now_ms()
+local joined = math.max(now, tonumber(meta[4]) or 0)
+local starts = tonumber(meta[3])
+if meta[2] == '1' and joined < starts then joined = starts end
+local late = 0
+if joined >= starts then late = 1 end
+local seq = redis.call('INCR', K_SEQ)
+redis.call('HSET', entry_key(fresh), 'customer', customer, 'seq', seq, 'joined_ms', joined,
+  'late', late, 'confirmed', 0, 'created_ms', now)
+redis.call('HSET', K_BY_CUSTOMER, customer, fresh)
+redis.call('HSET', K_META, 'last_join_ms', joined)
+redis.call('ZADD', K_UNCONFIRMED, now, fresh)
+if late == 1 then
+  local tail = redis.call('HINCRBY', K_META, 'tail', 1)
+  redis.call('ZADD', K_LINE, tail, fresh)
+else
+  redis.call('ZADD', K_PRE, seq, fresh)
+end
+return {0, state, fresh, customer, seq, joined, late, 0}
+"#
+);
+
+/// ARGV: base, ticket. Returns 1 if the entry exists.
+pub(super) const CONFIRM: &str = script!(
+    r#"
+if redis.call('EXISTS', entry_key(ARGV[2])) == 0 then return 0 end
+redis.call('HSET', entry_key(ARGV[2]), 'confirmed', 1)
+redis.call('ZREM', K_UNCONFIRMED, ARGV[2])
+return 1
+"#
+);
+
+/// ARGV: base, customer, ticket. Removes an unconfirmed entry without a
+/// trace; places behind a late one close up, so the line stays dense (the
+/// cursor never passed it: ISSUE stops at an unconfirmed entry).
+/// Returns 1 if removed.
+pub(super) const UNDO_JOIN: &str = script!(
+    r#"
+local customer, t = ARGV[2], ARGV[3]
+local e = redis.call('HMGET', entry_key(t), 'customer', 'confirmed')
+if e[1] ~= customer or e[2] ~= '0' then return 0 end
+redis.call('DEL', entry_key(t))
+if redis.call('HGET', K_BY_CUSTOMER, customer) == t then redis.call('HDEL', K_BY_CUSTOMER, customer) end
+redis.call('ZREM', K_UNCONFIRMED, t)
+redis.call('ZREM', K_PRE, t)
+local position = redis.call('ZSCORE', K_LINE, t)
+if position then
+  redis.call('ZREM', K_LINE, t)
+  local behind = redis.call('ZRANGEBYSCORE', K_LINE, '(' .. position, '+inf')
+  for _, other in ipairs(behind) do redis.call('ZINCRBY', K_LINE, -1, other) end
+  redis.call('HINCRBY', K_META, 'tail', -1)
+end
+return 1
+"#
+);
+
+/// ARGV: base, age_ms. Unconfirmed entries made at least `age` ago, each
+/// {ticket, customer, seq, joined_ms, late, confirmed}.
+pub(super) const UNCONFIRMED: &str = script!(
+    r#"
+local cutoff = now_ms() - tonumber(ARGV[2])
+local out = {}
+for _, t in ipairs(redis.call('ZRANGEBYSCORE', K_UNCONFIRMED, '-inf', cutoff, 'LIMIT', 0, 1000)) do
+  table.insert(out, entry_of(t))
+end
+return out
+"#
+);
+
+/// ARGV: base. Returns {exists, drawn, unconfirmed, tickets...}.
+pub(super) const PRE_QUEUE: &str = script!(
+    r#"
+local drawn = redis.call('HGET', K_META, 'drawn')
+if not drawn then return {0, 0, 0} end
+local out = {1, tonumber(drawn), redis.call('ZCARD', K_UNCONFIRMED)}
+for _, t in ipairs(redis.call('ZRANGE', K_PRE, 0, -1)) do table.insert(out, t) end
+return out
+"#
+);
+
+/// ARGV: base, the order's tickets. Returns 0 done, 1 already, 2 changed,
+/// 3 missing. The order must be exactly the pre-queue, every entry of it
+/// confirmed; late arrivals already in the line move behind it, keeping
+/// their order. A paused or closed queue stays so; a `pre` one opens.
+pub(super) const DRAW: &str = script!(
+    r#"
+local meta = redis.call('HMGET', K_META, 'state', 'drawn')
+if not meta[1] then return 3 end
+if meta[2] == '1' then return 1 end
+local n = #ARGV - 1
+if n ~= redis.call('ZCARD', K_PRE) then return 2 end
+local seen = {}
+for i = 2, #ARGV do
+  local t = ARGV[i]
+  if seen[t] or not redis.call('ZSCORE', K_PRE, t) then return 2 end
+  if redis.call('HGET', entry_key(t), 'confirmed') ~= '1' then return 2 end
+  seen[t] = true
+end
+local late = redis.call('ZRANGE', K_LINE, 0, -1)
+redis.call('DEL', K_LINE)
+for i = 2, #ARGV do redis.call('ZADD', K_LINE, i - 1, ARGV[i]) end
+for i, t in ipairs(late) do redis.call('ZADD', K_LINE, n + i, t) end
+redis.call('HSET', K_META, 'drawn', 1, 'tail', n + #late)
+if meta[1] == 'pre' then redis.call('HSET', K_META, 'state', 'open') end
+redis.call('SET', K_CURSOR, 1)
+return 0
+"#
+);
+
+/// ARGV: base, which bound (`gate` or `mirror`), at most how many.
+/// Issues passes at the cursor while the queue is open, the entry there is
+/// confirmed, and `outstanding + units <= bound`, the bound read in this
+/// same step. Returns the issued, each {number, ticket, customer,
+/// issued_ms, expires_ms}.
+pub(super) const ISSUE: &str = script!(
+    r#"
+local meta = redis.call('HMGET', K_META, 'state', 'units', 'pass_ms', 'admissions')
+if meta[1] ~= 'open' then return {} end
+local bound_key = K_GATE_STOCK
+if ARGV[2] == 'mirror' then bound_key = K_MIRROR_STOCK end
+local bound = tonumber(redis.call('GET', bound_key))
+if not bound then return {} end
+local units, pass_ms = tonumber(meta[2]), tonumber(meta[3])
+local admissions = tonumber(meta[4]) or 0
+local cursor = tonumber(redis.call('GET', K_CURSOR)) or 1
+local outstanding = tonumber(redis.call('GET', K_OUTSTANDING)) or 0
+local max = tonumber(ARGV[3])
+local out = {}
+local now = nil
+while #out < max and outstanding + units <= bound do
+  local at = redis.call('ZRANGEBYSCORE', K_LINE, cursor, cursor, 'LIMIT', 0, 1)[1]
+  if not at then break end
+  local e = redis.call('HMGET', entry_key(at), 'customer', 'confirmed')
+  if e[2] ~= '1' then break end
+  now = now or now_ms()
+  admissions = admissions + 1
+  local expires = now + pass_ms
+  redis.call('HSET', pass_key(at), 'n', admissions, 'customer', e[1], 'units', units,
+    'issued_ms', now, 'expires_ms', expires, 'state', 'issued')
+  redis.call('ZADD', K_DEADLINES, expires, at)
+  redis.call('RPUSH', K_LOG, 'I|' .. admissions .. '|' .. at .. '|' .. e[1] .. '|' .. now .. '|' .. expires)
+  outstanding = outstanding + units
+  cursor = cursor + 1
+  table.insert(out, {admissions, at, e[1], now, expires})
+end
+if #out > 0 then
+  redis.call('SET', K_CURSOR, cursor)
+  redis.call('SET', K_OUTSTANDING, outstanding)
+  redis.call('HSET', K_META, 'admissions', admissions)
+end
+return out
+"#
+);
+
+/// ARGV: base, the event as logged. Removes the log's head through the
+/// first event equal to it; an event not in the log removes nothing, so a
+/// drainer that read less than another never drops what the other has not
+/// recorded. Returns how many were removed.
+pub(super) const ACK_LOG: &str = script!(
+    r#"
+local at = redis.call('LPOS', K_LOG, ARGV[2])
+if not at then return 0 end
+redis.call('LTRIM', K_LOG, at + 1, -1)
+return at + 1
+"#
+);
+
+/// ARGV: base, customer, ticket, number, admission.
+/// Returns {code, units}: 0 claimed, 1 no pass, 2 forged, 3 not yours,
+/// 4 lapsed, 5 used, 6 in use, 7 missing. An issued pass past its deadline
+/// lapses here, in the same step.
+pub(super) const CLAIM: &str = script!(
+    r#"
+local customer, t, number, admission = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+if redis.call('EXISTS', K_META) == 0 then return {7, 0} end
+local p = redis.call('HMGET', pass_key(t), 'n', 'customer', 'units', 'state', 'expires_ms', 'admission')
+if not p[1] then
+  if redis.call('HGET', entry_key(t), 'customer') == customer then return {1, 0} end
+  return {2, 0}
+end
+if p[1] ~= number then return {2, 0} end
+if p[2] ~= customer then return {3, 0} end
+local units = tonumber(p[3])
+if p[4] == 'used' then return {5, 0} end
+if p[4] == 'lapsed' then return {4, 0} end
+if p[4] == 'claimed' then
+  if p[6] == admission then return {0, units} end
+  return {6, 0}
+end
+local now = now_ms()
+if now >= tonumber(p[5]) then
+  lapse_pass(t, now)
+  return {4, 0}
+end
+redis.call('HSET', pass_key(t), 'state', 'claimed', 'admission', admission, 'claimed_ms', now)
+return {0, units}
+"#
+);
+
+/// ARGV: base, ticket, number, admission. A claim whose purchase wrote
+/// nothing: issued again before its deadline, lapsed after it.
+/// Returns 1 reissued, 2 lapsed, 0 not this admission's claim.
+pub(super) const UNCLAIM: &str = script!(
+    r#"
+local t, number, admission = ARGV[2], ARGV[3], ARGV[4]
+local p = redis.call('HMGET', pass_key(t), 'n', 'state', 'expires_ms', 'admission')
+if p[1] ~= number or p[2] ~= 'claimed' or p[4] ~= admission then return 0 end
+local now = now_ms()
+if now >= tonumber(p[3]) then
+  lapse_pass(t, now)
+  return 2
+end
+redis.call('HSET', pass_key(t), 'state', 'issued')
+redis.call('HDEL', pass_key(t), 'admission', 'claimed_ms')
+return 1
+"#
+);
+
+/// ARGV: base, ticket, number, admission. The claim's purchase committed:
+/// `used`, its units no longer outstanding. A repeat (already used by this
+/// admission) answers 1 and hands back nothing. Returns 1 or 0.
+pub(super) const SETTLE: &str = script!(
+    r#"
+local t, number, admission = ARGV[2], ARGV[3], ARGV[4]
+local p = redis.call('HMGET', pass_key(t), 'n', 'state', 'units', 'admission')
+if p[1] ~= number or p[4] ~= admission then return 0 end
+if p[2] == 'used' then return 1 end
+if p[2] ~= 'claimed' then return 0 end
+redis.call('HSET', pass_key(t), 'state', 'used', 'ended_ms', now_ms())
+redis.call('ZREM', K_DEADLINES, t)
+redis.call('DECRBY', K_OUTSTANDING, tonumber(p[3]))
+redis.call('HINCRBY', K_META, 'used', 1)
+return 1
+"#
+);
+
+/// ARGV: base, grace_ms. Lapses every issued pass past its deadline;
+/// returns the claimed ones past deadline + grace, each {ticket, number,
+/// customer, admission}.
+pub(super) const LAPSE_DUE: &str = script!(
+    r#"
+local now = now_ms()
+local grace = tonumber(ARGV[2])
+local stale = {}
+for _, t in ipairs(redis.call('ZRANGEBYSCORE', K_DEADLINES, '-inf', now, 'LIMIT', 0, 1000)) do
+  local p = redis.call('HMGET', pass_key(t), 'n', 'customer', 'state', 'expires_ms', 'admission')
+  if p[3] == 'issued' then
+    lapse_pass(t, now)
+  elseif p[3] == 'claimed' then
+    if tonumber(p[4]) + grace <= now then table.insert(stale, {t, tonumber(p[1]), p[2], p[5] or ''}) end
+  else
+    redis.call('ZREM', K_DEADLINES, t)
+  end
+end
+return stale
+"#
+);
+
+/// ARGV: base, ticket, number, admission. A claim whose purchase never
+/// committed: lapsed (logged). A repeat answers 1 and hands back nothing.
+pub(super) const LAPSE_CLAIM: &str = script!(
+    r#"
+local t, number, admission = ARGV[2], ARGV[3], ARGV[4]
+local p = redis.call('HMGET', pass_key(t), 'n', 'state', 'admission')
+if p[1] ~= number or p[3] ~= admission then return 0 end
+if p[2] == 'lapsed' then return 1 end
+if p[2] ~= 'claimed' then return 0 end
+lapse_pass(t, now_ms())
+return 1
+"#
+);
+
+/// ARGV: base, customer. Read-only: what one poll needs, in one call.
+/// Returns {exists, state, drawn, pre_count, cursor, outstanding, gate
+/// stock or '', mirror stock or '', unpaid, entry (a list or empty),
+/// position or 0, pass {number, state, expires_ms} or empty}. An issued
+/// pass past its deadline reads as lapsed (the sweep lapses it).
+pub(super) const STATUS: &str = script!(
+    r#"
+local meta = redis.call('HMGET', K_META, 'state', 'drawn')
+if not meta[1] then return {0} end
+local numbers = redis.call('MGET', K_CURSOR, K_OUTSTANDING, K_GATE_STOCK, K_MIRROR_STOCK, K_MIRROR_UNPAID)
+local entry, position, pass = {}, 0, {}
+local t = redis.call('HGET', K_BY_CUSTOMER, ARGV[2])
+if t then
+  entry = entry_of(t)
+  position = tonumber(redis.call('ZSCORE', K_LINE, t)) or 0
+  local p = redis.call('HMGET', pass_key(t), 'n', 'state', 'expires_ms')
+  if p[1] then
+    local state = p[2]
+    if state == 'issued' and now_ms() >= tonumber(p[3]) then state = 'lapsed' end
+    pass = {tonumber(p[1]), state, tonumber(p[3])}
+  end
+end
+return {1, meta[1], tonumber(meta[2]), redis.call('ZCARD', K_PRE), tonumber(numbers[1]) or 1,
+  tonumber(numbers[2]) or 0, numbers[3] or '', numbers[4] or '', tonumber(numbers[5]) or 0,
+  entry, position, pass}
+"#
+);
+
+/// ARGV: base, state. Returns 1 if set, 0 refused (resume before the
+/// draw, `pre`), -1 missing.
+pub(super) const SET_STATE: &str = script!(
+    r#"
+local drawn = redis.call('HGET', K_META, 'drawn')
+if not drawn then return -1 end
+local state = ARGV[2]
+if state == 'pre' then return 0 end
+if state == 'open' and drawn ~= '1' then return 0 end
+redis.call('HSET', K_META, 'state', state)
+return 1
+"#
+);
+
+/// ARGV: base. Returns {exists, joined, waiting, admitted, open passes,
+/// outstanding, used, lapsed}.
+pub(super) const COUNTS: &str = script!(
+    r#"
+local meta = redis.call('HMGET', K_META, 'drawn', 'admissions', 'used', 'lapsed')
+if not meta[1] then return {0, 0, 0, 0, 0, 0, 0, 0} end
+local cursor = tonumber(redis.call('GET', K_CURSOR)) or 1
+local waiting = redis.call('ZCOUNT', K_LINE, cursor, '+inf')
+if meta[1] ~= '1' then waiting = waiting + redis.call('ZCARD', K_PRE) end
+return {1, redis.call('HLEN', K_BY_CUSTOMER), waiting, tonumber(meta[2]) or 0,
+  redis.call('ZCARD', K_DEADLINES), tonumber(redis.call('GET', K_OUTSTANDING)) or 0,
+  tonumber(meta[3]) or 0, tonumber(meta[4]) or 0}
+"#
+);
+
+/// ARGV: base, lock ttl_ms, starts_at_ms, pass_ms, units, state, drawn,
+/// entry count E, then E × {ticket, customer, seq, joined_ms, late}, line
+/// count L, L tickets (in line order), then admissions, each {number,
+/// ticket, customer, issued_ms, expires_ms, state}. Only when the queue is
+/// missing and nobody else holds the rebuild key. Returns 1 if rebuilt.
+pub(super) const REBUILD: &str = script!(
+    r#"
+if redis.call('EXISTS', K_META) == 1 then return 0 end
+if not redis.call('SET', K_REBUILD, '1', 'NX', 'PX', ARGV[2]) then return 0 end
+local units = tonumber(ARGV[5])
+local i = 9
+local entries = tonumber(ARGV[8])
+local max_seq, last_join = 0, 0
+for _ = 1, entries do
+  local t, customer, seq, joined, late = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]), ARGV[i + 4]
+  i = i + 5
+  redis.call('HSET', entry_key(t), 'customer', customer, 'seq', seq, 'joined_ms', joined, 'late', late,
+    'confirmed', 1, 'created_ms', joined)
+  redis.call('HSET', K_BY_CUSTOMER, customer, t)
+  if late == '0' then redis.call('ZADD', K_PRE, seq, t) end
+  if seq > max_seq then max_seq = seq end
+  if joined > last_join then last_join = joined end
+end
+local line = tonumber(ARGV[i])
+i = i + 1
+for position = 1, line do
+  redis.call('ZADD', K_LINE, position, ARGV[i])
+  i = i + 1
+end
+local admissions, outstanding, used, lapsed = 0, 0, 0, 0
+while i <= #ARGV do
+  local n, t, customer, issued, expires, state = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5]
+  i = i + 6
+  admissions = admissions + 1
+  redis.call('HSET', pass_key(t), 'n', n, 'customer', customer, 'units', units,
+    'issued_ms', issued, 'expires_ms', expires, 'state', state)
+  if state == 'issued' then
+    redis.call('ZADD', K_DEADLINES, expires, t)
+    outstanding = outstanding + units
+  elseif state == 'used' then
+    used = used + 1
+  else
+    lapsed = lapsed + 1
+  end
+end
+redis.call('SET', K_SEQ, max_seq)
+redis.call('SET', K_CURSOR, admissions + 1)
+redis.call('SET', K_OUTSTANDING, outstanding)
+redis.call('DEL', K_LOG, K_UNCONFIRMED)
+redis.call('HSET', K_META, 'starts_at_ms', ARGV[3], 'pass_ms', ARGV[4], 'units', units,
+  'state', ARGV[6], 'drawn', ARGV[7], 'last_join_ms', last_join, 'tail', line,
+  'admissions', admissions, 'used', used, 'lapsed', lapsed)
+redis.call('DEL', K_REBUILD)
+return 1
+"#
+);

@@ -1,0 +1,191 @@
+//! Each admission in Postgres (`queue_admissions`): issued, then used or
+//! lapsed. Redis logs what it decided; whoever drains the log writes it
+//! here (idempotently, so every instance may drain at once) and only then
+//! removes it from the log. `used` is written by the purchase that used
+//! the pass, or by the tick for a purchase whose process died after its
+//! commit.
+
+use chrono::{DateTime, Utc};
+use diesel::prelude::*;
+
+use crate::db::schema::{orders, queue_admissions};
+use crate::db::{self, PgConn};
+use crate::domain::{CustomerId, OrderId, ProductId};
+use crate::error::AppError;
+use crate::queue::{LogEvent, PassRef, StaleClaim};
+use crate::services::Shop;
+
+/// Log events drained per Postgres transaction.
+const DRAIN_BATCH: usize = 500;
+/// A drain takes at most this many batches; the next drain the rest.
+const DRAIN_ROUNDS: usize = 20;
+
+/// Records the queue's log in Postgres; returns how many events it recorded.
+pub async fn drain_log(shop: &Shop, product: ProductId) -> Result<usize, AppError> {
+    let mut recorded = 0;
+    for _ in 0..DRAIN_ROUNDS {
+        let events = shop.waiting_room.log(product, DRAIN_BATCH).await?;
+        let Some(last) = events.last().cloned() else {
+            break;
+        };
+        let count = events.len();
+        db::run(&shop.pool, move |conn| {
+            db::transaction(conn, |conn| record_events(conn, product, &events))
+        })
+        .await?;
+        shop.waiting_room.ack_log(product, &last).await?;
+        recorded += count;
+        if count < DRAIN_BATCH {
+            break;
+        }
+    }
+    Ok(recorded)
+}
+
+fn record_events(
+    conn: &mut PgConn,
+    product: ProductId,
+    events: &[LogEvent],
+) -> Result<(), AppError> {
+    for event in events {
+        match event {
+            LogEvent::Issued(issued) => {
+                diesel::insert_into(queue_admissions::table)
+                    .values((
+                        queue_admissions::product_id.eq(product.get()),
+                        queue_admissions::number.eq(number(issued.number)?),
+                        queue_admissions::ticket.eq(issued.ticket.as_str()),
+                        queue_admissions::issued_at.eq(issued.issued_at),
+                        queue_admissions::expires_at.eq(issued.expires_at),
+                        queue_admissions::state.eq("issued"),
+                    ))
+                    .on_conflict_do_nothing()
+                    .execute(conn)?;
+            }
+            LogEvent::Lapsed {
+                number: n,
+                ticket,
+                at,
+            } => {
+                // Never over `used`: a purchase that did commit wins.
+                diesel::update(
+                    queue_admissions::table
+                        .filter(queue_admissions::product_id.eq(product.get()))
+                        .filter(queue_admissions::number.eq(number(*n)?))
+                        .filter(queue_admissions::ticket.eq(ticket.as_str()))
+                        .filter(queue_admissions::state.eq("issued")),
+                )
+                .set((
+                    queue_admissions::state.eq("lapsed"),
+                    queue_admissions::ended_at.eq(*at),
+                ))
+                .execute(conn)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn number(n: i64) -> Result<i32, AppError> {
+    i32::try_from(n)
+        .map_err(|_| AppError::Internal(anyhow::anyhow!("admission number {n} out of range")))
+}
+
+/// The purchase under `pass` (claimed as `admission`) committed `order`:
+/// `used` in Postgres first (so a rebuild never reopens it), then in Redis,
+/// which hands its units back from what passes hold.
+pub async fn record_used(
+    shop: &Shop,
+    product: ProductId,
+    pass: &PassRef,
+    admission: &str,
+    order: OrderId,
+) -> Result<(), AppError> {
+    if mark_used(shop, product, pass.clone(), order).await? == 0 {
+        // Its issue is still in the log: record that first.
+        drain_log(shop, product).await?;
+        if mark_used(shop, product, pass.clone(), order).await? == 0 {
+            return Err(AppError::Internal(anyhow::anyhow!(
+                "pass {pass} of product {product} has no admission row"
+            )));
+        }
+    }
+    if !shop.waiting_room.settle(product, pass, admission).await? {
+        tracing::warn!(%product, %pass, "a used pass was no longer claimed by its purchase in Redis");
+    }
+    Ok(())
+}
+
+/// Rows marked: 0 when the admission's row is not there (yet).
+async fn mark_used(
+    shop: &Shop,
+    product: ProductId,
+    pass: PassRef,
+    order: OrderId,
+) -> Result<usize, AppError> {
+    db::run(&shop.pool, move |conn| {
+        let now: DateTime<Utc> = Utc::now();
+        Ok(diesel::update(
+            queue_admissions::table
+                .filter(queue_admissions::product_id.eq(product.get()))
+                .filter(queue_admissions::number.eq(number(pass.number)?))
+                .filter(queue_admissions::ticket.eq(pass.ticket.as_str())),
+        )
+        .set((
+            queue_admissions::state.eq("used"),
+            queue_admissions::order_id.eq(order.get()),
+            queue_admissions::ended_at.eq(now),
+        ))
+        .execute(conn)?)
+    })
+    .await
+}
+
+/// The order a claim's purchase committed, if any: orders carry the
+/// claim's admission key (`orders.gate_key`, also with the gate off).
+pub async fn order_under_claim(
+    shop: &Shop,
+    customer: CustomerId,
+    admission: &str,
+) -> Result<Option<OrderId>, AppError> {
+    let admission = admission.to_string();
+    db::run(&shop.pool, move |conn| {
+        Ok(orders::table
+            .filter(orders::customer_id.eq(customer.get()))
+            .filter(orders::gate_key.eq(admission))
+            .select(orders::id)
+            .first::<i64>(conn)
+            .optional()?
+            .map(OrderId))
+    })
+    .await
+}
+
+/// What became of a stale claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resolved {
+    Used,
+    Lapsed,
+}
+
+/// A claim past its pass's deadline and the gate's grace: its purchase
+/// either committed (the pass is used) or never will (it lapses, and its
+/// place goes to the next in line).
+pub async fn resolve_stale(
+    shop: &Shop,
+    product: ProductId,
+    stale: &StaleClaim,
+) -> Result<Resolved, AppError> {
+    match order_under_claim(shop, stale.customer, &stale.admission).await? {
+        Some(order) => {
+            record_used(shop, product, &stale.pass, &stale.admission, order).await?;
+            Ok(Resolved::Used)
+        }
+        None => {
+            shop.waiting_room
+                .lapse_claim(product, &stale.pass, &stale.admission)
+                .await?;
+            Ok(Resolved::Lapsed)
+        }
+    }
+}

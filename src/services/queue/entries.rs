@@ -1,0 +1,255 @@
+//! Writing entries' rows: a join is answered only once its row is durably
+//! committed, and a commit per join would cap joins at the disk's flush
+//! rate. So the joins of a process queue here, and whichever finds nobody
+//! writing becomes a writer: it takes everything queued (up to
+//! `QUEUE_JOIN_MAX`), inserts it in one multi-row `INSERT ... ON CONFLICT
+//! DO NOTHING`, commits once, and answers each joiner; joins that arrive
+//! meanwhile go in the next commit. Two writers at most, so one's statement
+//! runs while the other waits for its flush (as purchases' `group` does).
+//!
+//! A row that did not go in because the customer's row is already there
+//! (the tick wrote it for a joiner that looked dead, or the same customer
+//! clicked twice) counts as written when it names the same ticket.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use chrono::{DateTime, Utc};
+use diesel::prelude::*;
+use diesel::sql_types::{Array, BigInt, Bool, Text, Timestamptz};
+use tokio::sync::oneshot;
+
+use crate::db::schema::queue_entries;
+use crate::db::{self, PgConn, PgPool};
+use crate::domain::ProductId;
+use crate::error::AppError;
+use crate::queue::Entry;
+use crate::services::Shop;
+
+/// Insert transactions a process runs at once.
+const WRITERS: usize = 2;
+
+type Answer = Result<(), AppError>;
+
+struct Queued {
+    product: ProductId,
+    entry: Entry,
+    answer: oneshot::Sender<Answer>,
+}
+
+#[derive(Default)]
+struct Pending {
+    queued: Vec<Queued>,
+    writers: usize,
+}
+
+#[derive(Default)]
+struct EntryWriter {
+    pending: Mutex<Pending>,
+}
+
+impl EntryWriter {
+    fn pending(&self) -> std::sync::MutexGuard<'_, Pending> {
+        self.pending.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// One writer queue per database (Redis prefix) in the process.
+fn writer_for(shop: &Shop) -> Arc<EntryWriter> {
+    static ALL: OnceLock<Mutex<HashMap<String, Arc<EntryWriter>>>> = OnceLock::new();
+    let mut all = ALL
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    all.entry(shop.redis_prefix.clone()).or_default().clone()
+}
+
+/// Writes the entry's row, sharing a commit with the process's other
+/// joins; answered once that commit is durable.
+pub async fn write_entry(shop: &Shop, product: ProductId, entry: Entry) -> Answer {
+    let writer = writer_for(shop);
+    let (answer, answered) = oneshot::channel();
+    let start = {
+        let mut pending = writer.pending();
+        pending.queued.push(Queued {
+            product,
+            entry,
+            answer,
+        });
+        (pending.writers < WRITERS).then(|| {
+            pending.writers += 1;
+            // Made here, so a task dropped before it first runs still hands
+            // its place back.
+            Writing {
+                writer: writer.clone(),
+                writing: true,
+            }
+        })
+    };
+    if let Some(writing) = start {
+        // Its own task: a joiner who hangs up must not cancel a commit
+        // other joiners wait for.
+        tokio::spawn(write_queued(
+            shop.pool.clone(),
+            writing,
+            shop.settings.queue_join_max,
+        ));
+    }
+    // A writer that vanished mid-commit (its runtime stopped) may have
+    // written the row: the joiner's place stays unconfirmed, and the tick
+    // confirms it if the row is there or writes it if not.
+    answered.await.unwrap_or_else(|_| {
+        Err(AppError::OutcomeUnknown(
+            "the waiting room's insert lost its answer".into(),
+        ))
+    })
+}
+
+/// One of the writers. Dropped any way but by finding nothing queued, the
+/// last one tells the joiners still queued (none of them started) to try again.
+struct Writing {
+    writer: Arc<EntryWriter>,
+    writing: bool,
+}
+
+impl Writing {
+    fn next(&mut self, max: usize) -> Vec<Queued> {
+        let mut pending = self.writer.pending();
+        let take = pending.queued.len().min(max);
+        if take == 0 {
+            pending.writers -= 1;
+            self.writing = false;
+        }
+        pending.queued.drain(..take).collect()
+    }
+}
+
+impl Drop for Writing {
+    fn drop(&mut self) {
+        if !self.writing {
+            return;
+        }
+        let mut pending = self.writer.pending();
+        pending.writers -= 1;
+        if pending.writers > 0 {
+            return;
+        }
+        for queued in pending.queued.drain(..) {
+            let _ = queued.answer.send(Err(AppError::Unavailable(
+                "the waiting room's writer stopped".into(),
+            )));
+        }
+    }
+}
+
+async fn write_queued(pool: PgPool, mut writing: Writing, max: usize) {
+    loop {
+        let batch = writing.next(max.max(1));
+        if batch.is_empty() {
+            return;
+        }
+        let (rows, answers): (Vec<(ProductId, Entry)>, Vec<_>) = batch
+            .into_iter()
+            .map(|q| ((q.product, q.entry), q.answer))
+            .unzip();
+        let written = db::run(&pool, move |conn| {
+            db::transaction(conn, |conn| insert_entries(conn, &rows))
+        })
+        .await;
+        match written {
+            Ok(written) => {
+                for (answer, ok) in answers.into_iter().zip(written) {
+                    let _ = answer.send(if ok {
+                        Ok(())
+                    } else {
+                        Err(AppError::Unavailable(
+                            "the waiting room already holds another place for this customer".into(),
+                        ))
+                    });
+                }
+            }
+            Err(error) => {
+                for answer in answers {
+                    let _ = answer.send(Err(error.duplicate()));
+                }
+            }
+        }
+    }
+}
+
+#[derive(QueryableByName)]
+struct Key {
+    #[diesel(sql_type = BigInt)]
+    product_id: i64,
+    #[diesel(sql_type = BigInt)]
+    customer_id: i64,
+}
+
+/// Inserts `rows` (which may name one customer twice), and says for each
+/// whether its row is now there with its ticket.
+pub fn insert_entries(
+    conn: &mut PgConn,
+    rows: &[(ProductId, Entry)],
+) -> Result<Vec<bool>, AppError> {
+    let products: Vec<i64> = rows.iter().map(|(p, _)| p.get()).collect();
+    let customers: Vec<i64> = rows.iter().map(|(_, e)| e.customer.get()).collect();
+    let tickets: Vec<String> = rows
+        .iter()
+        .map(|(_, e)| e.ticket.as_str().to_string())
+        .collect();
+    let seqs: Vec<i64> = rows.iter().map(|(_, e)| e.seq).collect();
+    let joined: Vec<DateTime<Utc>> = rows.iter().map(|(_, e)| e.joined_at).collect();
+    let late: Vec<bool> = rows.iter().map(|(_, e)| e.late).collect();
+    let inserted: Vec<Key> = diesel::sql_query(
+        "INSERT INTO queue_entries (product_id, customer_id, ticket, seq, joined_at, late)
+         SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::bigint[], $5::timestamptz[], $6::bool[])
+         ON CONFLICT DO NOTHING
+         RETURNING product_id, customer_id",
+    )
+    .bind::<Array<BigInt>, _>(&products)
+    .bind::<Array<BigInt>, _>(&customers)
+    .bind::<Array<Text>, _>(&tickets)
+    .bind::<Array<BigInt>, _>(&seqs)
+    .bind::<Array<Timestamptz>, _>(&joined)
+    .bind::<Array<Bool>, _>(&late)
+    .load(conn)?;
+    let inserted: std::collections::HashSet<(i64, i64)> = inserted
+        .into_iter()
+        .map(|k| (k.product_id, k.customer_id))
+        .collect();
+    let mut written: Vec<bool> = rows
+        .iter()
+        .map(|(p, e)| inserted.contains(&(p.get(), e.customer.get())))
+        .collect();
+    if written.iter().all(|w| *w) {
+        return Ok(written);
+    }
+    // A row that went in earlier (another commit's, seen by this new
+    // statement) is this join's if it carries this join's ticket.
+    let missing: Vec<usize> = (0..rows.len()).filter(|&i| !written[i]).collect();
+    let found: Vec<(i64, i64, String)> = queue_entries::table
+        .filter(
+            queue_entries::ticket.eq_any(
+                missing
+                    .iter()
+                    .map(|&i| tickets[i].clone())
+                    .collect::<Vec<_>>(),
+            ),
+        )
+        .filter(
+            queue_entries::product_id
+                .eq_any(missing.iter().map(|&i| products[i]).collect::<Vec<_>>()),
+        )
+        .select((
+            queue_entries::product_id,
+            queue_entries::customer_id,
+            queue_entries::ticket,
+        ))
+        .load(conn)?;
+    for i in missing {
+        written[i] = found
+            .iter()
+            .any(|(p, c, t)| *p == products[i] && *c == customers[i] && *t == tickets[i]);
+    }
+    Ok(written)
+}

@@ -1,0 +1,253 @@
+//! From its opening a queue-mode sale has its seed committed in Postgres
+//! (drawn once, never replaced: the published commitment must stay the one
+//! every ticket was issued under) and its queue in Redis: prepared when new,
+//! rebuilt from Postgres alone when Redis lost it.
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+use diesel::prelude::*;
+
+use super::local::local;
+use super::sale::QueueSale;
+use crate::db::schema::{queue_admissions, queue_draws, queue_entries};
+use crate::db::{self, PgConn};
+use crate::domain::draw::{draw_order, DrawEntry, DrawSeed, Ticket};
+use crate::domain::{CustomerId, ProductId};
+use crate::error::AppError;
+use crate::queue::{Entry, Issued, PassState, QueueSnapshot, QueueState};
+use crate::services::Shop;
+
+/// Commits the sale's seed unless it is already committed.
+pub async fn ensure_seed(shop: &Shop, product: ProductId) -> Result<(), AppError> {
+    if local(&shop.redis_prefix).seeded.contains(&product) {
+        return Ok(());
+    }
+    db::run(&shop.pool, move |conn| {
+        let seed = DrawSeed::generate();
+        diesel::insert_into(queue_draws::table)
+            .values((
+                queue_draws::product_id.eq(product.get()),
+                queue_draws::seed.eq(seed.as_bytes().to_vec()),
+                queue_draws::seed_sha256.eq(seed.commitment().as_bytes().to_vec()),
+            ))
+            .on_conflict_do_nothing()
+            .execute(conn)?;
+        Ok(())
+    })
+    .await?;
+    local(&shop.redis_prefix).seeded.insert(product);
+    Ok(())
+}
+
+/// What became of a queue Redis did not have.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Readied {
+    /// It was there all along.
+    Present,
+    Prepared,
+    Rebuilt,
+    /// Another caller is rebuilding it: try again in a moment.
+    Rebuilding,
+}
+
+/// Makes sure Redis has the sale's queue (its seed committed first), and
+/// that an undrawn queue has the sale's current setup.
+pub async fn ensure_queue(shop: &Shop, sale: &QueueSale) -> Result<Readied, AppError> {
+    ensure_seed(shop, sale.product).await?;
+    let room = &shop.waiting_room;
+    let setup = sale.setup(&shop.settings);
+    if room.exists(sale.product).await? {
+        // Only this process's own setup is known here; a setup it has not
+        // given yet (its first look, or an admin moved the start) is given
+        // again, which an undrawn queue takes and a drawn one ignores.
+        if local(&shop.redis_prefix).needs_prepare(sale.product, &setup) {
+            room.prepare(sale.product, &setup).await?;
+            local(&shop.redis_prefix).prepared_with(sale.product, &setup);
+        }
+        return Ok(Readied::Present);
+    }
+    let snapshot = snapshot(shop, sale).await?;
+    let readied = if snapshot.entries.is_empty() && !snapshot.drawn {
+        // Nothing to lose: a new queue. Two instances may both get here;
+        // preparing is create-unless-exists.
+        room.prepare(sale.product, &setup).await?;
+        Readied::Prepared
+    } else if room.rebuild(sale.product, &snapshot).await? {
+        tracing::warn!(product = %sale.product, entries = snapshot.entries.len(), "rebuilt a waiting room Redis had lost");
+        Readied::Rebuilt
+    } else if room.exists(sale.product).await? {
+        Readied::Present
+    } else {
+        Readied::Rebuilding
+    };
+    local(&shop.redis_prefix).prepared_with(sale.product, &setup);
+    Ok(readied)
+}
+
+/// Everything Postgres knows of the sale's queue, read in one snapshot.
+pub async fn snapshot(shop: &Shop, sale: &QueueSale) -> Result<QueueSnapshot, AppError> {
+    let product = sale.product;
+    let setup = sale.setup(&shop.settings);
+    let record = db::run(&shop.pool, move |conn| read_record(conn, product)).await?;
+    let now = Utc::now();
+    let drawn = record.drawn_at.is_some();
+    let line = match (&record.seed, drawn) {
+        (Some(seed), true) => draw_order(seed, &record.draw_entries()),
+        // Before the draw only the late arrivals are in the line, in
+        // arrival order; the draw puts the pre-queue ahead of them.
+        _ => {
+            let mut late: Vec<&Entry> = record.entries.iter().filter(|e| e.late).collect();
+            late.sort_by_key(|e| (e.joined_at, e.seq));
+            late.into_iter().map(|e| e.ticket.clone()).collect()
+        }
+    };
+    let state = if sale.has_ended(now) {
+        QueueState::Closed
+    } else if drawn {
+        // Paused or sold out is decided again by the admin or the tick.
+        QueueState::Open
+    } else {
+        QueueState::Pre
+    };
+    Ok(QueueSnapshot {
+        setup,
+        state,
+        drawn,
+        entries: record.entries,
+        line,
+        admissions: record.admissions,
+    })
+}
+
+/// The three tables as one `REPEATABLE READ` snapshot saw them.
+pub struct QueueRecord {
+    pub seed: Option<DrawSeed>,
+    pub drawn_at: Option<DateTime<Utc>>,
+    /// By `seq`.
+    pub entries: Vec<Entry>,
+    /// By number.
+    pub admissions: Vec<(Issued, PassState)>,
+}
+
+impl QueueRecord {
+    pub fn draw_entries(&self) -> Vec<DrawEntry> {
+        self.entries
+            .iter()
+            .map(|e| DrawEntry {
+                ticket: e.ticket.clone(),
+                seq: e.seq as u64,
+                joined_at: e.joined_at,
+                late: e.late,
+            })
+            .collect()
+    }
+}
+
+type EntryRow = (i64, String, i64, DateTime<Utc>, bool);
+type AdmissionRow = (i32, String, DateTime<Utc>, DateTime<Utc>, String);
+
+pub fn read_record(conn: &mut PgConn, product: ProductId) -> Result<QueueRecord, AppError> {
+    conn.build_transaction()
+        .repeatable_read()
+        .read_only()
+        .run(|conn| {
+            let draw: Option<(Vec<u8>, Option<DateTime<Utc>>)> = queue_draws::table
+                .find(product.get())
+                .select((queue_draws::seed, queue_draws::drawn_at))
+                .first(conn)
+                .optional()?;
+            let rows: Vec<EntryRow> = queue_entries::table
+                .filter(queue_entries::product_id.eq(product.get()))
+                .order(queue_entries::seq.asc())
+                .select((
+                    queue_entries::customer_id,
+                    queue_entries::ticket,
+                    queue_entries::seq,
+                    queue_entries::joined_at,
+                    queue_entries::late,
+                ))
+                .load(conn)?;
+            let admitted: Vec<AdmissionRow> = queue_admissions::table
+                .filter(queue_admissions::product_id.eq(product.get()))
+                .order(queue_admissions::number.asc())
+                .select((
+                    queue_admissions::number,
+                    queue_admissions::ticket,
+                    queue_admissions::issued_at,
+                    queue_admissions::expires_at,
+                    queue_admissions::state,
+                ))
+                .load(conn)?;
+            Ok::<_, diesel::result::Error>((draw, rows, admitted))
+        })
+        .map_err(AppError::from)
+        .and_then(|(draw, rows, admitted)| record_from_rows(draw, rows, admitted))
+}
+
+fn record_from_rows(
+    draw: Option<(Vec<u8>, Option<DateTime<Utc>>)>,
+    rows: Vec<EntryRow>,
+    admitted: Vec<AdmissionRow>,
+) -> Result<QueueRecord, AppError> {
+    let (seed, drawn_at) = match draw {
+        Some((bytes, drawn_at)) => {
+            let bytes: [u8; 32] = bytes
+                .try_into()
+                .map_err(|_| AppError::Internal(anyhow::anyhow!("a draw seed is not 32 bytes")))?;
+            (Some(DrawSeed::from_bytes(bytes)), drawn_at)
+        }
+        None => (None, None),
+    };
+    let mut entries = Vec::with_capacity(rows.len());
+    for (customer, ticket, seq, joined_at, late) in rows {
+        entries.push(Entry {
+            customer: CustomerId(customer),
+            ticket: stored_ticket(&ticket)?,
+            seq,
+            joined_at,
+            late,
+            confirmed: true,
+        });
+    }
+    let customers: HashMap<&Ticket, CustomerId> =
+        entries.iter().map(|e| (&e.ticket, e.customer)).collect();
+    let mut admissions = Vec::with_capacity(admitted.len());
+    for (number, ticket, issued_at, expires_at, state) in admitted {
+        let ticket = stored_ticket(&ticket)?;
+        let customer = *customers.get(&ticket).ok_or_else(|| {
+            AppError::Internal(anyhow::anyhow!("an admission names a ticket with no entry"))
+        })?;
+        let state = match state.as_str() {
+            "issued" => PassState::Issued,
+            "used" => PassState::Used,
+            "lapsed" => PassState::Lapsed,
+            other => {
+                return Err(AppError::Internal(anyhow::anyhow!(
+                    "an admission in state {other:?}"
+                )))
+            }
+        };
+        admissions.push((
+            Issued {
+                number: i64::from(number),
+                ticket,
+                customer,
+                issued_at,
+                expires_at,
+            },
+            state,
+        ));
+    }
+    Ok(QueueRecord {
+        seed,
+        drawn_at,
+        entries,
+        admissions,
+    })
+}
+
+fn stored_ticket(raw: &str) -> Result<Ticket, AppError> {
+    Ticket::parse(raw)
+        .map_err(|e| AppError::Internal(anyhow::anyhow!("a stored ticket does not parse: {}", e.0)))
+}

@@ -1,0 +1,346 @@
+//! The waiting rooms' tick: every process runs it every `QUEUE_TICK_MS`,
+//! all at once (each Redis step is one atomic script, each Postgres write
+//! idempotent), for every queue-mode sale from its opening until a while
+//! after it ends:
+//!
+//! 1. the seed is committed and the queue is in Redis (prepared, or
+//!    rebuilt from Postgres when Redis lost it);
+//! 2. places whose joiner died before confirming get their rows and are
+//!    confirmed;
+//! 3. Redis learns the unpaid units (and, with the gate off, the stock);
+//! 4. at the start, the draw: the pre-queue shuffled with the seed from
+//!    Postgres, put in that order, and the seed revealed (`drawn_at`);
+//! 5. passes past their deadline lapse; claims past it and the gate's grace
+//!    are settled by what Postgres says;
+//! 6. the queue closes as sold out when nothing is left and nothing can
+//!    come back, reopens when a unit does, and closes when the sale ends;
+//! 7. passes are issued in line order within what can still be admitted,
+//!    so a unit that came back admits the next waiter within a tick;
+//! 8. the log of issues and lapses is recorded in `queue_admissions`.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use diesel::prelude::*;
+use diesel::sql_types::{BigInt, Nullable, Timestamptz};
+
+use super::admissions::{drain_log, resolve_stale, Resolved};
+use super::entries::insert_entries;
+use super::local::local;
+use super::opening::{ensure_queue, Readied};
+use super::sale::QueueSale;
+use crate::db;
+use crate::db::schema::queue_draws;
+use crate::domain::draw::{shuffle, DrawSeed};
+use crate::domain::{CustomerId, ProductId};
+use crate::error::AppError;
+use crate::queue::{Drawn, IssueBound, QueueState};
+use crate::services::stock_gate::seed_if_absent;
+use crate::services::Shop;
+
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct TickReport {
+    /// Queue-mode sales ticked.
+    pub queues: usize,
+    pub prepared: usize,
+    pub rebuilt: usize,
+    /// Places whose joiner died, written and confirmed here.
+    pub confirmed: usize,
+    /// Places whose row could not be written (the ticket was taken): taken back.
+    pub undone: usize,
+    pub drawn: usize,
+    pub issued: usize,
+    /// Log events recorded in Postgres.
+    pub recorded: usize,
+    /// Stale claims whose purchase had committed: used.
+    pub settled: usize,
+    /// Stale claims whose purchase never committed: lapsed.
+    pub lapsed_claims: usize,
+    pub sold_out: usize,
+    pub reopened: usize,
+    pub closed: usize,
+    /// Queues whose tick failed (Redis or Postgres down); tried again next tick.
+    pub failed: usize,
+}
+
+/// One tick of every live waiting room, the sales read afresh.
+pub async fn run_once(shop: &Shop) -> Result<TickReport, AppError> {
+    let sales = queue_sales(shop).await?;
+    Ok(tick_all(shop, &sales, Utc::now()).await)
+}
+
+/// Every sale in queue mode, from the shelf.
+async fn queue_sales(shop: &Shop) -> Result<Vec<QueueSale>, AppError> {
+    let shelf = shop.sale_cache.shelf(&shop.pool).await?;
+    Ok(shelf
+        .products()
+        .iter()
+        .filter_map(|p| QueueSale::of(p))
+        .collect())
+}
+
+/// From the opening until a while after the end: long enough for the last
+/// passes and claims to be settled and the record to be complete.
+fn is_live(shop: &Shop, sale: &QueueSale, now: DateTime<Utc>) -> bool {
+    let linger = chrono::Duration::from_std(
+        shop.settings.queue_pass + shop.settings.gate_pending_ttl() + Duration::from_secs(60),
+    )
+    .unwrap_or(chrono::Duration::minutes(5));
+    sale.is_open(now) && !sale.ends_at.is_some_and(|end| now >= end + linger)
+}
+
+async fn tick_all(shop: &Shop, sales: &[QueueSale], now: DateTime<Utc>) -> TickReport {
+    let mut report = TickReport::default();
+    for sale in sales.iter().filter(|s| is_live(shop, s, now)) {
+        report.queues += 1;
+        if let Err(error) = tick_queue(shop, sale, &mut report).await {
+            tracing::warn!(product = %sale.product, %error, "waiting room tick failed; trying again next tick");
+            report.failed += 1;
+        }
+    }
+    report
+}
+
+/// Nobody's id: the queue's counts without a customer's place.
+const NOBODY: CustomerId = CustomerId(0);
+
+async fn tick_queue(
+    shop: &Shop,
+    sale: &QueueSale,
+    report: &mut TickReport,
+) -> Result<(), AppError> {
+    let product = sale.product;
+    let room = &shop.waiting_room;
+    match ensure_queue(shop, sale).await? {
+        Readied::Present => {}
+        Readied::Prepared => report.prepared += 1,
+        Readied::Rebuilt => report.rebuilt += 1,
+        Readied::Rebuilding => return Ok(()),
+    }
+    if shop.gate.is_some() {
+        // Passes are bounded by the gate's stock: it must be there.
+        seed_if_absent(shop, vec![product]).await?;
+    }
+    confirm_orphans(shop, product, report).await?;
+    let numbers = sale_numbers(shop, product).await?;
+    if shop.gate.is_none() {
+        room.mirror_stock(product, numbers.stock).await?;
+    }
+    room.mirror_unpaid(product, numbers.unpaid).await?;
+    let now = Utc::now();
+    let ended = sale.has_ended(now);
+    if sale.has_started(now) && !ended {
+        draw(shop, sale, report).await?;
+    }
+    for stale in room
+        .lapse_due(product, shop.settings.gate_pending_ttl())
+        .await?
+    {
+        match resolve_stale(shop, product, &stale).await? {
+            Resolved::Used => report.settled += 1,
+            Resolved::Lapsed => report.lapsed_claims += 1,
+        }
+    }
+    let view = room.status(product, NOBODY).await?;
+    if ended {
+        if view.queue != QueueState::Closed && room.set_state(product, QueueState::Closed).await? {
+            report.closed += 1;
+        }
+    } else if view.drawn {
+        // Nothing left and nothing that could come back but a refund or
+        // an adjustment, which reopen it.
+        let nothing_left = numbers.stock <= 0 && view.outstanding <= 0 && numbers.unpaid <= 0;
+        if nothing_left && view.queue == QueueState::Open {
+            if room.set_state(product, QueueState::SoldOut).await? {
+                report.sold_out += 1;
+            }
+        } else if numbers.stock > 0
+            && view.queue == QueueState::SoldOut
+            && room.set_state(product, QueueState::Open).await?
+        {
+            report.reopened += 1;
+        }
+    }
+    let bound = match shop.gate {
+        Some(_) => IssueBound::Gate,
+        None => IssueBound::Mirror,
+    };
+    let issued = room.issue(product, bound).await?;
+    report.issued += issued.len();
+    report.recorded += drain_log(shop, product).await?;
+    let counts = room.counts(product).await?;
+    let passes_until = issued.iter().map(|i| i.expires_at).max();
+    let held_until = [numbers.unpaid_until, numbers.passes_until, passes_until]
+        .into_iter()
+        .flatten()
+        .max();
+    local(&shop.redis_prefix).observe(product, counts.admitted, held_until);
+    Ok(())
+}
+
+/// Places older than any live join whose row is still unconfirmed: their
+/// joiner died between Redis and Postgres. Redis has every column, so the
+/// row is written here (the same insert a join makes) and the place confirmed.
+async fn confirm_orphans(
+    shop: &Shop,
+    product: ProductId,
+    report: &mut TickReport,
+) -> Result<(), AppError> {
+    let room = &shop.waiting_room;
+    let orphans = room
+        .unconfirmed(product, shop.settings.longest_join())
+        .await?;
+    if orphans.is_empty() {
+        return Ok(());
+    }
+    let rows: Vec<_> = orphans.iter().map(|e| (product, e.clone())).collect();
+    let written = db::run(&shop.pool, move |conn| {
+        db::transaction(conn, |conn| insert_entries(conn, &rows))
+    })
+    .await?;
+    for (entry, written) in orphans.iter().zip(written) {
+        if written {
+            room.confirm(product, &entry.ticket).await?;
+            report.confirmed += 1;
+        } else {
+            // Its ticket or seq is another's in Postgres: the place can never
+            // be recorded, and the line must not wait at it for ever.
+            room.undo_join(product, entry.customer, &entry.ticket)
+                .await?;
+            report.undone += 1;
+        }
+    }
+    Ok(())
+}
+
+/// At the start: the pre-queue in the seed's order, then the seed revealed.
+async fn draw(shop: &Shop, sale: &QueueSale, report: &mut TickReport) -> Result<(), AppError> {
+    let product = sale.product;
+    if local(&shop.redis_prefix).revealed.contains(&product) {
+        return Ok(());
+    }
+    let room = &shop.waiting_room;
+    let pre = room.pre_queue(product).await?;
+    if !pre.drawn {
+        // DRAW itself refuses while a pre-queue place is unconfirmed (or the
+        // set moved): then the next tick reads it again. Late arrivals still
+        // confirming do not hold the draw up.
+        let seed = read_seed(shop, product).await?;
+        let order = shuffle(&seed, &pre.tickets);
+        match room.draw(product, &order).await? {
+            Drawn::Done => report.drawn += 1,
+            Drawn::Already => {}
+            Drawn::Changed | Drawn::Missing => return Ok(()),
+        }
+    }
+    reveal(shop, product).await?;
+    local(&shop.redis_prefix).revealed.insert(product);
+    Ok(())
+}
+
+async fn read_seed(shop: &Shop, product: ProductId) -> Result<DrawSeed, AppError> {
+    let bytes: Vec<u8> = db::run(&shop.pool, move |conn| {
+        Ok(queue_draws::table
+            .find(product.get())
+            .select(queue_draws::seed)
+            .first(conn)?)
+    })
+    .await?;
+    let bytes: [u8; 32] = bytes
+        .try_into()
+        .map_err(|_| AppError::Internal(anyhow::anyhow!("a draw seed is not 32 bytes")))?;
+    Ok(DrawSeed::from_bytes(bytes))
+}
+
+/// The draw is done: from now on the seed is served.
+async fn reveal(shop: &Shop, product: ProductId) -> Result<(), AppError> {
+    db::run(&shop.pool, move |conn| {
+        diesel::update(
+            queue_draws::table
+                .find(product.get())
+                .filter(queue_draws::drawn_at.is_null()),
+        )
+        .set(queue_draws::drawn_at.eq(Utc::now()))
+        .execute(conn)?;
+        Ok(())
+    })
+    .await
+}
+
+/// What Postgres says about a sale's units, in one read.
+#[derive(Debug, QueryableByName)]
+struct SaleNumbers {
+    #[diesel(sql_type = BigInt)]
+    stock: i64,
+    /// Units in orders awaiting payment.
+    #[diesel(sql_type = BigInt)]
+    unpaid: i64,
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    unpaid_until: Option<DateTime<Utc>>,
+    /// The latest deadline of an open pass.
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    passes_until: Option<DateTime<Utc>>,
+}
+
+async fn sale_numbers(shop: &Shop, product: ProductId) -> Result<SaleNumbers, AppError> {
+    db::run(&shop.pool, move |conn| {
+        Ok(diesel::sql_query(
+            "SELECT p.stock::bigint AS stock,
+                    COALESCE(unpaid.units, 0)::bigint AS unpaid,
+                    unpaid.until AS unpaid_until,
+                    (SELECT max(a.expires_at) FROM queue_admissions a
+                      WHERE a.product_id = p.id AND a.state = 'issued') AS passes_until
+             FROM products p
+             LEFT JOIN LATERAL (
+                 SELECT sum(i.quantity) AS units, max(o.payment_deadline) AS until
+                 FROM order_items i JOIN orders o ON o.id = i.order_id
+                 WHERE i.product_id = p.id AND o.status = 'awaiting_payment'
+             ) unpaid ON true
+             WHERE p.id = $1",
+        )
+        .bind::<BigInt, _>(product.get())
+        .get_result(conn)?)
+    })
+    .await
+}
+
+/// Runs the tick every `QUEUE_TICK_MS` until the task is aborted.
+///
+/// An idle shop must cost Postgres nothing, so the sales are not read every
+/// tick: only while some waiting room is live (the tick reads Postgres
+/// then anyway), after this process edited a sale, and otherwise every
+/// `JOBS_INTERVAL`. A sale another instance switched to queue mode is seen
+/// within that; joining it works at once regardless (a join prepares its
+/// queue), and the draw waits for the tick.
+pub async fn run_forever(shop: Shop) {
+    let mut ticker = tokio::time::interval(shop.settings.queue_tick);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut known: Vec<QueueSale> = Vec::new();
+    let mut read_at: Option<tokio::time::Instant> = None;
+    let mut writes_seen = crate::services::sale_cache::writes();
+    loop {
+        ticker.tick().await;
+        let now = Utc::now();
+        let writes = crate::services::sale_cache::writes();
+        let due = read_at.is_none_or(|at| at.elapsed() >= shop.settings.jobs_interval)
+            || writes != writes_seen
+            || known.iter().any(|s| is_live(&shop, s, now));
+        if due {
+            match queue_sales(&shop).await {
+                Ok(sales) => {
+                    known = sales;
+                    read_at = Some(tokio::time::Instant::now());
+                    writes_seen = writes;
+                }
+                Err(error) => {
+                    tracing::debug!(%error, "could not read the sales for the waiting room tick");
+                    continue;
+                }
+            }
+        }
+        let report = tick_all(&shop, &known, now).await;
+        if report.failed > 0 {
+            tracing::debug!(?report, "waiting room tick had failures");
+        }
+    }
+}

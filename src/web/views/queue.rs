@@ -1,0 +1,552 @@
+//! The waiting room as a customer sees it (the waiting page, `queue.json`,
+//! the product page's join button) and the draw page. The page and the
+//! JSON are built from one `WaitingRoomView`, so the script that polls the
+//! JSON and the page the server renders never disagree about which phase a
+//! customer is in.
+
+use askama::Template;
+use chrono::{DateTime, SecondsFormat, Utc};
+
+use super::shop::SaleView;
+use super::Nav;
+use crate::db::models::Product;
+use crate::domain::draw::{DrawRecord, PassState as DrawPassState};
+use crate::domain::Quantity;
+use crate::queue::{PassState, QueueState};
+use crate::services::queue::{QueueSale, QueueStatus, Standing};
+use crate::web::format::{iso, timestamp};
+
+/// What the page shows, in the order a customer meets it. One section of
+/// the page per phase; the script swaps the section when the phase changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Signed out: sign in to join.
+    SignIn,
+    /// Signed in, not joined, the waiting room not open yet.
+    NotOpenYet,
+    /// Signed in, not joined, joining is open.
+    CanJoin,
+    /// Joined, before the start: the order is not drawn yet.
+    PreQueue,
+    /// Joined, the start has passed, the order is being drawn.
+    Drawing,
+    Waiting,
+    /// A pass is issued: the Buy form.
+    Admitted,
+    /// A purchase under the pass is on its way.
+    Buying,
+    /// The pass bought its units.
+    Bought,
+    /// The pass ran out without a purchase.
+    Lapsed,
+    SoldOut,
+    Closed,
+}
+
+impl Phase {
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::SignIn => "sign_in",
+            Phase::NotOpenYet => "not_open_yet",
+            Phase::CanJoin => "can_join",
+            Phase::PreQueue => "pre_queue",
+            Phase::Drawing => "drawing",
+            Phase::Waiting => "waiting",
+            Phase::Admitted => "admitted",
+            Phase::Buying => "buying",
+            Phase::Bought => "bought",
+            Phase::Lapsed => "lapsed",
+            Phase::SoldOut => "sold_out",
+            Phase::Closed => "closed",
+        }
+    }
+
+    /// Nothing on the page can change by itself any more.
+    pub fn is_final(self) -> bool {
+        matches!(
+            self,
+            Phase::Bought | Phase::Lapsed | Phase::SoldOut | Phase::Closed
+        )
+    }
+}
+
+/// How the units stand, each with its own wording: the issue asks that
+/// waiters hear at once when every unit is sold or held, and how many are
+/// only held (and until when).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Availability {
+    /// Units left, none held.
+    Free,
+    /// Units left, and more held.
+    SomeHeld,
+    /// None left, some held: they may come back.
+    AllHeld,
+    /// None left, none held.
+    AllSold,
+}
+
+impl Availability {
+    fn of(units_left: i64, held: i64) -> Availability {
+        match (units_left > 0, held > 0) {
+            (true, false) => Availability::Free,
+            (true, true) => Availability::SomeHeld,
+            (false, true) => Availability::AllHeld,
+            (false, false) => Availability::AllSold,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Availability::Free => "free",
+            Availability::SomeHeld => "some_held",
+            Availability::AllHeld => "all_held",
+            Availability::AllSold => "all_sold",
+        }
+    }
+}
+
+/// One customer's waiting room at one instant.
+pub struct WaitingRoomView {
+    pub status: QueueStatus,
+    pub now: DateTime<Utc>,
+    pub phase: Phase,
+    pub availability: Availability,
+}
+
+impl WaitingRoomView {
+    pub fn new(status: QueueStatus, signed_in: bool, now: DateTime<Utc>) -> WaitingRoomView {
+        let phase = phase_of(&status, signed_in, now);
+        let availability = Availability::of(status.units_left, status.held);
+        WaitingRoomView {
+            status,
+            now,
+            phase,
+            availability,
+        }
+    }
+
+    pub fn phase_name(&self) -> &'static str {
+        self.phase.name()
+    }
+
+    pub fn availability_name(&self) -> &'static str {
+        self.availability.name()
+    }
+
+    pub fn in_phase(&self, phase: &str) -> bool {
+        self.phase.name() == phase
+    }
+
+    pub fn availability_is(&self, availability: &str) -> bool {
+        self.availability.name() == availability
+    }
+
+    pub fn now_iso(&self) -> String {
+        rfc3339(self.now)
+    }
+
+    pub fn opens_at_iso(&self) -> String {
+        rfc3339(self.status.opens_at)
+    }
+
+    pub fn opens_at_text(&self) -> String {
+        timestamp(self.status.opens_at)
+    }
+
+    pub fn starts_at_iso(&self) -> String {
+        rfc3339(self.status.starts_at)
+    }
+
+    pub fn starts_at_text(&self) -> String {
+        timestamp(self.status.starts_at)
+    }
+
+    /// "4:59" until `at`, as the script also writes it (the page's text
+    /// when scripts are off).
+    pub fn left_until(&self, at: &DateTime<Utc>) -> String {
+        clock((*at - self.now).num_seconds().max(0))
+    }
+
+    pub fn until_opening(&self) -> String {
+        self.left_until(&self.status.opens_at)
+    }
+
+    pub fn until_start(&self) -> String {
+        self.left_until(&self.status.starts_at)
+    }
+
+    pub fn ticket(&self) -> String {
+        self.status
+            .ticket
+            .as_ref()
+            .map(|t| t.as_str().to_string())
+            .unwrap_or_default()
+    }
+
+    pub fn position(&self) -> String {
+        self.status
+            .position
+            .map(|p| p.to_string())
+            .unwrap_or_else(|| "—".into())
+    }
+
+    pub fn ahead(&self) -> String {
+        self.status
+            .ahead
+            .map(|a| a.to_string())
+            .unwrap_or_else(|| "—".into())
+    }
+
+    pub fn held_until_iso(&self) -> String {
+        self.status.held_until.map(rfc3339).unwrap_or_default()
+    }
+
+    pub fn held_until_text(&self) -> String {
+        self.status
+            .held_until
+            .map(timestamp)
+            .unwrap_or_else(|| "a few minutes from now".into())
+    }
+
+    pub fn estimated_wait_text(&self) -> String {
+        wait_in_words(self.status.estimated_wait.map(|w| w.as_secs()))
+    }
+
+    pub fn pass(&self) -> String {
+        self.status
+            .pass
+            .as_ref()
+            .map(ToString::to_string)
+            .unwrap_or_default()
+    }
+
+    pub fn pass_expires_iso(&self) -> String {
+        self.status.pass_expires_at.map(rfc3339).unwrap_or_default()
+    }
+
+    pub fn pass_expires_text(&self) -> String {
+        self.status
+            .pass_expires_at
+            .map(timestamp)
+            .unwrap_or_default()
+    }
+
+    pub fn pass_left(&self) -> String {
+        self.status
+            .pass_expires_at
+            .map(|at| self.left_until(&at))
+            .unwrap_or_default()
+    }
+
+    pub fn before_opening(&self) -> bool {
+        self.now < self.status.opens_at
+    }
+
+    pub fn queue_sold_out(&self) -> bool {
+        self.status.queue == QueueState::SoldOut || self.status.standing == Standing::SoldOut
+    }
+
+    pub fn is_paused(&self) -> bool {
+        self.status.queue == QueueState::Paused
+    }
+
+    /// Seconds between plain refreshes when scripts are off; None where the
+    /// page should stay put (a form to fill in, or nothing left to change).
+    pub fn refresh_secs(&self) -> Option<i64> {
+        match self.phase {
+            Phase::NotOpenYet => Some(seconds_until(self.now, self.status.opens_at).clamp(1, 30)),
+            Phase::PreQueue => Some(seconds_until(self.now, self.status.starts_at).clamp(1, 30)),
+            Phase::Drawing => Some(1),
+            Phase::Waiting | Phase::Buying => Some(5),
+            Phase::SignIn | Phase::CanJoin | Phase::Admitted => None,
+            Phase::Bought | Phase::Lapsed | Phase::SoldOut | Phase::Closed => None,
+        }
+    }
+
+    pub fn json(&self) -> QueueJson {
+        let status = &self.status;
+        QueueJson {
+            state: status.standing,
+            position: status.position,
+            ahead: status.ahead,
+            units_left: status.units_left,
+            held: status.held,
+            ticket: status.ticket.as_ref().map(|t| t.as_str().to_string()),
+            pass_expires_at: status.pass_expires_at.as_ref().map(rfc3339),
+            queue: status.queue,
+            opens_at: rfc3339(status.opens_at),
+            starts_at: rfc3339(status.starts_at),
+            held_until: status.held_until.as_ref().map(rfc3339),
+            estimated_wait_secs: status.estimated_wait.map(|w| w.as_secs()),
+            pass: status.pass.as_ref().map(ToString::to_string),
+            pass_state: status.pass_state,
+            phase: self.phase.name(),
+            availability: self.availability.name(),
+            now: rfc3339(self.now),
+        }
+    }
+}
+
+/// `queue.json`. The first seven fields are the issue's contract; the rest
+/// are what the waiting page's script needs.
+#[derive(Debug, serde::Serialize)]
+pub struct QueueJson {
+    pub state: Standing,
+    pub position: Option<i64>,
+    pub ahead: Option<i64>,
+    pub units_left: i64,
+    pub held: i64,
+    pub ticket: Option<String>,
+    pub pass_expires_at: Option<String>,
+    /// The queue as a whole: pre, open, paused, sold_out, closed.
+    pub queue: QueueState,
+    pub opens_at: String,
+    pub starts_at: String,
+    pub held_until: Option<String>,
+    pub estimated_wait_secs: Option<u64>,
+    pub pass: Option<String>,
+    pub pass_state: Option<PassState>,
+    /// Which section the page shows; the script swaps it when this changes.
+    pub phase: &'static str,
+    pub availability: &'static str,
+    /// The server's clock, so countdowns do not depend on the reader's.
+    pub now: String,
+}
+
+fn phase_of(status: &QueueStatus, signed_in: bool, now: DateTime<Utc>) -> Phase {
+    // What the customer did with a pass outranks how the queue ended for
+    // everyone else: someone who bought should read that they bought.
+    match status.pass_state {
+        Some(PassState::Used) => return Phase::Bought,
+        Some(PassState::Claimed) => return Phase::Buying,
+        // The service calls a spent turn `Closed`; its customer should read why.
+        Some(PassState::Lapsed) => return Phase::Lapsed,
+        _ => {}
+    }
+    match status.standing {
+        Standing::SoldOut => return Phase::SoldOut,
+        Standing::Closed => return Phase::Closed,
+        _ => {}
+    }
+    match status.queue {
+        QueueState::SoldOut => return Phase::SoldOut,
+        QueueState::Closed => return Phase::Closed,
+        _ => {}
+    }
+    match status.standing {
+        Standing::Admitted => Phase::Admitted,
+        Standing::NotJoined if !signed_in => Phase::SignIn,
+        Standing::NotJoined if now < status.opens_at => Phase::NotOpenYet,
+        Standing::NotJoined => Phase::CanJoin,
+        Standing::Waiting if status.position.is_some() => Phase::Waiting,
+        Standing::Waiting if now < status.starts_at => Phase::PreQueue,
+        Standing::Waiting => Phase::Drawing,
+        Standing::SoldOut => Phase::SoldOut,
+        Standing::Closed => Phase::Closed,
+    }
+}
+
+fn seconds_until(now: DateTime<Utc>, at: DateTime<Utc>) -> i64 {
+    (at - now).num_seconds()
+}
+
+/// RFC 3339 with milliseconds: the script's countdowns are to the second,
+/// and the server's clock is its reference.
+pub fn rfc3339(at: impl std::borrow::Borrow<DateTime<Utc>>) -> String {
+    at.borrow().to_rfc3339_opts(SecondsFormat::Millis, true)
+}
+
+/// "1:02:03", "4:05", "0:09".
+pub fn clock(seconds: i64) -> String {
+    let (h, m, s) = (seconds / 3600, (seconds % 3600) / 60, seconds % 60);
+    if h > 0 {
+        format!("{h}:{m:02}:{s:02}")
+    } else {
+        format!("{m}:{s:02}")
+    }
+}
+
+/// The page script words it the same way (`waitInWords` in app.js).
+pub fn wait_in_words(seconds: Option<u64>) -> String {
+    match seconds {
+        None => "not known yet (it is worked out from how fast places are admitted)".into(),
+        Some(s) if s < 60 => "less than a minute".into(),
+        Some(s) => {
+            let minutes = s.div_ceil(60);
+            format!(
+                "about {minutes} minute{}",
+                if minutes == 1 { "" } else { "s" }
+            )
+        }
+    }
+}
+
+#[derive(Template)]
+#[template(path = "queue.html")]
+pub struct QueuePage {
+    pub nav: Nav,
+    pub sale: SaleView,
+    pub room: WaitingRoomView,
+    /// The most one purchase under the pass may ask for: what a pass covers
+    /// (the sale's per-customer limit).
+    pub max_quantity: i32,
+}
+
+impl QueuePage {
+    pub fn new(nav: Nav, product: &Product, units_left: i32, room: WaitingRoomView) -> QueuePage {
+        let max_quantity = product
+            .per_customer_limit
+            .unwrap_or(1)
+            .clamp(1, Quantity::MAX);
+        QueuePage {
+            nav,
+            sale: SaleView::showing(product, units_left, room.now),
+            room,
+            max_quantity,
+        }
+    }
+}
+
+/// The product page's waiting-room part.
+pub struct ProductQueue {
+    pub opens_at: DateTime<Utc>,
+    /// Joining has opened.
+    pub open: bool,
+    /// The customer's ticket, once joined.
+    pub ticket: Option<String>,
+}
+
+impl ProductQueue {
+    pub fn new(product: &Product, ticket: Option<String>, now: DateTime<Utc>) -> ProductQueue {
+        let opens_at = QueueSale::of(product).map_or(product.sale_starts_at, |sale| sale.opens_at);
+        ProductQueue {
+            opens_at,
+            open: now >= opens_at,
+            ticket,
+        }
+    }
+
+    pub fn opens_at_iso(&self) -> String {
+        rfc3339(self.opens_at)
+    }
+
+    pub fn opens_at_text(&self) -> String {
+        timestamp(self.opens_at)
+    }
+}
+
+/// One entry of the draw page.
+pub struct DrawEntryRow {
+    pub ticket: String,
+    pub seq: u64,
+    /// To the millisecond, in UTC: what the `late` flag is checked against.
+    pub joined_at_text: String,
+    pub late: bool,
+    /// 1-based place in the published order; None before the draw.
+    pub position: Option<usize>,
+}
+
+pub struct DrawAdmissionRow {
+    pub number: usize,
+    pub ticket: String,
+    pub issued_at_text: String,
+    pub state: &'static str,
+}
+
+#[derive(Template)]
+#[template(path = "draw.html")]
+pub struct DrawPage {
+    pub nav: Nav,
+    pub sale: SaleView,
+    pub commitment: String,
+    pub seed: Option<String>,
+    pub starts_at_iso: String,
+    pub starts_at_text: String,
+    /// In the published order once drawn, else in join order.
+    pub entries: Vec<DrawEntryRow>,
+    pub admissions: Vec<DrawAdmissionRow>,
+    pub late: usize,
+}
+
+impl DrawPage {
+    pub fn new(nav: Nav, sale: SaleView, record: &DrawRecord) -> DrawPage {
+        let position: std::collections::HashMap<&str, usize> = record
+            .order
+            .iter()
+            .enumerate()
+            .map(|(i, ticket)| (ticket.as_str(), i + 1))
+            .collect();
+        let mut entries: Vec<DrawEntryRow> = record
+            .entries
+            .iter()
+            .map(|entry| DrawEntryRow {
+                ticket: entry.ticket.as_str().to_string(),
+                seq: entry.seq,
+                joined_at_text: entry
+                    .joined_at
+                    .format("%Y-%m-%d %H:%M:%S%.3f UTC")
+                    .to_string(),
+                late: entry.late,
+                position: position.get(entry.ticket.as_str()).copied(),
+            })
+            .collect();
+        entries.sort_by_key(|row| (row.position.unwrap_or(usize::MAX), row.seq));
+        let admissions = record
+            .admissions
+            .iter()
+            .enumerate()
+            .map(|(i, admission)| DrawAdmissionRow {
+                number: i + 1,
+                ticket: admission.ticket.as_str().to_string(),
+                issued_at_text: admission
+                    .issued_at
+                    .format("%Y-%m-%d %H:%M:%S%.3f UTC")
+                    .to_string(),
+                state: match admission.state {
+                    DrawPassState::Issued => "pass open",
+                    DrawPassState::Used => "bought",
+                    DrawPassState::Lapsed => "lapsed (place passed on)",
+                },
+            })
+            .collect();
+        DrawPage {
+            nav,
+            sale,
+            commitment: record.seed_sha256.to_string(),
+            seed: record.seed.as_ref().map(|s| s.to_hex()),
+            starts_at_iso: iso(&record.starts_at),
+            starts_at_text: timestamp(record.starts_at),
+            late: record.entries.iter().filter(|e| e.late).count(),
+            entries,
+            admissions,
+        }
+    }
+
+    pub fn drawn(&self) -> bool {
+        self.seed.is_some()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clocks_and_waits_read_as_people_say_them() {
+        assert_eq!(clock(0), "0:00");
+        assert_eq!(clock(65), "1:05");
+        assert_eq!(clock(3_725), "1:02:05");
+        assert_eq!(wait_in_words(Some(59)), "less than a minute");
+        assert_eq!(wait_in_words(Some(60)), "about 1 minute");
+        assert_eq!(wait_in_words(Some(61)), "about 2 minutes");
+        assert!(wait_in_words(None).starts_with("not known yet"));
+    }
+
+    #[test]
+    fn availability_names_each_case() {
+        assert_eq!(Availability::of(3, 0), Availability::Free);
+        assert_eq!(Availability::of(3, 2), Availability::SomeHeld);
+        assert_eq!(Availability::of(0, 2), Availability::AllHeld);
+        assert_eq!(Availability::of(0, 0), Availability::AllSold);
+    }
+}

@@ -1,0 +1,905 @@
+//! The waiting room's use cases (issue #16) against real Postgres and
+//! Redis: joins, the draw, passes in order within the stock, buying with a
+//! pass, hand-overs (a lapse, a decline), a Redis that lost the queue, and
+//! the record `verify` checks. The services are called with the spawned
+//! app's `Shop`, and the tick (`run_once`) directly, so nothing waits on
+//! a timer; the app's own tick is set to an hour so it does not race them.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use diesel::prelude::*;
+use flashsale::domain::draw::{
+    draw_order, verify, DrawAdmission, DrawRecord, PassState as DrawnState, Ticket,
+};
+use flashsale::domain::{CustomerId, OrderStatus, ProductId, Quantity};
+use flashsale::error::{AppError, PassRefusal};
+use flashsale::queue::{PassRef, PassState, QueueState};
+use flashsale::services::checkout::{purchase, purchase_with_pass, Line, PurchaseOutcome};
+use flashsale::services::queue::{self, read_record, run_once, QueueStatus, Standing};
+use flashsale::services::restore::restore_order;
+use flashsale::services::sale_cache;
+
+use crate::helpers::*;
+
+async fn queue_app(pass: Duration) -> TestApp {
+    spawn_app_with(|s| {
+        s.queue_tick = Duration::from_secs(3600);
+        s.queue_pass = pass;
+    })
+    .await
+}
+
+/// `n` customers straight into the table (no password hashing): the
+/// services take their ids.
+fn customers(app: &TestApp, n: usize) -> Vec<CustomerId> {
+    #[derive(QueryableByName)]
+    struct Id {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        id: i64,
+    }
+    let tag = uuid::Uuid::new_v4().simple().to_string();
+    let ids: Vec<Id> = diesel::sql_query(format!(
+        "INSERT INTO customers (email, password_hash) \
+         SELECT 'q' || g || '-{}@example.com', 'not a hash' FROM generate_series(1, {n}) g \
+         ORDER BY g RETURNING id",
+        &tag[..8]
+    ))
+    .load(&mut app.db.conn())
+    .unwrap();
+    ids.into_iter().map(|i| CustomerId(i.id)).collect()
+}
+
+fn sql(app: &TestApp, statement: &str) {
+    diesel::sql_query(statement)
+        .execute(&mut app.db.conn())
+        .unwrap();
+    // Raw SQL bypasses the services: the shelf is told, as an edit would.
+    sale_cache::invalidate();
+}
+
+/// A sale in queue mode whose waiting room is open and whose start is an
+/// hour away (`start_now` brings it forward).
+async fn queue_product(app: &TestApp, stock: i32, limit: i32) -> ProductId {
+    let product = app.product(stock, Some(limit)).await;
+    sql(
+        app,
+        &format!(
+            "UPDATE products SET queue_mode = true, sale_starts_at = now() + interval '1 hour', \
+             queue_opens_at = now() - interval '1 minute' WHERE id = {product}"
+        ),
+    );
+    ProductId(product)
+}
+
+fn start_now(app: &TestApp, product: ProductId) {
+    sql(
+        app,
+        &format!(
+            "UPDATE products SET sale_starts_at = now(), queue_opens_at = now() - interval '1 hour' \
+             WHERE id = {product}"
+        ),
+    );
+}
+
+async fn join_all(app: &TestApp, product: ProductId, who: &[CustomerId]) -> Vec<Ticket> {
+    let mut tickets = Vec::new();
+    for customer in who {
+        tickets.push(queue::join(&app.shop, *customer, product).await.unwrap());
+    }
+    tickets
+}
+
+async fn tick(app: &TestApp) -> queue::TickReport {
+    let report = run_once(&app.shop).await.unwrap();
+    assert_eq!(report.failed, 0, "{report:?}");
+    report
+}
+
+async fn status(app: &TestApp, customer: CustomerId, product: ProductId) -> QueueStatus {
+    queue::status(&app.shop, Some(customer), product)
+        .await
+        .unwrap()
+}
+
+fn count(app: &TestApp, sql: &str) -> i64 {
+    app.db.count(sql)
+}
+
+fn admissions(app: &TestApp, product: ProductId, state: &str) -> i64 {
+    count(
+        app,
+        &format!(
+            "SELECT count(*) AS n FROM queue_admissions WHERE product_id = {product} AND state = '{state}'"
+        ),
+    )
+}
+
+async fn buy(
+    app: &TestApp,
+    customer: CustomerId,
+    product: ProductId,
+    pass: Option<PassRef>,
+) -> Result<PurchaseOutcome, AppError> {
+    let line = Line {
+        product,
+        quantity: Quantity::new(1).unwrap(),
+    };
+    purchase_with_pass(&app.shop, customer, line, None, pass).await
+}
+
+fn refusal(result: Result<PurchaseOutcome, AppError>) -> PassRefusal {
+    match result {
+        Err(AppError::PassRefused(refusal)) => refusal,
+        other => panic!("expected a pass refusal, got {other:?}"),
+    }
+}
+
+/// The order as Redis has it: every entry's ticket by position.
+async fn line_of(app: &TestApp, product: ProductId, who: &[CustomerId]) -> Vec<Ticket> {
+    let mut placed = Vec::new();
+    for customer in who {
+        let status = status(app, *customer, product).await;
+        placed.push((status.position.expect("drawn"), status.ticket.unwrap()));
+    }
+    placed.sort();
+    placed.into_iter().map(|(_, t)| t).collect()
+}
+
+/// `draw.json` as the tables have it.
+async fn record_of(app: &TestApp, product: ProductId) -> DrawRecord {
+    let shop = app.shop.clone();
+    let record = flashsale::db::run(&shop.pool, move |conn| read_record(conn, product))
+        .await
+        .unwrap();
+    #[derive(QueryableByName)]
+    struct Draw {
+        #[diesel(sql_type = diesel::sql_types::Timestamptz)]
+        starts_at: chrono::DateTime<chrono::Utc>,
+        #[diesel(sql_type = diesel::sql_types::Bytea)]
+        seed_sha256: Vec<u8>,
+    }
+    let draw: Draw = diesel::sql_query(format!(
+        "SELECT p.sale_starts_at AS starts_at, d.seed_sha256 FROM products p \
+         JOIN queue_draws d ON d.product_id = p.id WHERE p.id = {product}"
+    ))
+    .get_result(&mut app.db.conn())
+    .unwrap();
+    let entries = record.draw_entries();
+    let seed = record.seed.clone().filter(|_| record.drawn_at.is_some());
+    let order = seed
+        .as_ref()
+        .map(|seed| draw_order(seed, &entries))
+        .unwrap_or_default();
+    DrawRecord {
+        product,
+        starts_at: draw.starts_at,
+        seed_sha256: flashsale::domain::draw::SeedCommitment::parse_hex(&hex::encode(
+            draw.seed_sha256,
+        ))
+        .unwrap(),
+        seed,
+        entries,
+        order,
+        admissions: record
+            .admissions
+            .iter()
+            .map(|(issued, state)| DrawAdmission {
+                ticket: issued.ticket.clone(),
+                issued_at: issued.issued_at,
+                state: match state {
+                    PassState::Used => DrawnState::Used,
+                    PassState::Lapsed => DrawnState::Lapsed,
+                    _ => DrawnState::Issued,
+                },
+            })
+            .collect(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn joining_twice_keeps_one_place_and_one_row() {
+    let app = queue_app(Duration::from_secs(120)).await;
+    let product = queue_product(&app, 5, 1).await;
+    let [alice, bob] = customers(&app, 2)[..] else {
+        unreachable!()
+    };
+    let first = queue::join(&app.shop, alice, product).await.unwrap();
+    let again = queue::join(&app.shop, alice, product).await.unwrap();
+    assert_eq!(first, again, "joining again keeps the same ticket");
+    queue::join(&app.shop, bob, product).await.unwrap();
+    assert_eq!(
+        count(
+            &app,
+            &format!("SELECT count(*) AS n FROM queue_entries WHERE product_id = {product}")
+        ),
+        2
+    );
+    assert_eq!(
+        count(
+            &app,
+            &format!(
+                "SELECT count(*) AS n FROM queue_entries WHERE customer_id = {alice} AND ticket = '{first}'"
+            )
+        ),
+        1
+    );
+    // The commitment was there before the first ticket, and is not replaced.
+    assert_eq!(
+        count(
+            &app,
+            "SELECT count(*) AS n FROM queue_draws WHERE drawn_at IS NULL"
+        ),
+        1
+    );
+
+    let mine = status(&app, alice, product).await;
+    assert_eq!(mine.standing, Standing::Waiting);
+    assert_eq!(mine.ticket, Some(first));
+    assert_eq!(mine.queue, QueueState::Pre);
+    assert_eq!(mine.position, None, "no position before the draw");
+    let stranger = queue::status(&app.shop, None, product).await.unwrap();
+    assert_eq!(stranger.standing, Standing::NotJoined);
+    assert_eq!(stranger.ticket, None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn join_refusals_write_nothing() {
+    let app = queue_app(Duration::from_secs(120)).await;
+    let [customer] = customers(&app, 1)[..] else {
+        unreachable!()
+    };
+    let nothing_written = |app: &TestApp| {
+        count(app, "SELECT count(*) AS n FROM queue_entries")
+            + count(app, "SELECT count(*) AS n FROM queue_admissions")
+    };
+
+    let open_mode = ProductId(app.product(5, Some(1)).await);
+    let refused = queue::join(&app.shop, customer, open_mode)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&refused, AppError::Conflict { title, .. } if title.contains("no waiting room")),
+        "{refused:?}"
+    );
+    let missing = queue::join(&app.shop, customer, ProductId(987_654))
+        .await
+        .unwrap_err();
+    assert!(matches!(missing, AppError::NotFound(_)), "{missing:?}");
+
+    let not_yet = queue_product(&app, 5, 1).await;
+    sql(
+        &app,
+        &format!("UPDATE products SET queue_opens_at = now() + interval '10 minutes' WHERE id = {not_yet}"),
+    );
+    let refused = queue::join(&app.shop, customer, not_yet).await.unwrap_err();
+    assert!(
+        matches!(&refused, AppError::Conflict { title, .. } if title.contains("not open yet")),
+        "{refused:?}"
+    );
+
+    let ended = queue_product(&app, 5, 1).await;
+    sql(
+        &app,
+        &format!(
+            "UPDATE products SET queue_opens_at = now() - interval '3 hours', \
+             sale_starts_at = now() - interval '2 hours', sale_ends_at = now() - interval '1 hour' \
+             WHERE id = {ended}"
+        ),
+    );
+    let refused = queue::join(&app.shop, customer, ended).await.unwrap_err();
+    assert!(
+        matches!(&refused, AppError::Conflict { title, .. } if title.contains("closed")),
+        "{refused:?}"
+    );
+
+    // A queue closed as sold out takes nobody.
+    let sold_out = queue_product(&app, 1, 1).await;
+    queue::ensure_queue(
+        &app.shop,
+        &queue::queue_sale(&app.shop, sold_out).await.unwrap(),
+    )
+    .await
+    .unwrap();
+    start_now(&app, sold_out);
+    tick(&app).await;
+    assert!(app
+        .shop
+        .waiting_room
+        .set_state(sold_out, QueueState::SoldOut)
+        .await
+        .unwrap());
+    let refused = queue::join(&app.shop, customer, sold_out)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&refused, AppError::Conflict { title, .. } if title.contains("Sold out")),
+        "{refused:?}"
+    );
+
+    assert_eq!(nothing_written(&app), 0);
+    let view = app
+        .shop
+        .waiting_room
+        .status(sold_out, customer)
+        .await
+        .unwrap();
+    assert_eq!(view.entry, None, "no place left in Redis");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_draw_is_the_seeds_order_and_reveals_the_seed() {
+    let app = queue_app(Duration::from_secs(120)).await;
+    let product = queue_product(&app, 3, 1).await;
+    let who = customers(&app, 20);
+    let early = join_all(&app, product, &who[..19]).await;
+    assert_eq!(tick(&app).await.drawn, 0, "no draw before the start");
+    assert_eq!(
+        count(
+            &app,
+            "SELECT count(*) AS n FROM queue_draws WHERE drawn_at IS NOT NULL"
+        ),
+        0
+    );
+
+    start_now(&app, product);
+    let report = tick(&app).await;
+    assert_eq!(report.drawn, 1, "{report:?}");
+    assert_eq!(
+        count(
+            &app,
+            "SELECT count(*) AS n FROM queue_draws WHERE drawn_at IS NOT NULL"
+        ),
+        1
+    );
+    let late = queue::join(&app.shop, who[19], product).await.unwrap();
+
+    let record = record_of(&app, product).await;
+    let seed = record.seed.clone().expect("revealed");
+    assert_eq!(record.entries.iter().filter(|e| e.late).count(), 1);
+    let mut expected = draw_order(&seed, &record.entries);
+    assert_eq!(expected.pop(), Some(late), "the late one goes to the back");
+    assert_eq!(line_of(&app, product, &who[..19]).await, expected);
+    assert_ne!(
+        expected, early,
+        "the arrival order is not the draw (1 in 19! chance)"
+    );
+    assert_eq!(status(&app, who[19], product).await.position, Some(20));
+    // A second tick (or instance) draws nothing again.
+    assert_eq!(tick(&app).await.drawn, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn passes_go_in_line_order_and_never_cover_more_than_the_stock() {
+    let app = queue_app(Duration::from_secs(120)).await;
+    let product = queue_product(&app, 3, 1).await;
+    let who = customers(&app, 10);
+    join_all(&app, product, &who).await;
+    start_now(&app, product);
+    let report = tick(&app).await;
+    assert_eq!(report.issued, 3, "{report:?}");
+    assert_eq!(tick(&app).await.issued, 0, "no more passes than units");
+    let line = line_of(&app, product, &who).await;
+    #[derive(QueryableByName)]
+    struct Admitted {
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        ticket: String,
+    }
+    let admitted: Vec<String> = diesel::sql_query(format!(
+        "SELECT ticket FROM queue_admissions WHERE product_id = {product} ORDER BY number"
+    ))
+    .load::<Admitted>(&mut app.db.conn())
+    .unwrap()
+    .into_iter()
+    .map(|a| a.ticket)
+    .collect();
+    let first_three: Vec<String> = line[..3].iter().map(|t| t.to_string()).collect();
+    assert_eq!(admitted, first_three, "recorded, in line order");
+    let mut standings = HashMap::new();
+    for customer in &who {
+        let status = status(&app, *customer, product).await;
+        let admitted = status.standing == Standing::Admitted;
+        assert_eq!(admitted, status.position.unwrap() <= 3, "{status:?}");
+        if admitted {
+            assert!(status.pass.is_some() && status.pass_expires_at.is_some());
+        } else {
+            assert_eq!(
+                status.ahead,
+                Some(status.position.unwrap() - 4),
+                "{status:?}"
+            );
+        }
+        assert_eq!((status.units_left, status.held), (0, 3), "{status:?}");
+        *standings.entry(status.standing).or_insert(0) += 1;
+    }
+    assert_eq!(standings[&Standing::Admitted], 3);
+    assert_eq!(standings[&Standing::Waiting], 7);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_buy_needs_the_buyers_own_open_pass() {
+    let app = queue_app(Duration::from_secs(2)).await;
+    let product = queue_product(&app, 2, 1).await;
+    let who = customers(&app, 4);
+    join_all(&app, product, &who).await;
+    start_now(&app, product);
+    tick(&app).await;
+    let mut by_position: Vec<(i64, CustomerId, QueueStatus)> = Vec::new();
+    for customer in &who {
+        let status = status(&app, *customer, product).await;
+        by_position.push((status.position.unwrap(), *customer, status));
+    }
+    by_position.sort_by_key(|(p, _, _)| *p);
+    let (first, first_pass) = (by_position[0].1, by_position[0].2.pass.clone().unwrap());
+    let (second, second_pass) = (by_position[1].1, by_position[1].2.pass.clone().unwrap());
+    let (third, fourth) = (by_position[2].1, by_position[3].1);
+    let stock = app.db.stock(product.get());
+
+    assert_eq!(
+        refusal(buy(&app, third, product, None).await),
+        PassRefusal::NoPass
+    );
+    let not_issued = PassRef {
+        ticket: by_position[2].2.ticket.clone().unwrap(),
+        number: 3,
+    };
+    assert_eq!(
+        refusal(buy(&app, third, product, Some(not_issued)).await),
+        PassRefusal::NoPass
+    );
+    assert_eq!(
+        refusal(buy(&app, third, product, Some(first_pass.clone())).await),
+        PassRefusal::NotYours
+    );
+    let forged = PassRef {
+        ticket: Ticket::generate(),
+        number: 1,
+    };
+    assert_eq!(
+        refusal(buy(&app, third, product, Some(forged)).await),
+        PassRefusal::Forged
+    );
+    let wrong_number = PassRef {
+        number: first_pass.number + 7,
+        ..first_pass.clone()
+    };
+    assert_eq!(
+        refusal(buy(&app, first, product, Some(wrong_number)).await),
+        PassRefusal::Forged
+    );
+    // A cart (or any purchase but one with a pass) is turned away too.
+    let cart = purchase(
+        &app.shop,
+        first,
+        vec![Line {
+            product,
+            quantity: Quantity::new(1).unwrap(),
+        }],
+        None,
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(&cart, AppError::Conflict { title, .. } if title.contains("waiting room")),
+        "{cart:?}"
+    );
+    assert_eq!(
+        count(&app, "SELECT count(*) AS n FROM orders"),
+        0,
+        "refusals write nothing"
+    );
+    assert_eq!(app.db.stock(product.get()), stock);
+    // ... and leave the passes as they were.
+    assert_eq!(
+        status(&app, first, product).await.pass_state,
+        Some(PassState::Issued)
+    );
+
+    let bought = buy(&app, first, product, Some(first_pass.clone()))
+        .await
+        .unwrap();
+    let PurchaseOutcome::Purchased(order) = bought else {
+        panic!("{bought:?}")
+    };
+    assert_eq!(
+        count(
+            &app,
+            &format!(
+                "SELECT count(*) AS n FROM queue_admissions WHERE state = 'used' AND order_id = {order} \
+                 AND ticket = '{}'",
+                first_pass.ticket
+            )
+        ),
+        1
+    );
+    assert_eq!(
+        refusal(buy(&app, first, product, Some(first_pass)).await),
+        PassRefusal::Used
+    );
+    assert_eq!(
+        status(&app, first, product).await.standing,
+        Standing::Closed
+    );
+    assert_eq!(
+        status(&app, first, product).await.pass_state,
+        Some(PassState::Used)
+    );
+
+    // The second pass runs out unused: its place goes to the third.
+    tokio::time::sleep(Duration::from_millis(2_100)).await;
+    let report = tick(&app).await;
+    assert_eq!(report.issued, 1, "{report:?}");
+    assert_eq!(
+        refusal(buy(&app, second, product, Some(second_pass)).await),
+        PassRefusal::Lapsed
+    );
+    assert_eq!(admissions(&app, product, "lapsed"), 1);
+    let third_status = status(&app, third, product).await;
+    assert_eq!(third_status.standing, Standing::Admitted);
+    let bought = buy(&app, third, product, third_status.pass).await.unwrap();
+    assert!(
+        matches!(bought, PurchaseOutcome::Purchased(_)),
+        "{bought:?}"
+    );
+    tick(&app).await;
+
+    assert_eq!(count(&app, "SELECT count(*) AS n FROM orders"), 2);
+    assert_eq!(app.db.stock(product.get()), 0);
+    assert_eq!(admissions(&app, product, "used"), 2);
+    // Both orders are unpaid, so a unit may still come back: the last in
+    // line keeps waiting, and is told nothing is left and what is held.
+    let fourth_status = status(&app, fourth, product).await;
+    assert_eq!(
+        fourth_status.standing,
+        Standing::Waiting,
+        "{fourth_status:?}"
+    );
+    assert_eq!(
+        (fourth_status.units_left, fourth_status.held),
+        (0, 2),
+        "{fourth_status:?}"
+    );
+    assert_eq!(count(&app, "SELECT count(*) AS n FROM queue_admissions"), 3);
+    app.db.assert_audit_clean();
+    assert!(verify(&record_of(&app, product).await).passed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_declined_payment_admits_the_next_waiter() {
+    let app = queue_app(Duration::from_secs(120)).await;
+    let product = queue_product(&app, 1, 1).await;
+    let who = customers(&app, 2);
+    join_all(&app, product, &who).await;
+    start_now(&app, product);
+    tick(&app).await;
+    let line = line_of(&app, product, &who).await;
+    let (first, second) = if status(&app, who[0], product).await.ticket.as_ref() == Some(&line[0]) {
+        (who[0], who[1])
+    } else {
+        (who[1], who[0])
+    };
+    let pass = status(&app, first, product).await.pass;
+    let PurchaseOutcome::Purchased(order) = buy(&app, first, product, pass).await.unwrap() else {
+        panic!("the first in line buys")
+    };
+    tick(&app).await;
+    let waiting = status(&app, second, product).await;
+    assert_eq!(waiting.standing, Standing::Waiting, "{waiting:?}");
+    assert_eq!(
+        (waiting.units_left, waiting.held),
+        (0, 1),
+        "the unpaid order holds it: {waiting:?}"
+    );
+    assert!(waiting.held_until.is_some());
+
+    assert!(
+        restore_order(&app.shop, order, OrderStatus::PaymentFailed, None)
+            .await
+            .unwrap()
+    );
+    let started = Instant::now();
+    assert_eq!(tick(&app).await.issued, 1);
+    let admitted = status(&app, second, product).await;
+    assert_eq!(admitted.standing, Standing::Admitted, "{admitted:?}");
+    assert!(started.elapsed() < Duration::from_secs(1));
+    let bought = buy(&app, second, product, admitted.pass).await.unwrap();
+    assert!(
+        matches!(bought, PurchaseOutcome::Purchased(_)),
+        "{bought:?}"
+    );
+    assert_eq!(app.db.stock(product.get()), 0);
+    app.db.assert_audit_clean();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn lapsed_passes_hand_over_in_line_order() {
+    let app = queue_app(Duration::from_millis(1_000)).await;
+    let product = queue_product(&app, 1, 1).await;
+    let who = customers(&app, 4);
+    join_all(&app, product, &who).await;
+    start_now(&app, product);
+    tick(&app).await;
+    let line = line_of(&app, product, &who).await;
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_millis(1_100)).await;
+        assert_eq!(tick(&app).await.issued, 1);
+    }
+    let record = record_of(&app, product).await;
+    let admitted: Vec<&Ticket> = record.admissions.iter().map(|a| &a.ticket).collect();
+    assert_eq!(admitted, line.iter().take(4).collect::<Vec<_>>());
+    assert_eq!(admissions(&app, product, "lapsed"), 3);
+    assert_eq!(admissions(&app, product, "issued"), 1);
+    let verdict = verify(&record);
+    assert!(verdict.passed(), "{verdict:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_queue_redis_lost_is_rebuilt_with_every_place_and_no_oversell() {
+    let app = queue_app(Duration::from_secs(120)).await;
+    let product = queue_product(&app, 2, 1).await;
+    let who = customers(&app, 6);
+    join_all(&app, product, &who).await;
+    start_now(&app, product);
+    tick(&app).await;
+    let mut before = HashMap::new();
+    for customer in &who {
+        before.insert(*customer, status(&app, *customer, product).await);
+    }
+    let (buyer, pass) = before
+        .iter()
+        .find(|(_, s)| s.position == Some(1))
+        .map(|(c, s)| (*c, s.pass.clone()))
+        .unwrap();
+    assert!(matches!(
+        buy(&app, buyer, product, pass).await.unwrap(),
+        PurchaseOutcome::Purchased(_)
+    ));
+    let late = customers(&app, 1)[0];
+    let late_ticket = queue::join(&app.shop, late, product).await.unwrap();
+
+    // Redis loses every key of the queue (not the gate's).
+    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+    let client = redis::Client::open(url.split(',').next().unwrap()).unwrap();
+    let mut redis = client.get_multiplexed_async_connection().await.unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{}queue:*", app.shop.redis_prefix))
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    assert!(!keys.is_empty());
+    let _: () = redis::cmd("DEL")
+        .arg(&keys)
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    assert!(!app.shop.waiting_room.exists(product).await.unwrap());
+
+    let report = tick(&app).await;
+    assert_eq!(report.rebuilt, 1, "{report:?}");
+    for customer in &who {
+        let after = status(&app, *customer, product).await;
+        let was = &before[customer];
+        assert_eq!(
+            (&after.ticket, after.position),
+            (&was.ticket, was.position),
+            "{customer} keeps their place"
+        );
+        if *customer == buyer {
+            assert_eq!(after.pass_state, Some(PassState::Used));
+        } else {
+            assert_eq!(after.pass_state, was.pass_state, "{after:?}");
+        }
+    }
+    assert_eq!(status(&app, late, product).await.position, Some(7));
+    assert_eq!(
+        queue::join(&app.shop, late, product).await.unwrap(),
+        late_ticket
+    );
+    // The second pass still buys the last unit; nobody else gets one.
+    let (second, second_pass) = before
+        .iter()
+        .find(|(_, s)| s.position == Some(2))
+        .map(|(c, s)| (*c, s.pass.clone()))
+        .unwrap();
+    assert!(matches!(
+        buy(&app, second, product, second_pass).await.unwrap(),
+        PurchaseOutcome::Purchased(_)
+    ));
+    assert_eq!(tick(&app).await.issued, 0);
+    assert_eq!(count(&app, "SELECT count(*) AS n FROM orders"), 2);
+    assert_eq!(app.db.stock(product.get()), 0);
+    app.db.assert_audit_clean();
+    assert!(verify(&record_of(&app, product).await).passed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_sold_out_crowd_hears_so_and_the_record_verifies() {
+    let app = queue_app(Duration::from_millis(1_500)).await;
+    let product = queue_product(&app, 3, 1).await;
+    let who = customers(&app, 12);
+    join_all(&app, product, &who).await;
+    start_now(&app, product);
+    // Some buy when admitted, the rest let their pass lapse, until nothing is left.
+    let mut bought = 0;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while bought < 3 {
+        assert!(Instant::now() < deadline, "the sale never sold out");
+        tick(&app).await;
+        for (i, customer) in who.iter().enumerate() {
+            let status = status(&app, *customer, product).await;
+            if status.standing == Standing::Admitted
+                && status.pass_state == Some(PassState::Issued)
+                && i % 2 == 0
+            {
+                let outcome = buy(&app, *customer, product, status.pass).await.unwrap();
+                assert!(
+                    matches!(outcome, PurchaseOutcome::Purchased(_)),
+                    "{outcome:?}"
+                );
+                bought += 1;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Paid, so nothing can come back: the queue closes as sold out.
+    sql(&app, "UPDATE orders SET status = 'paid'");
+    let report = tick(&app).await;
+    assert_eq!(report.sold_out, 1, "{report:?}");
+    for customer in &who {
+        let status = status(&app, *customer, product).await;
+        assert!(
+            matches!(status.standing, Standing::SoldOut | Standing::Closed),
+            "{status:?}"
+        );
+    }
+    assert_eq!(count(&app, "SELECT count(*) AS n FROM orders"), 3);
+    assert_eq!(app.db.stock(product.get()), 0);
+    let verdict = verify(&record_of(&app, product).await);
+    assert!(verdict.passed(), "{verdict:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_joins_share_commits() {
+    let app = queue_app(Duration::from_secs(120)).await;
+    let product = queue_product(&app, 100, 1).await;
+    let n = 2_000;
+    let who = customers(&app, n);
+    let started = Instant::now();
+    let joins = who.iter().map(|customer| {
+        let shop = app.shop.clone();
+        let customer = *customer;
+        tokio::spawn(async move { queue::join(&shop, customer, product).await })
+    });
+    let tickets: Vec<Ticket> = futures::future::join_all(joins)
+        .await
+        .into_iter()
+        .map(|r| r.unwrap().unwrap())
+        .collect();
+    let took = started.elapsed();
+    eprintln!(
+        "{n} joins in {took:?}: {:.0} joins/s (service calls, no HTTP)",
+        n as f64 / took.as_secs_f64()
+    );
+    assert_eq!(
+        count(
+            &app,
+            &format!("SELECT count(*) AS n FROM queue_entries WHERE product_id = {product}")
+        ),
+        n as i64
+    );
+    let distinct: std::collections::HashSet<&Ticket> = tickets.iter().collect();
+    assert_eq!(distinct.len(), n);
+    // Every place is confirmed: the draw goes ahead at once.
+    start_now(&app, product);
+    assert_eq!(tick(&app).await.drawn, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_place_whose_joiner_died_is_written_by_the_tick_and_the_draw_waits_for_it() {
+    // A join may take a connection wait and a statement: 2 × (0.1 + 0.4) s.
+    let app = spawn_app_with(|s| {
+        s.queue_tick = Duration::from_secs(3600);
+        s.db_connect_timeout = Duration::from_millis(100);
+        s.db_statement_timeout = Duration::from_millis(400);
+    })
+    .await;
+    let product = queue_product(&app, 2, 1).await;
+    let who = customers(&app, 3);
+    join_all(&app, product, &who[..2]).await;
+    // The third joiner's process dies between Redis and Postgres.
+    let orphan = match app
+        .shop
+        .waiting_room
+        .join(product, who[2], &Ticket::generate())
+        .await
+        .unwrap()
+    {
+        flashsale::queue::Joined::New(entry) => entry,
+        other => panic!("{other:?}"),
+    };
+    start_now(&app, product);
+    let report = tick(&app).await;
+    assert_eq!((report.confirmed, report.drawn), (0, 0), "the draw waits: {report:?}");
+    tokio::time::sleep(app.shop.settings.longest_join() + Duration::from_millis(100)).await;
+    let report = tick(&app).await;
+    assert_eq!((report.confirmed, report.drawn), (1, 1), "{report:?}");
+    assert_eq!(
+        count(
+            &app,
+            &format!(
+                "SELECT count(*) AS n FROM queue_entries WHERE customer_id = {} AND ticket = '{}' AND seq = {}",
+                who[2], orphan.ticket, orphan.seq
+            )
+        ),
+        1
+    );
+    let verdict = verify(&record_of(&app, product).await);
+    assert!(verdict.passed(), "{verdict:?}");
+    assert_eq!(line_of(&app, product, &who).await.len(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_claim_left_behind_is_settled_by_what_postgres_says() {
+    let app = spawn_app_with(|s| {
+        s.queue_tick = Duration::from_secs(3600);
+        s.queue_pass = Duration::from_millis(800);
+        s.gate_pending_ttl = Some(Duration::from_millis(200));
+    })
+    .await;
+    let product = queue_product(&app, 2, 1).await;
+    let who = customers(&app, 3);
+    join_all(&app, product, &who).await;
+    start_now(&app, product);
+    tick(&app).await;
+    let mut admitted = Vec::new();
+    for customer in &who {
+        let status = status(&app, *customer, product).await;
+        if let Some(pass) = status.pass {
+            admitted.push((*customer, pass));
+        }
+    }
+    let [(died, ref died_pass), (committed, ref committed_pass)] = admitted[..] else {
+        panic!("two passes: {admitted:?}")
+    };
+    let room = &app.shop.waiting_room;
+    // Two purchases stop after their claim: one never reached Postgres, the
+    // other's order committed (it carries the claim) before its process died.
+    assert!(matches!(
+        room.claim(product, died, died_pass, "claim-never-committed").await.unwrap(),
+        flashsale::queue::Claim::Claimed { .. }
+    ));
+    assert!(matches!(
+        room.claim(product, committed, committed_pass, "claim-committed").await.unwrap(),
+        flashsale::queue::Claim::Claimed { .. }
+    ));
+    let other = ProductId(app.product(5, None).await);
+    let line = Line {
+        product: other,
+        quantity: Quantity::new(1).unwrap(),
+    };
+    let PurchaseOutcome::Purchased(order) = purchase(&app.shop, committed, vec![line], None)
+        .await
+        .unwrap()
+    else {
+        panic!("an open sale sells")
+    };
+    sql(&app, &format!("UPDATE orders SET gate_key = 'claim-committed' WHERE id = {order}"));
+
+    assert_eq!(tick(&app).await.lapsed_claims, 0, "a claim within its deadline stays");
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    let report = tick(&app).await;
+    assert_eq!((report.settled, report.lapsed_claims), (1, 1), "{report:?}");
+    assert_eq!(
+        count(
+            &app,
+            &format!(
+                "SELECT count(*) AS n FROM queue_admissions WHERE state = 'used' AND order_id = {order}"
+            )
+        ),
+        1
+    );
+    assert_eq!(admissions(&app, product, "lapsed"), 1);
+    assert_eq!(status(&app, died, product).await.pass_state, Some(PassState::Lapsed));
+    // The lapsed claim's place goes to the one still waiting.
+    assert_eq!(report.issued, 1, "{report:?}");
+}

@@ -1,0 +1,1414 @@
+//! The waiting room's Redis side (`flashsale::queue`) against a real Redis:
+//! places, the draw, passes bounded by the gate's stock, claims and
+//! hand-backs exactly once under races, the log, status and a rebuild that
+//! changes nobody's view. Each test has its own key prefix and deletes its
+//! keys at the end.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::Utc;
+use flashsale::domain::draw::Ticket;
+use flashsale::domain::{CustomerId, ProductId};
+use flashsale::queue::*;
+use flashsale::redis_node::RedisNode;
+use tokio::sync::Barrier;
+
+use crate::helpers::unique_prefix;
+
+const PRODUCT: ProductId = ProductId(41);
+
+fn redis_url() -> String {
+    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+    url.split(',').next().unwrap().to_string()
+}
+
+struct Fixture {
+    room: WaitingRoom,
+    prefix: String,
+    raw: redis::aio::MultiplexedConnection,
+}
+
+impl Fixture {
+    async fn new() -> Fixture {
+        let prefix = unique_prefix();
+        let room = WaitingRoom::new(RedisNode::single(&redis_url()).unwrap(), &prefix);
+        let raw = redis::Client::open(redis_url())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        Fixture { room, prefix, raw }
+    }
+
+    fn gate_stock_key(&self, product: ProductId) -> String {
+        format!("{}gate:{{product:{product}}}:stock", self.prefix)
+    }
+
+    async fn set_stock(&self, product: ProductId, units: i64) {
+        let mut raw = self.raw.clone();
+        let _: () = redis::cmd("SET")
+            .arg(self.gate_stock_key(product))
+            .arg(units)
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+    }
+
+    async fn add_stock(&self, product: ProductId, units: i64) -> i64 {
+        let mut raw = self.raw.clone();
+        redis::cmd("INCRBY")
+            .arg(self.gate_stock_key(product))
+            .arg(units)
+            .query_async(&mut raw)
+            .await
+            .unwrap()
+    }
+
+    async fn get(&self, key: &str) -> Option<i64> {
+        let mut raw = self.raw.clone();
+        redis::cmd("GET")
+            .arg(key)
+            .query_async(&mut raw)
+            .await
+            .unwrap()
+    }
+
+    async fn outstanding(&self, product: ProductId) -> i64 {
+        self.room.counts(product).await.unwrap().outstanding_units
+    }
+
+    /// Every key under this test's prefix.
+    async fn keys(&self) -> Vec<String> {
+        let mut raw = self.raw.clone();
+        let mut keys: Vec<String> = Vec::new();
+        let mut cursor: u64 = 0;
+        loop {
+            let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(format!("{}*", self.prefix))
+                .arg("COUNT")
+                .arg(1000)
+                .query_async(&mut raw)
+                .await
+                .unwrap();
+            keys.extend(batch);
+            if next == 0 {
+                break;
+            }
+            cursor = next;
+        }
+        keys.sort();
+        keys
+    }
+
+    async fn delete(&self, keys: &[String]) {
+        let mut raw = self.raw.clone();
+        for key in keys {
+            let _: i64 = redis::cmd("DEL")
+                .arg(key)
+                .query_async(&mut raw)
+                .await
+                .unwrap();
+        }
+    }
+
+    async fn cleanup(self) {
+        let keys = self.keys().await;
+        self.delete(&keys).await;
+    }
+}
+
+/// A test that fails leaves no keys behind either: a blocking sweep of the
+/// prefix on a thread of its own (the runtime may be unwinding).
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        let pattern = format!("{}*", self.prefix);
+        let _ = std::thread::spawn(move || {
+            let Ok(mut connection) =
+                redis::Client::open(redis_url()).and_then(|c| c.get_connection())
+            else {
+                return;
+            };
+            let keys: Vec<String> = match redis::Commands::scan_match(&mut connection, &pattern) {
+                Ok(found) => found.filter_map(Result::ok).collect(),
+                Err(_) => return,
+            };
+            for key in keys {
+                let _: redis::RedisResult<i64> = redis::cmd("DEL").arg(&key).query(&mut connection);
+            }
+        })
+        .join();
+    }
+}
+
+fn setup(starts_in_ms: i64, pass_ms: u64, units: i64) -> QueueSetup {
+    QueueSetup {
+        starts_at: Utc::now() + chrono::Duration::milliseconds(starts_in_ms),
+        pass: Duration::from_millis(pass_ms),
+        units,
+    }
+}
+
+async fn join_new(room: &WaitingRoom, product: ProductId, customer: i64) -> Entry {
+    match room
+        .join(product, CustomerId(customer), &Ticket::generate())
+        .await
+        .unwrap()
+    {
+        Joined::New(entry) => entry,
+        other => panic!("customer {customer} should get a new place, got {other:?}"),
+    }
+}
+
+async fn join_confirmed(room: &WaitingRoom, product: ProductId, customer: i64) -> Entry {
+    let entry = join_new(room, product, customer).await;
+    room.confirm(product, &entry.ticket).await.unwrap();
+    Entry {
+        confirmed: true,
+        ..entry
+    }
+}
+
+/// A drawn, open queue of `n` confirmed customers 1..=n, in join order.
+async fn drawn_queue(
+    f: &Fixture,
+    product: ProductId,
+    n: i64,
+    pass_ms: u64,
+    units: i64,
+) -> Vec<Entry> {
+    f.room
+        .prepare(product, &setup(60_000, pass_ms, units))
+        .await
+        .unwrap();
+    let mut entries = Vec::new();
+    for customer in 1..=n {
+        entries.push(join_confirmed(&f.room, product, customer).await);
+    }
+    let order: Vec<Ticket> = entries.iter().map(|e| e.ticket.clone()).collect();
+    assert_eq!(f.room.draw(product, &order).await.unwrap(), Drawn::Done);
+    entries
+}
+
+fn pass_of(issued: &Issued) -> PassRef {
+    PassRef {
+        ticket: issued.ticket.clone(),
+        number: issued.number,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_customer_has_one_place_and_a_closed_queue_takes_nobody() {
+    let f = Fixture::new().await;
+    let room = &f.room;
+    assert_eq!(
+        room.join(PRODUCT, CustomerId(1), &Ticket::generate())
+            .await
+            .unwrap(),
+        Joined::Missing
+    );
+    assert!(!room.exists(PRODUCT).await.unwrap());
+    assert!(room
+        .prepare(PRODUCT, &setup(60_000, 1000, 1))
+        .await
+        .unwrap());
+    assert!(!room
+        .prepare(PRODUCT, &setup(60_000, 1000, 1))
+        .await
+        .unwrap());
+    assert!(room.exists(PRODUCT).await.unwrap());
+
+    let alice = join_new(room, PRODUCT, 1).await;
+    assert_eq!((alice.seq, alice.late, alice.confirmed), (1, false, false));
+    let again = room
+        .join(PRODUCT, CustomerId(1), &Ticket::generate())
+        .await
+        .unwrap();
+    assert_eq!(
+        again,
+        Joined::Again(alice.clone()),
+        "same place, same ticket"
+    );
+    let bob = join_new(room, PRODUCT, 2).await;
+    assert_eq!(bob.seq, 2);
+    assert!(bob.joined_at >= alice.joined_at);
+    room.confirm(PRODUCT, &alice.ticket).await.unwrap();
+    let view = room.status(PRODUCT, CustomerId(1)).await.unwrap();
+    assert!(view.entry.unwrap().confirmed);
+    assert_eq!(view.queue, QueueState::Pre);
+    assert_eq!(view.position, None, "no place in the line before the draw");
+
+    for closed in [QueueState::SoldOut, QueueState::Closed] {
+        assert!(room.set_state(PRODUCT, closed).await.unwrap());
+        assert_eq!(
+            room.join(PRODUCT, CustomerId(3), &Ticket::generate())
+                .await
+                .unwrap(),
+            Joined::Refused(closed)
+        );
+        assert!(matches!(
+            room.join(PRODUCT, CustomerId(2), &Ticket::generate())
+                .await
+                .unwrap(),
+            Joined::Again(_)
+        ));
+    }
+    assert_eq!(room.counts(PRODUCT).await.unwrap().joined, 2);
+    f.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_undone_join_leaves_nothing_behind() {
+    let f = Fixture::new().await;
+    let room = &f.room;
+    room.prepare(PRODUCT, &setup(60_000, 1000, 1))
+        .await
+        .unwrap();
+    let first = join_confirmed(room, PRODUCT, 1).await;
+    let before = f.keys().await;
+    let counts_before = room.counts(PRODUCT).await.unwrap();
+    let undone = join_new(room, PRODUCT, 2).await;
+    room.undo_join(PRODUCT, CustomerId(2), &undone.ticket)
+        .await
+        .unwrap();
+    assert_eq!(f.keys().await, before, "no key of the undone entry is left");
+    assert_eq!(room.counts(PRODUCT).await.unwrap(), counts_before);
+    assert_eq!(
+        room.pre_queue(PRODUCT).await.unwrap().tickets,
+        vec![first.ticket.clone()]
+    );
+    assert_eq!(room.pre_queue(PRODUCT).await.unwrap().unconfirmed, 0);
+    // The customer may join again and gets a new place.
+    let again = join_new(room, PRODUCT, 2).await;
+    assert_ne!(again.ticket, undone.ticket);
+    // A confirmed entry is not undone, nor someone else's.
+    room.undo_join(PRODUCT, CustomerId(1), &first.ticket)
+        .await
+        .unwrap();
+    room.undo_join(PRODUCT, CustomerId(1), &again.ticket)
+        .await
+        .unwrap();
+    assert_eq!(room.counts(PRODUCT).await.unwrap().joined, 2);
+
+    // A late one undone from the middle of the line: those behind close up.
+    room.prepare(PRODUCT, &setup(-1, 1000, 1)).await.unwrap();
+    let late: Vec<Entry> = {
+        let mut v = Vec::new();
+        for c in 10..13 {
+            v.push(join_new(room, PRODUCT, c).await);
+        }
+        v
+    };
+    assert!(late.iter().all(|e| e.late));
+    room.undo_join(PRODUCT, CustomerId(11), &late[1].ticket)
+        .await
+        .unwrap();
+    let last = room.status(PRODUCT, CustomerId(12)).await.unwrap();
+    // pre-queue: 2 entries, then late 10, then 12.
+    assert_eq!(last.position, Some(4));
+    f.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn unconfirmed_lists_only_old_unconfirmed_entries() {
+    let f = Fixture::new().await;
+    let room = &f.room;
+    room.prepare(PRODUCT, &setup(60_000, 1000, 1))
+        .await
+        .unwrap();
+    let a = join_new(room, PRODUCT, 1).await;
+    let _b = join_confirmed(room, PRODUCT, 2).await;
+    assert_eq!(
+        room.unconfirmed(PRODUCT, Duration::from_secs(3600))
+            .await
+            .unwrap(),
+        vec![]
+    );
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    assert_eq!(
+        room.unconfirmed(PRODUCT, Duration::from_millis(10))
+            .await
+            .unwrap(),
+        vec![a.clone()]
+    );
+    room.confirm(PRODUCT, &a.ticket).await.unwrap();
+    assert!(room
+        .unconfirmed(PRODUCT, Duration::ZERO)
+        .await
+        .unwrap()
+        .is_empty());
+    f.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_draw_orders_the_pre_queue_and_puts_late_arrivals_behind() {
+    let f = Fixture::new().await;
+    let room = &f.room;
+    room.prepare(PRODUCT, &setup(60_000, 1000, 1))
+        .await
+        .unwrap();
+    let mut pre = Vec::new();
+    for c in 1..=4 {
+        pre.push(join_new(room, PRODUCT, c).await);
+    }
+    // The start moved to now (before the draw: the queue takes it).
+    room.prepare(PRODUCT, &setup(-5, 1000, 1)).await.unwrap();
+    let late1 = join_confirmed(room, PRODUCT, 5).await;
+    let late2 = join_confirmed(room, PRODUCT, 6).await;
+    assert!(late1.late && late2.late && late1.seq < late2.seq);
+    let view = room.status(PRODUCT, CustomerId(6)).await.unwrap();
+    assert_eq!(
+        view.position,
+        Some(6),
+        "behind the pre-queue even before the draw"
+    );
+
+    let read = room.pre_queue(PRODUCT).await.unwrap();
+    assert!(!read.drawn);
+    assert_eq!(
+        read.tickets,
+        pre.iter().map(|e| e.ticket.clone()).collect::<Vec<_>>()
+    );
+    assert_eq!(read.unconfirmed, 4);
+    let mut order: Vec<Ticket> = pre.iter().rev().map(|e| e.ticket.clone()).collect();
+    assert_eq!(
+        room.draw(PRODUCT, &order).await.unwrap(),
+        Drawn::Changed,
+        "unconfirmed entries"
+    );
+    for e in &pre {
+        room.confirm(PRODUCT, &e.ticket).await.unwrap();
+    }
+    assert_eq!(
+        room.draw(PRODUCT, &order[..3]).await.unwrap(),
+        Drawn::Changed
+    );
+    let mut twice = order.clone();
+    twice[3] = twice[0].clone();
+    assert_eq!(room.draw(PRODUCT, &twice).await.unwrap(), Drawn::Changed);
+    let mut with_late = order.clone();
+    with_late[3] = late1.ticket.clone();
+    assert_eq!(
+        room.draw(PRODUCT, &with_late).await.unwrap(),
+        Drawn::Changed
+    );
+    assert_eq!(room.draw(PRODUCT, &order).await.unwrap(), Drawn::Done);
+    order.reverse();
+    assert_eq!(
+        room.draw(PRODUCT, &order).await.unwrap(),
+        Drawn::Already,
+        "a second draw changes nothing"
+    );
+    // Positions: the drawn order (customers 4,3,2,1), then 5, 6.
+    let mut positions = BTreeMap::new();
+    for c in 1..=6 {
+        let view = room.status(PRODUCT, CustomerId(c)).await.unwrap();
+        assert!(view.drawn);
+        assert_eq!(view.queue, QueueState::Open);
+        assert_eq!(view.ahead, view.position.map(|p| p - 1));
+        positions.insert(c, view.position.unwrap());
+    }
+    assert_eq!(
+        positions.into_values().collect::<Vec<_>>(),
+        vec![4, 3, 2, 1, 5, 6]
+    );
+    let after = join_new(room, PRODUCT, 7).await;
+    assert!(after.late);
+    assert_eq!(
+        room.status(PRODUCT, CustomerId(7)).await.unwrap().position,
+        Some(7)
+    );
+    assert!(room.pre_queue(PRODUCT).await.unwrap().drawn);
+    assert_eq!(
+        room.draw(ProductId(999), &[]).await.unwrap(),
+        Drawn::Missing
+    );
+    f.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_join_after_an_early_draw_counts_as_at_the_start() {
+    let f = Fixture::new().await;
+    let room = &f.room;
+    let start = setup(60_000, 1000, 1);
+    room.prepare(PRODUCT, &start).await.unwrap();
+    let a = join_confirmed(room, PRODUCT, 1).await;
+    assert_eq!(room.draw(PRODUCT, &[a.ticket]).await.unwrap(), Drawn::Done);
+    // After the draw a new setup is ignored.
+    room.prepare(PRODUCT, &setup(120_000, 1000, 1))
+        .await
+        .unwrap();
+    let b = join_new(room, PRODUCT, 2).await;
+    assert!(b.late);
+    assert_eq!(
+        b.joined_at.timestamp_millis(),
+        start.starts_at.timestamp_millis()
+    );
+    f.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn passes_follow_the_line_within_the_gates_stock() {
+    let f = Fixture::new().await;
+    let room = &f.room;
+    let entries = drawn_queue(&f, PRODUCT, 5, 60_000, 2).await;
+    assert!(
+        room.issue(PRODUCT, IssueBound::Gate)
+            .await
+            .unwrap()
+            .is_empty(),
+        "no stock key: nothing issued"
+    );
+    f.set_stock(PRODUCT, 5).await;
+    let issued = room.issue(PRODUCT, IssueBound::Gate).await.unwrap();
+    assert_eq!(
+        issued.len(),
+        2,
+        "2 passes of 2 units fit in 5, a third does not"
+    );
+    assert_eq!(
+        issued
+            .iter()
+            .map(|i| (i.number, i.ticket.clone(), i.customer))
+            .collect::<Vec<_>>(),
+        vec![
+            (1, entries[0].ticket.clone(), CustomerId(1)),
+            (2, entries[1].ticket.clone(), CustomerId(2))
+        ]
+    );
+    assert_eq!(
+        (issued[0].expires_at - issued[0].issued_at).num_milliseconds(),
+        60_000
+    );
+    assert_eq!(f.outstanding(PRODUCT).await, 4);
+    assert!(room
+        .issue(PRODUCT, IssueBound::Gate)
+        .await
+        .unwrap()
+        .is_empty());
+    assert_eq!(
+        room.log(PRODUCT, 10).await.unwrap(),
+        issued
+            .iter()
+            .cloned()
+            .map(LogEvent::Issued)
+            .collect::<Vec<_>>()
+    );
+    let view = room.status(PRODUCT, CustomerId(1)).await.unwrap();
+    assert_eq!(
+        view.pass,
+        Some((pass_of(&issued[0]), PassState::Issued, issued[0].expires_at))
+    );
+    assert_eq!((view.units_left, view.outstanding), (1, 4));
+    assert_eq!(
+        room.status(PRODUCT, CustomerId(5)).await.unwrap().ahead,
+        Some(2)
+    );
+
+    // Paused: nothing; resumed: on.
+    f.set_stock(PRODUCT, 100).await;
+    assert!(room.set_state(PRODUCT, QueueState::Paused).await.unwrap());
+    assert!(room
+        .issue(PRODUCT, IssueBound::Gate)
+        .await
+        .unwrap()
+        .is_empty());
+    assert!(room.set_state(PRODUCT, QueueState::Open).await.unwrap());
+
+    // A late, unconfirmed entry stops the line until it is confirmed.
+    let late = join_new(room, PRODUCT, 6).await;
+    let more = room.issue(PRODUCT, IssueBound::Gate).await.unwrap();
+    assert_eq!(
+        more.len(),
+        3,
+        "customers 3, 4, 5; not past the unconfirmed 6"
+    );
+    assert!(room
+        .issue(PRODUCT, IssueBound::Gate)
+        .await
+        .unwrap()
+        .is_empty());
+    room.confirm(PRODUCT, &late.ticket).await.unwrap();
+    let last = room.issue(PRODUCT, IssueBound::Gate).await.unwrap();
+    assert_eq!(last.len(), 1);
+    assert_eq!((last[0].number, last[0].customer), (6, CustomerId(6)));
+    assert_eq!(room.counts(PRODUCT).await.unwrap().admitted, 6);
+    f.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_mirror_bounds_passes_when_the_gate_is_off() {
+    let f = Fixture::new().await;
+    let room = &f.room;
+    drawn_queue(&f, PRODUCT, 3, 60_000, 1).await;
+    f.set_stock(PRODUCT, 10).await;
+    assert!(room
+        .issue(PRODUCT, IssueBound::Mirror)
+        .await
+        .unwrap()
+        .is_empty());
+    room.mirror_stock(PRODUCT, 2).await.unwrap();
+    room.mirror_unpaid(PRODUCT, 7).await.unwrap();
+    assert_eq!(
+        room.issue(PRODUCT, IssueBound::Mirror).await.unwrap().len(),
+        2
+    );
+    // units_left reads the gate first, the mirror only without it.
+    let view = room.status(PRODUCT, CustomerId(3)).await.unwrap();
+    assert_eq!((view.units_left, view.unpaid), (8, 7));
+    f.delete(&[f.gate_stock_key(PRODUCT)]).await;
+    let view = room.status(PRODUCT, CustomerId(3)).await.unwrap();
+    assert_eq!(view.units_left, 0);
+    room.mirror_stock(PRODUCT, 5).await.unwrap();
+    assert_eq!(
+        room.status(PRODUCT, CustomerId(3))
+            .await
+            .unwrap()
+            .units_left,
+        3
+    );
+    f.cleanup().await;
+}
+
+/// Many issuers race stock arriving and purchases under passes (claim,
+/// take the units at the gate, settle): whatever the interleaving, the open
+/// passes never cover more than the stock left, and every pass is a
+/// distinct number in line order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_issuers_never_cover_more_than_the_stock() {
+    let f = Arc::new(Fixture::new().await);
+    let units = 2;
+    let entries = drawn_queue(&f, PRODUCT, 300, 60_000, units).await;
+    f.set_stock(PRODUCT, 3).await;
+    let tasks = 24;
+    let barrier = Arc::new(Barrier::new(tasks));
+    let mut handles = Vec::new();
+    for task in 0..tasks {
+        let (f, barrier) = (f.clone(), barrier.clone());
+        handles.push(tokio::spawn(async move {
+            barrier.wait().await;
+            let mut issued = Vec::new();
+            for round in 0..20 {
+                match task % 3 {
+                    0 => {
+                        f.add_stock(PRODUCT, 1 + (round % 3)).await;
+                    }
+                    1 => {
+                        issued.extend(f.room.issue(PRODUCT, IssueBound::Gate).await.unwrap());
+                    }
+                    _ => {
+                        // Buy under every pass issued so far that is still open.
+                        for mine in f.room.issue(PRODUCT, IssueBound::Gate).await.unwrap() {
+                            let admission = format!("adm-{}", mine.number);
+                            let claim = f
+                                .room
+                                .claim(PRODUCT, mine.customer, &pass_of(&mine), &admission)
+                                .await
+                                .unwrap();
+                            assert_eq!(claim, Claim::Claimed { units });
+                            f.add_stock(PRODUCT, -units).await;
+                            assert!(f
+                                .room
+                                .settle(PRODUCT, &pass_of(&mine), &admission)
+                                .await
+                                .unwrap());
+                            issued.push(mine);
+                        }
+                    }
+                }
+                let (stock, outstanding) = {
+                    let mut raw = f.raw.clone();
+                    let (stock, outstanding): (i64, i64) = redis::pipe()
+                        .atomic()
+                        .get(f.gate_stock_key(PRODUCT))
+                        .get(format!("{}outstanding", f.room.key_base(PRODUCT)))
+                        .query_async(&mut raw)
+                        .await
+                        .unwrap();
+                    (stock, outstanding)
+                };
+                // Between a claim and its settle the units count twice
+                // (off the stock and still outstanding): allow one such
+                // purchase per buying task.
+                let buying = (tasks as i64 / 3) * units;
+                assert!(
+                    outstanding <= stock + buying,
+                    "{outstanding} units outstanding, {stock} in stock"
+                );
+            }
+            issued
+        }));
+    }
+    let mut all = Vec::new();
+    for handle in handles {
+        all.extend(handle.await.unwrap());
+    }
+    // Stock that arrived after the last issuer ran is issued now.
+    all.extend(f.room.issue(PRODUCT, IssueBound::Gate).await.unwrap());
+    let stock = f.get(&f.gate_stock_key(PRODUCT)).await.unwrap();
+    let counts = f.room.counts(PRODUCT).await.unwrap();
+    assert!(
+        counts.outstanding_units <= stock,
+        "{} outstanding > {stock} left",
+        counts.outstanding_units
+    );
+    assert!(
+        stock - counts.outstanding_units < units,
+        "no pass left unissued that fits"
+    );
+    assert_eq!(counts.outstanding_units, counts.open_passes * units);
+    all.sort_by_key(|i| i.number);
+    assert_eq!(all.len() as i64, counts.admitted);
+    for (i, issued) in all.iter().enumerate() {
+        assert_eq!(issued.number, i as i64 + 1);
+        assert_eq!(issued.ticket, entries[i].ticket, "admitted in line order");
+    }
+    Arc::try_unwrap(f).ok().unwrap().cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_claim_checks_the_pass_and_takes_it_once() {
+    let f = Fixture::new().await;
+    let room = &f.room;
+    let entries = drawn_queue(&f, PRODUCT, 3, 60_000, 1).await;
+    f.set_stock(PRODUCT, 2).await;
+    let issued = room.issue(PRODUCT, IssueBound::Gate).await.unwrap();
+    let (alice, bob) = (CustomerId(1), CustomerId(2));
+    let alices = pass_of(&issued[0]);
+    let unknown = PassRef {
+        ticket: Ticket::generate(),
+        number: 1,
+    };
+    let wrong_number = PassRef {
+        number: 2,
+        ..alices.clone()
+    };
+    let carols_ticket = PassRef {
+        ticket: entries[2].ticket.clone(),
+        number: 3,
+    };
+    assert_eq!(
+        room.claim(PRODUCT, alice, &unknown, "a1").await.unwrap(),
+        Claim::Forged
+    );
+    assert_eq!(
+        room.claim(PRODUCT, alice, &wrong_number, "a1")
+            .await
+            .unwrap(),
+        Claim::Forged
+    );
+    assert_eq!(
+        room.claim(PRODUCT, alice, &carols_ticket, "a1")
+            .await
+            .unwrap(),
+        Claim::Forged
+    );
+    assert_eq!(
+        room.claim(PRODUCT, CustomerId(3), &carols_ticket, "a1")
+            .await
+            .unwrap(),
+        Claim::NoPass,
+        "her own ticket, no pass yet"
+    );
+    assert_eq!(
+        room.claim(PRODUCT, bob, &alices, "a1").await.unwrap(),
+        Claim::NotYours
+    );
+    assert_eq!(
+        room.claim(ProductId(999), alice, &alices, "a1")
+            .await
+            .unwrap(),
+        Claim::Missing
+    );
+
+    // Ten buys with the same pass at once: one admission gets it.
+    let barrier = Arc::new(Barrier::new(10));
+    let mut handles = Vec::new();
+    for i in 0..10 {
+        let (room, barrier, pass) = (room.clone(), barrier.clone(), alices.clone());
+        handles.push(tokio::spawn(async move {
+            barrier.wait().await;
+            (
+                i,
+                room.claim(PRODUCT, alice, &pass, &format!("a{i}"))
+                    .await
+                    .unwrap(),
+            )
+        }));
+    }
+    let mut winners = Vec::new();
+    for handle in handles {
+        let (i, claim) = handle.await.unwrap();
+        match claim {
+            Claim::Claimed { units: 1 } => winners.push(i),
+            Claim::InUse => {}
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(winners.len(), 1);
+    let holder = format!("a{}", winners[0]);
+    assert_eq!(
+        room.claim(PRODUCT, alice, &alices, &holder).await.unwrap(),
+        Claim::Claimed { units: 1 },
+        "the same admission again"
+    );
+    assert_eq!(
+        room.status(PRODUCT, alice).await.unwrap().pass.unwrap().1,
+        PassState::Claimed
+    );
+    // Someone else's unclaim or settle does nothing.
+    room.unclaim(PRODUCT, &alices, "other").await.unwrap();
+    assert!(!room.settle(PRODUCT, &alices, "other").await.unwrap());
+    // Unclaimed: issued again, another admission may claim it.
+    room.unclaim(PRODUCT, &alices, &holder).await.unwrap();
+    assert_eq!(
+        room.status(PRODUCT, alice).await.unwrap().pass.unwrap().1,
+        PassState::Issued
+    );
+    assert_eq!(
+        room.claim(PRODUCT, alice, &alices, "b").await.unwrap(),
+        Claim::Claimed { units: 1 }
+    );
+    assert_eq!(f.outstanding(PRODUCT).await, 2);
+    assert!(room.settle(PRODUCT, &alices, "b").await.unwrap());
+    assert!(
+        room.settle(PRODUCT, &alices, "b").await.unwrap(),
+        "a repeat says so"
+    );
+    assert_eq!(f.outstanding(PRODUCT).await, 1, "handed back once");
+    assert_eq!(
+        room.claim(PRODUCT, alice, &alices, "b").await.unwrap(),
+        Claim::Used
+    );
+    assert_eq!(
+        room.claim(PRODUCT, alice, &alices, "c").await.unwrap(),
+        Claim::Used
+    );
+    let counts = room.counts(PRODUCT).await.unwrap();
+    assert_eq!((counts.used, counts.open_passes), (1, 1));
+    f.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn passes_lapse_at_their_deadline_and_stale_claims_are_reported() {
+    let f = Fixture::new().await;
+    let room = &f.room;
+    drawn_queue(&f, PRODUCT, 5, 300, 1).await;
+    f.set_stock(PRODUCT, 4).await;
+    let issued = room.issue(PRODUCT, IssueBound::Gate).await.unwrap();
+    assert_eq!(issued.len(), 4);
+    let [a, b, c, d] = [0, 1, 2, 3].map(|i| pass_of(&issued[i]));
+    assert_eq!(
+        room.claim(PRODUCT, CustomerId(2), &b, "adm-b")
+            .await
+            .unwrap(),
+        Claim::Claimed { units: 1 }
+    );
+    assert_eq!(
+        room.claim(PRODUCT, CustomerId(3), &c, "adm-c")
+            .await
+            .unwrap(),
+        Claim::Claimed { units: 1 }
+    );
+    assert!(room
+        .lapse_due(PRODUCT, Duration::ZERO)
+        .await
+        .unwrap()
+        .is_empty());
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    // Status reads an expired pass as lapsed before any sweep.
+    assert_eq!(
+        room.status(PRODUCT, CustomerId(4))
+            .await
+            .unwrap()
+            .pass
+            .unwrap()
+            .1,
+        PassState::Lapsed
+    );
+    // A claim past the deadline lapses the pass in the same step.
+    assert_eq!(
+        room.claim(PRODUCT, CustomerId(1), &a, "adm-a")
+            .await
+            .unwrap(),
+        Claim::Lapsed
+    );
+    assert_eq!(f.outstanding(PRODUCT).await, 3);
+    // An unclaim past the deadline lapses too.
+    room.unclaim(PRODUCT, &c, "adm-c").await.unwrap();
+    assert_eq!(f.outstanding(PRODUCT).await, 2);
+    let stale = room
+        .lapse_due(PRODUCT, Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert!(stale.is_empty(), "within the grace");
+    assert_eq!(f.outstanding(PRODUCT).await, 1, "d lapsed; b still claimed");
+    let stale = room.lapse_due(PRODUCT, Duration::ZERO).await.unwrap();
+    assert_eq!(
+        stale,
+        vec![StaleClaim {
+            pass: b.clone(),
+            customer: CustomerId(2),
+            admission: "adm-b".into()
+        }]
+    );
+    assert!(!room.lapse_claim(PRODUCT, &b, "other").await.unwrap());
+    assert!(room.lapse_claim(PRODUCT, &b, "adm-b").await.unwrap());
+    assert!(room.lapse_claim(PRODUCT, &b, "adm-b").await.unwrap());
+    assert!(
+        !room.settle(PRODUCT, &b, "adm-b").await.unwrap(),
+        "lapsed, not used"
+    );
+    assert_eq!(f.outstanding(PRODUCT).await, 0);
+    assert!(room
+        .lapse_due(PRODUCT, Duration::ZERO)
+        .await
+        .unwrap()
+        .is_empty());
+    assert_eq!(f.outstanding(PRODUCT).await, 0);
+    for (pass, customer) in [(&a, 1), (&b, 2), (&c, 3), (&d, 4)] {
+        assert_eq!(
+            room.claim(PRODUCT, CustomerId(customer), pass, "late")
+                .await
+                .unwrap(),
+            Claim::Lapsed
+        );
+    }
+    let lapsed: Vec<i64> = room
+        .log(PRODUCT, 100)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter_map(|e| match e {
+            LogEvent::Lapsed { number, .. } => Some(number),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(lapsed, vec![1, 3, 4, 2], "each lapse logged once, in order");
+    let counts = room.counts(PRODUCT).await.unwrap();
+    assert_eq!((counts.lapsed, counts.open_passes), (4, 0));
+    // The freed units admit the next in line.
+    let next = room.issue(PRODUCT, IssueBound::Gate).await.unwrap();
+    assert_eq!((next.len(), next[0].customer), (1, CustomerId(5)));
+    f.cleanup().await;
+}
+
+/// Every ending of every pass raced from many tasks at once (settle,
+/// lapse_claim, unclaim, claim, lapse_due, repeats): each pass hands its
+/// units back exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_pass_hands_its_units_back_exactly_once() {
+    let f = Arc::new(Fixture::new().await);
+    let units = 3;
+    drawn_queue(&f, PRODUCT, 40, 200, units).await;
+    f.set_stock(PRODUCT, 40 * units).await;
+    let issued = f.room.issue(PRODUCT, IssueBound::Gate).await.unwrap();
+    assert_eq!(issued.len(), 40);
+    // Half claimed now; the deadline passes during the race.
+    for mine in issued.iter().step_by(2) {
+        let claim = f
+            .room
+            .claim(PRODUCT, mine.customer, &pass_of(mine), "first")
+            .await
+            .unwrap();
+        assert_eq!(claim, Claim::Claimed { units });
+    }
+    let barrier = Arc::new(Barrier::new(issued.len() * 3 + 4));
+    let mut handles = Vec::new();
+    for mine in &issued {
+        for role in 0..3 {
+            let (f, barrier, mine) = (f.clone(), barrier.clone(), mine.clone());
+            handles.push(tokio::spawn(async move {
+                barrier.wait().await;
+                let pass = pass_of(&mine);
+                for _ in 0..3 {
+                    match (role, mine.number % 4) {
+                        (0, 1) => {
+                            f.room.settle(PRODUCT, &pass, "first").await.unwrap();
+                        }
+                        (0, _) => {
+                            f.room.lapse_claim(PRODUCT, &pass, "first").await.unwrap();
+                        }
+                        (1, _) => f.room.unclaim(PRODUCT, &pass, "first").await.unwrap(),
+                        _ => {
+                            f.room
+                                .claim(PRODUCT, mine.customer, &pass, "second")
+                                .await
+                                .unwrap();
+                        }
+                    }
+                    tokio::time::sleep(Duration::from_millis(60)).await;
+                }
+            }));
+        }
+    }
+    for _ in 0..4 {
+        let (f, barrier) = (f.clone(), barrier.clone());
+        handles.push(tokio::spawn(async move {
+            barrier.wait().await;
+            for _ in 0..6 {
+                for stale in f.room.lapse_due(PRODUCT, Duration::ZERO).await.unwrap() {
+                    f.room
+                        .lapse_claim(PRODUCT, &stale.pass, &stale.admission)
+                        .await
+                        .unwrap();
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }));
+    }
+    for handle in handles {
+        handle.await.unwrap();
+    }
+    // Past every deadline, a last sweep ends whatever is still open.
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    for stale in f.room.lapse_due(PRODUCT, Duration::ZERO).await.unwrap() {
+        assert!(f
+            .room
+            .lapse_claim(PRODUCT, &stale.pass, &stale.admission)
+            .await
+            .unwrap());
+    }
+    let counts = f.room.counts(PRODUCT).await.unwrap();
+    assert_eq!(counts.open_passes, 0);
+    assert_eq!(counts.used + counts.lapsed, 40, "each pass ended once");
+    assert_eq!(counts.outstanding_units, 0, "each handed back exactly once");
+    let lapses = f
+        .room
+        .log(PRODUCT, 1000)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|e| matches!(e, LogEvent::Lapsed { .. }))
+        .count();
+    assert_eq!(lapses as i64, counts.lapsed);
+    Arc::try_unwrap(f).ok().unwrap().cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_drainers_of_the_log_never_drop_an_unrecorded_event() {
+    let f = Fixture::new().await;
+    let room = &f.room;
+    drawn_queue(&f, PRODUCT, 5, 60_000, 1).await;
+    f.set_stock(PRODUCT, 3).await;
+    room.issue(PRODUCT, IssueBound::Gate).await.unwrap();
+    let slow = room.log(PRODUCT, 2).await.unwrap();
+    let fast = room.log(PRODUCT, 10).await.unwrap();
+    assert_eq!((slow.len(), fast.len()), (2, 3));
+    room.ack_log(PRODUCT, &fast[2]).await.unwrap();
+    f.add_stock(PRODUCT, 1).await;
+    let fourth = room.issue(PRODUCT, IssueBound::Gate).await.unwrap();
+    // The slow drainer's ack finds its event gone: nothing more goes.
+    room.ack_log(PRODUCT, &slow[1]).await.unwrap();
+    assert_eq!(
+        room.log(PRODUCT, 10).await.unwrap(),
+        vec![LogEvent::Issued(fourth[0].clone())]
+    );
+    // An event that was never logged removes nothing.
+    let never = LogEvent::Lapsed {
+        number: 99,
+        ticket: Ticket::generate(),
+        at: Utc::now(),
+    };
+    room.ack_log(PRODUCT, &never).await.unwrap();
+    assert_eq!(room.log(PRODUCT, 10).await.unwrap().len(), 1);
+    room.ack_log(PRODUCT, &LogEvent::Issued(fourth[0].clone()))
+        .await
+        .unwrap();
+    assert!(room.log(PRODUCT, 10).await.unwrap().is_empty());
+    f.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn status_and_counts_say_where_everyone_stands() {
+    let f = Fixture::new().await;
+    let room = &f.room;
+    assert!(room.view(PRODUCT, CustomerId(1)).await.unwrap().is_none());
+    assert!(matches!(
+        room.status(PRODUCT, CustomerId(1)).await,
+        Err(flashsale::error::AppError::Unavailable(_))
+    ));
+    room.prepare(PRODUCT, &setup(60_000, 60_000, 1))
+        .await
+        .unwrap();
+    assert!(
+        !room.set_state(PRODUCT, QueueState::Open).await.unwrap(),
+        "no resume before the draw"
+    );
+    let stranger = room.status(PRODUCT, CustomerId(77)).await.unwrap();
+    assert_eq!(
+        (
+            stranger.entry,
+            stranger.position,
+            stranger.ahead,
+            stranger.pass
+        ),
+        (None, None, None, None)
+    );
+    let mut entries = Vec::new();
+    for c in 1..=4 {
+        entries.push(join_confirmed(room, PRODUCT, c).await);
+    }
+    let order: Vec<Ticket> = entries.iter().map(|e| e.ticket.clone()).collect();
+    room.draw(PRODUCT, &order).await.unwrap();
+    f.set_stock(PRODUCT, 2).await;
+    room.mirror_unpaid(PRODUCT, 3).await.unwrap();
+    let issued = room.issue(PRODUCT, IssueBound::Gate).await.unwrap();
+    let view = room.status(PRODUCT, CustomerId(4)).await.unwrap();
+    assert_eq!(
+        view,
+        QueueView {
+            queue: QueueState::Open,
+            drawn: true,
+            entry: Some(entries[3].clone()),
+            position: Some(4),
+            ahead: Some(1),
+            pass: None,
+            units_left: 0,
+            outstanding: 2,
+            unpaid: 3,
+        }
+    );
+    let first = room.status(PRODUCT, CustomerId(1)).await.unwrap();
+    assert_eq!((first.position, first.ahead), (Some(1), Some(0)));
+    assert_eq!(first.pass.unwrap().0, pass_of(&issued[0]));
+    assert_eq!(
+        room.counts(PRODUCT).await.unwrap(),
+        QueueCounts {
+            joined: 4,
+            waiting: 2,
+            admitted: 2,
+            open_passes: 2,
+            outstanding_units: 2,
+            used: 0,
+            lapsed: 0,
+        }
+    );
+    assert!(room.set_state(PRODUCT, QueueState::SoldOut).await.unwrap());
+    assert_eq!(
+        room.status(PRODUCT, CustomerId(4)).await.unwrap().queue,
+        QueueState::SoldOut
+    );
+    assert!(!room.set_state(PRODUCT, QueueState::Pre).await.unwrap());
+    f.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_key_of_a_queue_carries_the_products_hash_tag() {
+    let f = Fixture::new().await;
+    let room = &f.room;
+    let product = ProductId(123);
+    drawn_queue(&f, product, 3, 100, 1).await;
+    join_new(room, product, 9).await;
+    f.set_stock(product, 2).await;
+    room.mirror_stock(product, 2).await.unwrap();
+    room.mirror_unpaid(product, 0).await.unwrap();
+    let issued = room.issue(product, IssueBound::Gate).await.unwrap();
+    room.claim(product, CustomerId(1), &pass_of(&issued[0]), "x")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    room.lapse_due(product, Duration::ZERO).await.unwrap();
+    let keys = f.keys().await;
+    assert!(keys.len() > 10, "{keys:?}");
+    for key in &keys {
+        let tag = key
+            .split_once('{')
+            .and_then(|(_, rest)| rest.split_once('}'))
+            .map(|(tag, _)| tag);
+        assert_eq!(tag, Some("product:123"), "{key}");
+    }
+    for key in room.fixed_keys(product) {
+        let tag = key.split_once('{').unwrap().1.split_once('}').unwrap().0;
+        assert_eq!(tag, "product:123", "{key}");
+    }
+    assert!(
+        room.fixed_keys(product)
+            .contains(&f.gate_stock_key(product)),
+        "the scripts read the gate's own stock key"
+    );
+    f.cleanup().await;
+}
+
+/// Builds a queue through every state a pass can be in, records every
+/// customer's view, deletes every key of the queue, rebuilds it from what
+/// Postgres would hold, and finds every view the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_rebuilt_queue_shows_everyone_what_they_saw_before() {
+    let f = Fixture::new().await;
+    let room = &f.room;
+    let units = 2;
+    let start = setup(60_000, 60_000, units);
+    room.prepare(PRODUCT, &start).await.unwrap();
+    let mut entries = Vec::new();
+    for c in 1..=8 {
+        entries.push(join_confirmed(room, PRODUCT, c).await);
+    }
+    let mut order: Vec<Ticket> = entries.iter().map(|e| e.ticket.clone()).collect();
+    order.reverse();
+    order.swap(1, 5);
+    room.draw(PRODUCT, &order).await.unwrap();
+    for c in 9..=11 {
+        entries.push(join_confirmed(room, PRODUCT, c).await);
+    }
+    f.set_stock(PRODUCT, 8).await;
+    let issued = room.issue(PRODUCT, IssueBound::Gate).await.unwrap();
+    assert_eq!(issued.len(), 4);
+    // One used, one lapsed (a stale claim), two open.
+    let used = pass_of(&issued[0]);
+    room.claim(PRODUCT, issued[0].customer, &used, "u")
+        .await
+        .unwrap();
+    f.add_stock(PRODUCT, -units).await;
+    room.settle(PRODUCT, &used, "u").await.unwrap();
+    let lapsed = pass_of(&issued[1]);
+    room.claim(PRODUCT, issued[1].customer, &lapsed, "l")
+        .await
+        .unwrap();
+    room.lapse_claim(PRODUCT, &lapsed, "l").await.unwrap();
+    room.issue(PRODUCT, IssueBound::Gate).await.unwrap();
+    room.mirror_unpaid(PRODUCT, 1).await.unwrap();
+
+    let customers: Vec<CustomerId> = (1..=12).map(CustomerId).collect();
+    let mut before = Vec::new();
+    for &c in &customers {
+        before.push(room.status(PRODUCT, c).await.unwrap());
+    }
+    let counts_before = room.counts(PRODUCT).await.unwrap();
+
+    // What Postgres holds: entries, the draw's order with late arrivals,
+    // admissions from the log with their ends.
+    let mut admissions = Vec::new();
+    for event in room.log(PRODUCT, 1000).await.unwrap() {
+        if let LogEvent::Issued(issued) = event {
+            let state = before
+                .iter()
+                .find_map(|v| v.pass.as_ref().filter(|p| p.0.number == issued.number))
+                .map(|p| p.1)
+                .unwrap();
+            admissions.push((issued, state));
+        }
+    }
+    assert!(admissions.iter().any(|a| a.1 == PassState::Used));
+    assert!(admissions.iter().any(|a| a.1 == PassState::Lapsed));
+    let mut line = order.clone();
+    line.extend(entries[8..].iter().map(|e| e.ticket.clone()));
+    let snapshot = QueueSnapshot {
+        setup: start,
+        state: QueueState::Open,
+        drawn: true,
+        entries: entries.clone(),
+        line,
+        admissions,
+    };
+    assert!(
+        !room.rebuild(PRODUCT, &snapshot).await.unwrap(),
+        "the queue exists"
+    );
+
+    let queue_keys: Vec<String> = f
+        .keys()
+        .await
+        .into_iter()
+        .filter(|k| k.starts_with(&room.key_base(PRODUCT)))
+        .collect();
+    f.delete(&queue_keys).await;
+    assert!(!room.exists(PRODUCT).await.unwrap());
+    // Redis lost the mirror too; the jobs set it again.
+    room.mirror_unpaid(PRODUCT, 1).await.unwrap();
+    assert!(room.rebuild(PRODUCT, &snapshot).await.unwrap());
+    assert!(!room.rebuild(PRODUCT, &snapshot).await.unwrap(), "once");
+    for (c, was) in customers.iter().zip(&before) {
+        assert_eq!(
+            &room.status(PRODUCT, *c).await.unwrap(),
+            was,
+            "customer {c}"
+        );
+    }
+    assert_eq!(room.counts(PRODUCT).await.unwrap(), counts_before);
+    // And it goes on from there: the next pass is number 5+, to the next in line.
+    f.add_stock(PRODUCT, 2).await;
+    let next = room.issue(PRODUCT, IssueBound::Gate).await.unwrap();
+    assert_eq!(next.len(), 1);
+    assert_eq!(next[0].number, counts_before.admitted + 1);
+    let join = join_new(room, PRODUCT, 50).await;
+    assert_eq!(join.seq, 12);
+    f.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_queue_rebuilt_before_its_draw_keeps_the_pre_queue() {
+    let f = Fixture::new().await;
+    let room = &f.room;
+    let start = setup(60_000, 60_000, 1);
+    room.prepare(PRODUCT, &start).await.unwrap();
+    let mut entries = Vec::new();
+    for c in 1..=3 {
+        entries.push(join_confirmed(room, PRODUCT, c).await);
+    }
+    let moved = setup(-1, 60_000, 1);
+    room.prepare(PRODUCT, &moved).await.unwrap();
+    for c in 4..=5 {
+        entries.push(join_confirmed(room, PRODUCT, c).await);
+    }
+    let mut before = Vec::new();
+    for c in 1..=5 {
+        before.push(room.status(PRODUCT, CustomerId(c)).await.unwrap());
+    }
+    let pre_before = room.pre_queue(PRODUCT).await.unwrap().tickets;
+    f.cleanup_queue(PRODUCT).await;
+    let snapshot = QueueSnapshot {
+        setup: moved,
+        state: QueueState::Pre,
+        drawn: false,
+        entries: entries.iter().rev().cloned().collect(),
+        line: vec![],
+        admissions: vec![],
+    };
+    assert!(room.rebuild(PRODUCT, &snapshot).await.unwrap());
+    for c in 1..=5 {
+        assert_eq!(
+            room.status(PRODUCT, CustomerId(c)).await.unwrap(),
+            before[c as usize - 1]
+        );
+    }
+    assert_eq!(room.pre_queue(PRODUCT).await.unwrap().tickets, pre_before);
+    let order: Vec<Ticket> = pre_before.into_iter().rev().collect();
+    assert_eq!(room.draw(PRODUCT, &order).await.unwrap(), Drawn::Done);
+    f.cleanup().await;
+}
+
+impl Fixture {
+    async fn cleanup_queue(&self, product: ProductId) {
+        let base = self.room.key_base(product);
+        let keys: Vec<String> = self
+            .keys()
+            .await
+            .into_iter()
+            .filter(|k| k.starts_with(&base))
+            .collect();
+        self.delete(&keys).await;
+    }
+}
+
+/// Every script on a three-master Redis Cluster: each call lands on the
+/// product's slot (the per-ticket keys the scripts name themselves carry the
+/// same tag), for two products on different nodes, and a rebuild there too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn on_a_redis_cluster_every_script_runs_on_the_products_slot() {
+    let cluster = crate::helpers::RedisCluster::start();
+    let prefix = unique_prefix();
+    let room = WaitingRoom::new(RedisNode::cluster(&cluster.urls).unwrap(), &prefix);
+    let gate = flashsale::gate::StockGate::new(
+        RedisNode::cluster(&cluster.urls).unwrap(),
+        &prefix,
+        Duration::from_secs(60),
+        Duration::from_secs(60),
+    );
+    let client = redis::cluster::ClusterClient::new(cluster.urls.clone()).unwrap();
+    let mut raw = client.get_async_connection().await.unwrap();
+    for product in [ProductId(1), ProductId(2), ProductId(3)] {
+        let start = setup(60_000, 60_000, 1);
+        assert!(room.prepare(product, &start).await.unwrap());
+        let mut entries = Vec::new();
+        for c in 1..=3 {
+            entries.push(join_confirmed(&room, product, c).await);
+        }
+        let order: Vec<Ticket> = entries.iter().rev().map(|e| e.ticket.clone()).collect();
+        assert_eq!(room.pre_queue(product).await.unwrap().tickets.len(), 3);
+        assert_eq!(room.draw(product, &order).await.unwrap(), Drawn::Done);
+        let late = join_new(&room, product, 4).await;
+        room.confirm(product, &late.ticket).await.unwrap();
+        entries.push(Entry {
+            confirmed: true,
+            ..late
+        });
+        let undone = join_new(&room, product, 5).await;
+        room.undo_join(product, CustomerId(5), &undone.ticket)
+            .await
+            .unwrap();
+        assert!(room
+            .unconfirmed(product, Duration::ZERO)
+            .await
+            .unwrap()
+            .is_empty());
+        gate.seed_if_absent(product, 2, Some(1)).await.unwrap();
+        let issued = room.issue(product, IssueBound::Gate).await.unwrap();
+        assert_eq!(issued.len(), 2);
+        assert_eq!(issued[0].customer, CustomerId(3));
+        let used = pass_of(&issued[0]);
+        assert_eq!(
+            room.claim(product, CustomerId(3), &used, "u")
+                .await
+                .unwrap(),
+            Claim::Claimed { units: 1 }
+        );
+        assert!(room.settle(product, &used, "u").await.unwrap());
+        room.unclaim(product, &used, "u").await.unwrap();
+        assert!(room
+            .lapse_due(product, Duration::ZERO)
+            .await
+            .unwrap()
+            .is_empty());
+        assert!(!room.lapse_claim(product, &used, "u").await.unwrap());
+        let log = room.log(product, 10).await.unwrap();
+        assert_eq!(log.len(), 2);
+        room.ack_log(product, &log[0]).await.unwrap();
+        assert_eq!(room.log(product, 10).await.unwrap().len(), 1);
+        room.mirror_stock(product, 2).await.unwrap();
+        room.mirror_unpaid(product, 1).await.unwrap();
+        assert!(room.set_state(product, QueueState::Paused).await.unwrap());
+        assert!(room.set_state(product, QueueState::Open).await.unwrap());
+        let customers: Vec<CustomerId> = (1..=4).map(CustomerId).collect();
+        let mut before = Vec::new();
+        for &c in &customers {
+            before.push(room.status(product, c).await.unwrap());
+        }
+        assert_eq!(before[2].pass.as_ref().unwrap().1, PassState::Used);
+        let counts = room.counts(product).await.unwrap();
+        assert_eq!((counts.joined, counts.used, counts.open_passes), (4, 1, 1));
+
+        // Lost and rebuilt on the cluster.
+        let base = room.key_base(product);
+        let mut lost: Vec<String> = room
+            .fixed_keys(product)
+            .into_iter()
+            .filter(|k| k.starts_with(&base) && !k.ends_with("mirror_unpaid"))
+            .collect();
+        for e in &entries {
+            lost.push(format!("{base}entry:{}", e.ticket));
+            lost.push(format!("{base}pass:{}", e.ticket));
+        }
+        let _: i64 = redis::cmd("DEL")
+            .arg(&lost)
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        assert!(!room.exists(product).await.unwrap());
+        let mut line = order.clone();
+        line.push(entries[3].ticket.clone());
+        let snapshot = QueueSnapshot {
+            setup: start,
+            state: QueueState::Open,
+            drawn: true,
+            entries: entries.clone(),
+            line,
+            admissions: vec![
+                (issued[0].clone(), PassState::Used),
+                (issued[1].clone(), PassState::Issued),
+            ],
+        };
+        assert!(room.rebuild(product, &snapshot).await.unwrap());
+        room.mirror_stock(product, 2).await.unwrap();
+        for (c, was) in customers.iter().zip(&before) {
+            assert_eq!(
+                &room.status(product, *c).await.unwrap(),
+                was,
+                "customer {c}"
+            );
+        }
+    }
+}
