@@ -29,5 +29,6 @@ mod soak;
 mod stock_gate;
 mod uncertain_commit;
 mod waiting_room;
+mod waiting_room_crowd;
 mod waiting_room_pages;
 mod waiting_room_redis;
