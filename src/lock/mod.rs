@@ -62,7 +62,12 @@ pub struct ProductLocks {
 }
 
 struct Inner {
-    manager: LockManager,
+    /// Replaced when its connections stop answering while the servers do
+    /// (see `reconnect_manager`); a lock taken before keeps the manager it
+    /// was taken with for its renewals and release.
+    manager: std::sync::RwLock<LockManager>,
+    redis_urls: Vec<String>,
+    cluster: bool,
     nodes: Vec<RedisNode>,
     queues: Arc<ProductQueues>,
     key_prefix: String,
@@ -102,7 +107,9 @@ impl ProductLocks {
         let stop_listener = release::spawn_listener(redis_urls, &channel, &queues)?;
         Ok(ProductLocks {
             inner: Arc::new(Inner {
-                manager,
+                manager: std::sync::RwLock::new(manager),
+                redis_urls: redis_urls.to_vec(),
+                cluster,
                 nodes,
                 queues,
                 key_prefix: key_prefix.to_string(),

@@ -19,26 +19,40 @@ pub(super) fn connect(
     redis_urls: &[String],
     cluster: bool,
 ) -> anyhow::Result<(LockManager, Vec<RedisNode>)> {
-    let (mut manager, nodes) = if cluster {
-        (
-            LockManager::new_cluster(redis_urls.to_vec())?,
-            vec![RedisNode::cluster(redis_urls)?],
-        )
+    let nodes = if cluster {
+        vec![RedisNode::cluster(redis_urls)?]
+    } else {
+        redis_urls
+            .iter()
+            .map(|url| RedisNode::single(url))
+            .collect::<Result<Vec<_>, _>>()?
+    };
+    Ok((manager(redis_urls, cluster)?, nodes))
+}
+
+/// A lock manager with connections of its own, opened on first use.
+pub(super) fn manager(redis_urls: &[String], cluster: bool) -> anyhow::Result<LockManager> {
+    let mut manager = if cluster {
+        LockManager::new_cluster(redis_urls.to_vec())?
     } else {
         let clients = redis_urls
             .iter()
             .map(|url| redis::Client::open(url.as_str()))
             .collect::<Result<Vec<_>, _>>()?;
-        let nodes = redis_urls
-            .iter()
-            .map(|url| RedisNode::single(url))
-            .collect::<Result<Vec<_>, _>>()?;
-        (LockManager::from_clients(clients), nodes)
+        LockManager::from_clients(clients)
     };
     // One attempt per call: the waiting policy (deadline, wake-up on release)
     // is ours, and rslock's own sleeps would idle buyers behind a free lock.
     manager.set_retry(1, Duration::from_millis(1));
-    Ok((manager, nodes))
+    Ok(manager)
+}
+
+/// Who holds a lock key, as a quorum of servers says.
+pub(super) enum Holder {
+    Nobody,
+    /// A key without expiry: not ours to outwait, only a release frees it.
+    Forever,
+    For(Duration),
 }
 
 impl ProductLocks {
@@ -54,9 +68,8 @@ impl ProductLocks {
     }
 
     /// How long the current holder's lease has left (the longest any server
-    /// reports; `None` for a key that never expires), or `NoQuorum` when
-    /// too few servers answer to form a quorum.
-    pub(super) async fn holder_lease(&self, key: &str) -> Result<Option<Duration>, LockError> {
+    /// reports), or `NoQuorum` when too few servers answer to form a quorum.
+    pub(super) async fn holder_lease(&self, key: &str) -> Result<Holder, LockError> {
         let ttls = self
             .on_quorum(|mut connection| {
                 let key = key.to_string();
@@ -70,8 +83,9 @@ impl ProductLocks {
             .await?;
         // PTTL answers -2 for a missing key and -1 for a key without expiry.
         Ok(match ttls.into_iter().max().unwrap_or(-2) {
-            -1 => None,
-            left => Some(Duration::from_millis(left.max(0) as u64)),
+            -2 => Holder::Nobody,
+            -1 => Holder::Forever,
+            left => Holder::For(Duration::from_millis(left.max(0) as u64)),
         })
     }
 

@@ -13,6 +13,7 @@ use tokio::time::{timeout_at, Instant};
 use super::held::HeldLock;
 use super::lease::{self, LeaseState};
 use super::queue::ProductQueue;
+use super::quorum::Holder;
 use super::{LockError, ProductLocks};
 use crate::domain::ProductId;
 
@@ -30,6 +31,9 @@ impl ProductLocks {
             return Ok(self.without_redis(product, local_turn));
         }
         let key = self.key(product);
+        // Times in a row rslock said "unavailable" while a quorum of the
+        // same servers said nobody held the key.
+        let mut refused_while_free = 0;
         loop {
             // Listen before trying, so a release between our attempt and our
             // wait still wakes us.
@@ -38,19 +42,15 @@ impl ProductLocks {
             released.as_mut().enable();
 
             let started = Instant::now();
-            match timeout_at(
-                deadline,
-                self.inner.manager.lock(key.as_bytes(), self.inner.lease),
-            )
-            .await
-            {
+            let manager = self.manager();
+            match timeout_at(deadline, manager.lock(key.as_bytes(), self.inner.lease)).await {
                 Err(_) => return Err(LockError::Timeout),
                 Ok(Ok(lock)) => {
                     let valid_until = started + Duration::from_millis(lock.validity_time as u64);
                     let token = match self.next_token(product).await {
                         Ok(token) => token,
                         Err(error) => {
-                            self.inner.manager.unlock(&lock).await;
+                            manager.unlock(&lock).await;
                             return Err(error);
                         }
                     };
@@ -75,9 +75,24 @@ impl ProductLocks {
                 Ok(Err(error)) => return Err(LockError::Redlock(error)),
             }
             let wake_at = match self.holder_lease(&key).await? {
-                Some(left) => (Instant::now() + left).min(deadline),
-                // A key without expiry is not ours to outwait: only a release wakes us.
-                None => deadline,
+                Holder::For(left) => {
+                    refused_while_free = 0;
+                    (Instant::now() + left).min(deadline)
+                }
+                Holder::Forever => deadline,
+                Holder::Nobody => {
+                    // Once can be a holder that released in between; twice
+                    // in a row is rslock's connection: after a server
+                    // restarts, some errors leave rslock on a dead
+                    // connection it never replaces, and every buyer would
+                    // wait out the deadline behind a free lock.
+                    refused_while_free += 1;
+                    if refused_while_free >= 2 {
+                        self.reconnect_manager();
+                        refused_while_free = 0;
+                    }
+                    Instant::now()
+                }
             };
             tokio::select! {
                 _ = released => {}
@@ -86,6 +101,29 @@ impl ProductLocks {
             if Instant::now() >= deadline {
                 return Err(LockError::Busy);
             }
+        }
+    }
+
+    fn manager(&self) -> rslock::LockManager {
+        self.inner
+            .manager
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// A new manager with new connections, for acquisitions from now on.
+    fn reconnect_manager(&self) {
+        match super::quorum::manager(&self.inner.redis_urls, self.inner.cluster) {
+            Ok(manager) => {
+                tracing::warn!("replacing the Redlock manager: its connections stopped answering");
+                *self
+                    .inner
+                    .manager
+                    .write()
+                    .unwrap_or_else(|e| e.into_inner()) = manager;
+            }
+            Err(error) => tracing::warn!(%error, "could not replace the Redlock manager"),
         }
     }
 

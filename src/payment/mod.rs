@@ -22,7 +22,7 @@ pub enum Charge {
 }
 
 /// The provider gave no answer we can trust: it may or may not have
-/// charged. The attempt stays pending until `lookup` says which.
+/// charged. The attempt stays pending until the settling job asks the provider.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("payment provider: {0}")]
 pub struct NoAnswer(pub String);
@@ -37,8 +37,15 @@ pub trait PaymentProvider: Send + Sync {
         amount: Money,
     ) -> BoxFuture<'a, Result<Charge, NoAnswer>>;
 
-    /// What became of `attempt`: None if the provider never saw it.
-    fn lookup<'a>(&'a self, attempt: &'a str) -> BoxFuture<'a, Result<Option<Charge>, NoAnswer>>;
+    /// What became of `attempt`, ending it if the provider has not decided
+    /// it: None means it is void now and will never charge, even if its
+    /// charge request is still on its way (a paused or slow caller). A
+    /// lookup alone cannot say that: "never seen" can turn into "charged" a
+    /// moment later, after the shop has told the customer nothing was.
+    fn void_unless_decided<'a>(
+        &'a self,
+        attempt: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Charge>, NoAnswer>>;
 }
 
 /// The names `PAYMENT_PROVIDER` accepts.

@@ -118,16 +118,38 @@ impl PaymentProvider for SandboxProvider {
         .boxed()
     }
 
-    fn lookup<'a>(&'a self, attempt: &'a str) -> BoxFuture<'a, Result<Option<Charge>, NoAnswer>> {
+    fn void_unless_decided<'a>(
+        &'a self,
+        attempt: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Charge>, NoAnswer>> {
         async move {
             let attempt = attempt.to_string();
-            db::run(&self.books, move |conn| Ok(read(conn, &attempt)?))
-                .await
-                .map_err(|e| NoAnswer(e.to_string()))
+            // The void is a booking like a charge's, on the same key: whichever
+            // commits first is the attempt's outcome, so a charge arriving
+            // after it finds the attempt void and charges nothing.
+            db::run(&self.books, move |conn| {
+                diesel::insert_into(sandbox_charges::table)
+                    .values((
+                        sandbox_charges::attempt_key.eq(&attempt),
+                        sandbox_charges::approved.eq(false),
+                        sandbox_charges::reason.eq(VOIDED),
+                        sandbox_charges::amount_cents.eq(0),
+                    ))
+                    .on_conflict_do_nothing()
+                    .execute(conn)?;
+                Ok(read(conn, &attempt)?.filter(
+                    |charge| !matches!(charge, Charge::Declined(reason) if reason == VOIDED),
+                ))
+            })
+            .await
+            .map_err(|e| NoAnswer(e.to_string()))
         }
         .boxed()
     }
 }
+
+/// The reason on the books of an attempt the shop voided before it charged.
+const VOIDED: &str = "Voided by the shop before any charge.";
 
 #[cfg(test)]
 mod tests {

@@ -209,14 +209,16 @@ async fn restore_declined(shop: &Shop, order: OrderId) {
 pub struct SettleReport {
     pub paid: usize,
     pub declined: usize,
-    /// Attempts the provider never saw: nothing was charged.
+    /// Attempts the provider had not decided: voided there, so nothing was
+    /// or will be charged.
     pub never_charged: usize,
     /// Still without an answer; asked again next run.
     pub unanswered: usize,
 }
 
 /// One pass of the settling job: every attempt pending for longer than the
-/// provider may take is looked up at the provider and settled.
+/// provider may take is settled by what the provider decided, or voided there
+/// first if it decided nothing yet.
 pub async fn settle_pending(shop: &Shop) -> Result<SettleReport, AppError> {
     let older_than = Utc::now()
         - chrono::Duration::from_std(shop.settings.payment_provider_timeout * 2)
@@ -234,13 +236,13 @@ pub async fn settle_pending(shop: &Shop) -> Result<SettleReport, AppError> {
     let mut report = SettleReport::default();
     for (order, attempt) in pending {
         let order = OrderId(order);
-        match shop.payment_provider.lookup(&attempt).await {
+        match shop.payment_provider.void_unless_decided(&attempt).await {
             Ok(Some(charge)) => match settle(shop, order, attempt, charge).await? {
                 PaymentOutcome::Paid => report.paid += 1,
                 _ => report.declined += 1,
             },
             Ok(None) => {
-                // Never reached the provider: no charge, and the order may
+                // Void at the provider, so never charged: the order may
                 // still be paid before its deadline.
                 let attempt = attempt.clone();
                 db::run(&shop.pool, move |conn| {
@@ -250,7 +252,7 @@ pub async fn settle_pending(shop: &Shop) -> Result<SettleReport, AppError> {
                             .filter(payments::outcome.eq("pending")),
                     )
                     .set((
-                        payments::outcome.eq("declined"),
+                        payments::outcome.eq("voided"),
                         payments::settled_at.eq(Utc::now()),
                     ))
                     .execute(conn)?;

@@ -754,6 +754,64 @@ async fn a_lost_answer_is_looked_up_and_the_order_never_expires_under_it() {
     app.db.assert_audit_clean();
 }
 
+/// An attempt the provider had not seen when the job settled it is voided
+/// there first: its charge request, arriving late (a paused or slow
+/// caller), charges nothing, so no card is charged for a payment the shop
+/// recorded as declined. The order can still be paid.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_attempt_settled_as_never_charged_cannot_charge_later() {
+    let app = spawn_app_with(|s| s.payment_provider_timeout = Duration::from_millis(100)).await;
+    let product = app.product(5, None).await;
+    let buyer = app.customer("late-charge@example.com").await;
+    let order = order_id_from(&buyer.buy(product, 1).await);
+    // As `pay` leaves it just before asking the provider, long enough ago
+    // that the job settles it.
+    app.db.count(&format!(
+        "WITH i AS (INSERT INTO payments (order_id, outcome, amount_cents, card_last4, attempt_key, created_at) \
+         SELECT id, 'pending', total_cents, '4242', 'late-attempt', now() - interval '1 hour' FROM orders WHERE id = {order} RETURNING 1) \
+         SELECT count(*) AS n FROM i"
+    ));
+    let report = flashsale::services::jobs::run_once(&app.shop)
+        .await
+        .unwrap();
+    assert_eq!(report.settled_payments.never_charged, 1, "{report:?}");
+
+    let card = flashsale::domain::CardNumber::parse(GOOD_CARD).unwrap();
+    let amount = flashsale::domain::Money::from_cents(100).unwrap();
+    let late = app
+        .shop
+        .payment_provider
+        .charge("late-attempt", &card, amount)
+        .await
+        .unwrap();
+    assert!(
+        matches!(late, flashsale::payment::Charge::Declined(_)),
+        "a voided attempt charged: {late:?}"
+    );
+    assert_eq!(
+        app.db
+            .count("SELECT count(*) AS n FROM sandbox_charges WHERE approved"),
+        0
+    );
+    assert_eq!(
+        app.db
+            .count("SELECT count(*) AS n FROM payments WHERE outcome = 'voided'"),
+        1
+    );
+
+    let paid = buyer.pay(order, GOOD_CARD).await;
+    let status = paid.status();
+    let page = paid.text().await.unwrap();
+    assert_eq!(status, StatusCode::SEE_OTHER, "{page}");
+    assert_eq!(
+        app.db.count(&format!(
+            "SELECT count(*) AS n FROM orders WHERE id = {order} AND status = 'paid'"
+        )),
+        1
+    );
+    app.db.assert_audit_clean();
+}
+
 /// A purchase claimed before fingerprints were keyed (a plain SHA-256 of the
 /// request) is still recognised: its resend is a replay to the same order,
 /// not a "conflicting reuse" that would send the customer to buy again.
