@@ -30,8 +30,8 @@ use crate::config::Settings;
 use crate::db::PgPool;
 use crate::gate::StockGate;
 use crate::lock::ProductLocks;
-use crate::queue::WaitingRoom;
 use crate::payment::PaymentProvider;
+use crate::queue::WaitingRoom;
 use crate::redis_node::RedisNode;
 use stock_gate::ReconcileReport;
 

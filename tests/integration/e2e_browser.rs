@@ -145,7 +145,10 @@ impl Chrome {
                 return text;
             }
             if std::time::Instant::now() > deadline {
-                panic!("expected {wanted:?} on {} within {within:?}:\n{text}", self.path().await);
+                panic!(
+                    "expected {wanted:?} on {} within {within:?}:\n{text}",
+                    self.path().await
+                );
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
@@ -489,12 +492,19 @@ async fn waiting_room_in_chromium() {
     let product = queue_sale(&app, 1, 1, chrono::Duration::seconds(40), None).await;
     let late = app.customer("queue-late@example.com").await;
 
-    for (chrome, email) in [(&one, "queue-one@example.com"), (&two, "queue-two@example.com")] {
+    for (chrome, email) in [
+        (&one, "queue-one@example.com"),
+        (&two, "queue-two@example.com"),
+    ] {
         chrome.sign_up(email).await;
         chrome.open(&format!("/products/{product}")).await;
-        chrome.expect_text("This sale opens through a waiting room").await;
+        chrome
+            .expect_text("This sale opens through a waiting room")
+            .await;
         chrome.submit("form.join button[type=submit]").await;
-        chrome.expect_path(&format!("/products/{product}/queue")).await;
+        chrome
+            .expect_path(&format!("/products/{product}/queue"))
+            .await;
         chrome.expect_text("You are in the waiting room").await;
         chrome.expect_text("The sale starts in").await;
         chrome.mark_document().await;
@@ -518,7 +528,11 @@ async fn waiting_room_in_chromium() {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
-    let (first, second) = if first_is_one { (&one, &two) } else { (&two, &one) };
+    let (first, second) = if first_is_one {
+        (&one, &two)
+    } else {
+        (&two, &one)
+    };
     for chrome in [first, second] {
         assert!(chrome.same_document().await, "the page was reloaded");
     }
@@ -532,7 +546,10 @@ async fn waiting_room_in_chromium() {
     assert_eq!(queue_json(&late, product).await["position"], 3);
     // The other waiter is told at once that every unit is held.
     second
-        .expect_text_within("Every unit is sold or held right now", Duration::from_secs(20))
+        .expect_text_within(
+            "Every unit is sold or held right now",
+            Duration::from_secs(20),
+        )
         .await;
     first.shot("22-admitted").await;
     second.shot("23-all-held").await;
@@ -553,7 +570,9 @@ async fn waiting_room_in_chromium() {
     first.sign_out().await;
     first.sign_in("queue-late@example.com").await;
     first.open(&format!("/products/{product}/queue")).await;
-    first.expect_text("Every unit is sold or held right now").await;
+    first
+        .expect_text("Every unit is sold or held right now")
+        .await;
     first.mark_document().await;
 
     second.submit("form.buy button[type=submit]").await;
@@ -567,18 +586,19 @@ async fn waiting_room_in_chromium() {
         .await;
     assert!(first.same_document().await, "the page was reloaded");
     first.shot("26-sold-out-for-waiters").await;
-    wait_for(&late, product, Duration::from_secs(5), |s| s["state"] == "sold_out").await;
+    wait_for(&late, product, Duration::from_secs(5), |s| {
+        s["state"] == "sold_out"
+    })
+    .await;
 
     // The draw page, and the draw checked as anyone would.
     first.open(&format!("/products/{product}/draw")).await;
     first.expect_text("flashsale draw verify").await;
     first.shot("27-draw").await;
-    let report = flashsale::qa::draw::fetch_and_check(
-        &app.address,
-        flashsale::domain::ProductId(product),
-    )
-    .await
-    .unwrap();
+    let report =
+        flashsale::qa::draw::fetch_and_check(&app.address, flashsale::domain::ProductId(product))
+            .await
+            .unwrap();
     assert!(report.passed(), "{}", report.render());
     one.client.clone().close().await.unwrap();
     two.client.clone().close().await.unwrap();

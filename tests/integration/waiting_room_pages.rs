@@ -107,7 +107,12 @@ fn orders_of(app: &TestApp, product: i64) -> i64 {
 }
 
 /// A buy as the waiting page's form sends it.
-async fn buy_with_pass(who: &Browser, product: i64, quantity: &str, pass: Option<&str>) -> reqwest::Response {
+async fn buy_with_pass(
+    who: &Browser,
+    product: i64,
+    quantity: &str,
+    pass: Option<&str>,
+) -> reqwest::Response {
     let token = who.csrf().await;
     let key = uuid::Uuid::new_v4().simple().to_string();
     let mut fields = vec![
@@ -146,10 +151,16 @@ async fn joining_through_the_form_keeps_one_place_and_the_page_counts_down() {
 
     let before = queue_json(&customer, product).await;
     for field in CONTRACT {
-        assert!(before.get(field).is_some(), "queue.json lacks {field}: {before}");
+        assert!(
+            before.get(field).is_some(),
+            "queue.json lacks {field}: {before}"
+        );
     }
     assert_eq!(before["state"], "not_joined");
-    assert!(before["ticket"].is_null() && before["position"].is_null(), "{before}");
+    assert!(
+        before["ticket"].is_null() && before["position"].is_null(),
+        "{before}"
+    );
 
     // The product page offers the waiting room, not Buy.
     let page = expect_page(
@@ -158,7 +169,10 @@ async fn joining_through_the_form_keeps_one_place_and_the_page_counts_down() {
         "Join the waiting room",
     )
     .await;
-    assert!(!page.contains(&format!("/products/{product}/buy")), "{page}");
+    assert!(
+        !page.contains(&format!("/products/{product}/buy")),
+        "{page}"
+    );
     assert!(!page.contains("Add to cart"), "{page}");
 
     let response = join(&customer, product).await;
@@ -179,7 +193,10 @@ async fn joining_through_the_form_keeps_one_place_and_the_page_counts_down() {
         &format!("/products/{product}/queue"),
     );
     assert_eq!(entries(&app, product), 1);
-    assert_eq!(queue_json(&customer, product).await["ticket"], ticket.as_str());
+    assert_eq!(
+        queue_json(&customer, product).await["ticket"],
+        ticket.as_str()
+    );
 
     let response = customer.get(&format!("/products/{product}/queue")).await;
     assert_eq!(response.headers()["cache-control"], "no-store");
@@ -254,11 +271,7 @@ async fn bad_joins_write_nothing() {
     let page = response.text().await.unwrap();
     assert!(status.is_client_error(), "{status}: {page}");
     assert!(page.contains("waiting room"), "{page}");
-    assert_eq!(
-        app.db
-            .count("SELECT count(*) AS n FROM queue_entries"),
-        0
-    );
+    assert_eq!(app.db.count("SELECT count(*) AS n FROM queue_entries"), 0);
     for path in [
         format!("/products/{open_sale}/queue"),
         format!("/products/{open_sale}/queue.json"),
@@ -311,11 +324,7 @@ async fn before_the_opening_the_join_button_waits_for_its_second() {
     assert!(page.contains(r#"data-phase="not_open_yet""#), "{page}");
     // The server decides, not the button.
     let response = join(&customer, product).await;
-    assert!(
-        response.status().is_client_error(),
-        "{}",
-        response.status()
-    );
+    assert!(response.status().is_client_error(), "{}", response.status());
     assert_eq!(entries(&app, product), 0);
 }
 
@@ -341,7 +350,10 @@ async fn at_the_start_the_page_shows_a_place_then_a_pass_that_buys() {
     let placed = |status: &Value| !status["position"].is_null();
     let a = wait_for(&first, product, StdDuration::from_secs(15), placed).await;
     let b = wait_for(&second, product, StdDuration::from_secs(15), placed).await;
-    let mut positions = [a["position"].as_i64().unwrap(), b["position"].as_i64().unwrap()];
+    let mut positions = [
+        a["position"].as_i64().unwrap(),
+        b["position"].as_i64().unwrap(),
+    ];
     positions.sort();
     assert_eq!(positions, [1, 2], "{a} {b}");
     let (winner, loser) = if a["position"] == 1 {
@@ -364,7 +376,10 @@ async fn at_the_start_the_page_shows_a_place_then_a_pass_that_buys() {
         "Every unit is sold or held right now",
     )
     .await;
-    assert!(page.contains("number <span data-field=\"position\">2</span>"), "{page}");
+    assert!(
+        page.contains("number <span data-field=\"position\">2</span>"),
+        "{page}"
+    );
 
     // A late arrival goes to the back.
     expect_redirect(
@@ -383,7 +398,10 @@ async fn at_the_start_the_page_shows_a_place_then_a_pass_that_buys() {
     .await;
     let pass = pass_in(&page);
     assert_eq!(Some(pass.as_str()), won["pass"].as_str(), "{won}");
-    assert!(page.contains(r#"name="idempotency_key""#) && page.contains(r#"max="1""#), "{page}");
+    assert!(
+        page.contains(r#"name="idempotency_key""#) && page.contains(r#"max="1""#),
+        "{page}"
+    );
 
     // Every way of buying without this customer's valid pass writes nothing.
     let rows = app.db.ledger_rows();
@@ -430,7 +448,13 @@ async fn at_the_start_the_page_shows_a_place_then_a_pass_that_buys() {
     })
     .await;
     winner.pay(order, GOOD_CARD).await;
-    wait_for(loser, product, StdDuration::from_secs(15), state_is("sold_out")).await;
+    wait_for(
+        loser,
+        product,
+        StdDuration::from_secs(15),
+        state_is("sold_out"),
+    )
+    .await;
     expect_page(
         loser.get(&format!("/products/{product}/queue")).await,
         StatusCode::OK,
@@ -454,7 +478,9 @@ async fn the_published_draw_passes_flashsale_draw_verify() {
 
     // Before the start: the commitment and the entries, no seed, no order.
     let stranger = app.browser();
-    let response = stranger.get(&format!("/products/{product}/draw.json")).await;
+    let response = stranger
+        .get(&format!("/products/{product}/draw.json"))
+        .await;
     assert_eq!(response.status(), StatusCode::OK);
     let before: Value = serde_json::from_str(&response.text().await.unwrap()).unwrap();
     assert_eq!(before["product"], product);
@@ -463,7 +489,12 @@ async fn the_published_draw_passes_flashsale_draw_verify() {
     assert_eq!(before["entries"].as_array().unwrap().len(), 5);
     assert_eq!(before["order"].as_array().unwrap().len(), 0);
     for entry in before["entries"].as_array().unwrap() {
-        let mut keys: Vec<&str> = entry.as_object().unwrap().keys().map(String::as_str).collect();
+        let mut keys: Vec<&str> = entry
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
         keys.sort();
         assert_eq!(keys, ["joined_at", "late", "seq", "ticket"], "{entry}");
         assert_eq!(entry["late"], false);
@@ -530,10 +561,14 @@ async fn the_published_draw_passes_flashsale_draw_verify() {
         "draw verify failed: {text}{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    assert!(text.contains("PASS: the order follows from the committed seed"), "{text}");
-    let report = flashsale::qa::draw::fetch_and_check(&app.address, flashsale::domain::ProductId(product))
-        .await
-        .unwrap();
+    assert!(
+        text.contains("PASS: the order follows from the committed seed"),
+        "{text}"
+    );
+    let report =
+        flashsale::qa::draw::fetch_and_check(&app.address, flashsale::domain::ProductId(product))
+            .await
+            .unwrap();
     assert!(report.passed(), "{}", report.render());
 
     let page = expect_page(
@@ -621,7 +656,10 @@ async fn draw_json_is_built_from_the_tables_and_verifies() {
         .await;
     assert_eq!(status, StatusCode::OK, "{body}");
     let before: Value = serde_json::from_str(&body).unwrap();
-    assert!(before["seed"].is_null() && before["order"] == serde_json::json!([]), "{before}");
+    assert!(
+        before["seed"].is_null() && before["order"] == serde_json::json!([]),
+        "{before}"
+    );
     assert_eq!(before["seed_sha256"], seed.commitment().to_string());
     assert_eq!(before["entries"].as_array().unwrap().len(), 6);
     assert!(!body.contains("tabled"), "customer data in {body}");
@@ -682,7 +720,11 @@ async fn draw_json_is_built_from_the_tables_and_verifies() {
     };
     let output = verify();
     let text = String::from_utf8_lossy(&output.stdout).to_string();
-    assert!(output.status.success(), "{text}{}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     assert!(text.contains("PASS admissions 3 issued"), "{text}");
 
     let page = expect_page(

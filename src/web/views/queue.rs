@@ -486,7 +486,10 @@ impl DrawPage {
             .map(|entry| DrawEntryRow {
                 ticket: entry.ticket.as_str().to_string(),
                 seq: entry.seq,
-                joined_at_text: entry.joined_at.format("%Y-%m-%d %H:%M:%S%.3f UTC").to_string(),
+                joined_at_text: entry
+                    .joined_at
+                    .format("%Y-%m-%d %H:%M:%S%.3f UTC")
+                    .to_string(),
                 late: entry.late,
                 position: position.get(entry.ticket.as_str()).copied(),
             })
