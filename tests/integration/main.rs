@@ -30,5 +30,6 @@ mod stock_gate;
 mod uncertain_commit;
 mod waiting_room;
 mod waiting_room_admin;
+mod waiting_room_crowd;
 mod waiting_room_pages;
 mod waiting_room_redis;
