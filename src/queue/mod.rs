@@ -166,7 +166,9 @@ pub enum LogEvent {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Claim {
     /// Taken for this admission; `units` is what the pass covers.
-    Claimed { units: i64 },
+    Claimed {
+        units: i64,
+    },
     /// The customer holds no pass (not joined, or still waiting).
     NoPass,
     /// The form's pass names no pass of this queue.
@@ -460,8 +462,7 @@ impl WaitingRoom {
     /// Whether Redis has this queue (false after Redis lost it: rebuild).
     pub async fn exists(&self, product: ProductId) -> Result<bool, AppError> {
         let key = format!("{}meta", self.key_base(product));
-        let found: i64 =
-            with_retry!(self, connection => redis::cmd("EXISTS").arg(&key).query_async(&mut connection))?;
+        let found: i64 = with_retry!(self, connection => redis::cmd("EXISTS").arg(&key).query_async(&mut connection))?;
         Ok(found == 1)
     }
 
@@ -595,7 +596,11 @@ impl WaitingRoom {
     /// is confirmed, and open passes plus one more pass's units fit in what
     /// `bound` says can still be admitted. Each is appended to the log.
     /// A missing bound key issues nothing.
-    pub async fn issue(&self, product: ProductId, bound: IssueBound) -> Result<Vec<Issued>, AppError> {
+    pub async fn issue(
+        &self,
+        product: ProductId,
+        bound: IssueBound,
+    ) -> Result<Vec<Issued>, AppError> {
         let which = match bound {
             IssueBound::Gate => "gate",
             IssueBound::Mirror => "mirror",
@@ -771,7 +776,11 @@ impl WaitingRoom {
 
     /// One customer's view; a queue Redis does not have is `Unavailable`
     /// (use `view` to tell it apart and rebuild).
-    pub async fn status(&self, product: ProductId, customer: CustomerId) -> Result<QueueView, AppError> {
+    pub async fn status(
+        &self,
+        product: ProductId,
+        customer: CustomerId,
+    ) -> Result<QueueView, AppError> {
         self.view(product, customer).await?.ok_or_else(|| {
             AppError::Unavailable(format!(
                 "waiting room: Redis has no queue for product {product}"
@@ -861,7 +870,11 @@ impl WaitingRoom {
     /// draw is refused (false), and so is `Pre`; a missing queue is false too.
     pub async fn set_state(&self, product: ProductId, state: QueueState) -> Result<bool, AppError> {
         let set: i64 = self
-            .run(&self.inner.set_state, product, &[state_name(state).to_string()])
+            .run(
+                &self.inner.set_state,
+                product,
+                &[state_name(state).to_string()],
+            )
             .await?;
         Ok(set == 1)
     }
@@ -911,7 +924,11 @@ impl WaitingRoom {
     /// comes back confirmed; before the draw the line is the late entries in
     /// `(joined_at, seq)` order; a `Claimed` admission comes back `Issued`
     /// (Postgres does not know its purchase), and the log starts empty.
-    pub async fn rebuild(&self, product: ProductId, snapshot: &QueueSnapshot) -> Result<bool, AppError> {
+    pub async fn rebuild(
+        &self,
+        product: ProductId,
+        snapshot: &QueueSnapshot,
+    ) -> Result<bool, AppError> {
         let setup = &snapshot.setup;
         let mut args = vec![
             (REBUILD_LOCK.as_millis() as u64).to_string(),
@@ -1007,7 +1024,9 @@ fn time_from(ms: i64) -> Result<DateTime<Utc>, AppError> {
     DateTime::from_timestamp_millis(ms).ok_or_else(|| broken("time"))
 }
 
-fn entry_from((ticket, customer, seq, joined, late, confirmed): EntryRow) -> Result<Entry, AppError> {
+fn entry_from(
+    (ticket, customer, seq, joined, late, confirmed): EntryRow,
+) -> Result<Entry, AppError> {
     Ok(Entry {
         customer: customer_from(&customer)?,
         ticket: ticket_from(&ticket)?,

@@ -68,7 +68,11 @@ impl Fixture {
 
     async fn get(&self, key: &str) -> Option<i64> {
         let mut raw = self.raw.clone();
-        redis::cmd("GET").arg(key).query_async(&mut raw).await.unwrap()
+        redis::cmd("GET")
+            .arg(key)
+            .query_async(&mut raw)
+            .await
+            .unwrap()
     }
 
     async fn outstanding(&self, product: ProductId) -> i64 {
@@ -117,6 +121,29 @@ impl Fixture {
     }
 }
 
+/// A test that fails leaves no keys behind either: a blocking sweep of the
+/// prefix on a thread of its own (the runtime may be unwinding).
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        let pattern = format!("{}*", self.prefix);
+        let _ = std::thread::spawn(move || {
+            let Ok(mut connection) =
+                redis::Client::open(redis_url()).and_then(|c| c.get_connection())
+            else {
+                return;
+            };
+            let keys: Vec<String> = match redis::Commands::scan_match(&mut connection, &pattern) {
+                Ok(found) => found.filter_map(Result::ok).collect(),
+                Err(_) => return,
+            };
+            for key in keys {
+                let _: redis::RedisResult<i64> = redis::cmd("DEL").arg(&key).query(&mut connection);
+            }
+        })
+        .join();
+    }
+}
+
 fn setup(starts_in_ms: i64, pass_ms: u64, units: i64) -> QueueSetup {
     QueueSetup {
         starts_at: Utc::now() + chrono::Duration::milliseconds(starts_in_ms),
@@ -146,7 +173,13 @@ async fn join_confirmed(room: &WaitingRoom, product: ProductId, customer: i64) -
 }
 
 /// A drawn, open queue of `n` confirmed customers 1..=n, in join order.
-async fn drawn_queue(f: &Fixture, product: ProductId, n: i64, pass_ms: u64, units: i64) -> Vec<Entry> {
+async fn drawn_queue(
+    f: &Fixture,
+    product: ProductId,
+    n: i64,
+    pass_ms: u64,
+    units: i64,
+) -> Vec<Entry> {
     f.room
         .prepare(product, &setup(60_000, pass_ms, units))
         .await
@@ -178,8 +211,14 @@ async fn a_customer_has_one_place_and_a_closed_queue_takes_nobody() {
         Joined::Missing
     );
     assert!(!room.exists(PRODUCT).await.unwrap());
-    assert!(room.prepare(PRODUCT, &setup(60_000, 1000, 1)).await.unwrap());
-    assert!(!room.prepare(PRODUCT, &setup(60_000, 1000, 1)).await.unwrap());
+    assert!(room
+        .prepare(PRODUCT, &setup(60_000, 1000, 1))
+        .await
+        .unwrap());
+    assert!(!room
+        .prepare(PRODUCT, &setup(60_000, 1000, 1))
+        .await
+        .unwrap());
     assert!(room.exists(PRODUCT).await.unwrap());
 
     let alice = join_new(room, PRODUCT, 1).await;
@@ -188,7 +227,11 @@ async fn a_customer_has_one_place_and_a_closed_queue_takes_nobody() {
         .join(PRODUCT, CustomerId(1), &Ticket::generate())
         .await
         .unwrap();
-    assert_eq!(again, Joined::Again(alice.clone()), "same place, same ticket");
+    assert_eq!(
+        again,
+        Joined::Again(alice.clone()),
+        "same place, same ticket"
+    );
     let bob = join_new(room, PRODUCT, 2).await;
     assert_eq!(bob.seq, 2);
     assert!(bob.joined_at >= alice.joined_at);
@@ -221,7 +264,9 @@ async fn a_customer_has_one_place_and_a_closed_queue_takes_nobody() {
 async fn an_undone_join_leaves_nothing_behind() {
     let f = Fixture::new().await;
     let room = &f.room;
-    room.prepare(PRODUCT, &setup(60_000, 1000, 1)).await.unwrap();
+    room.prepare(PRODUCT, &setup(60_000, 1000, 1))
+        .await
+        .unwrap();
     let first = join_confirmed(room, PRODUCT, 1).await;
     let before = f.keys().await;
     let counts_before = room.counts(PRODUCT).await.unwrap();
@@ -231,7 +276,10 @@ async fn an_undone_join_leaves_nothing_behind() {
         .unwrap();
     assert_eq!(f.keys().await, before, "no key of the undone entry is left");
     assert_eq!(room.counts(PRODUCT).await.unwrap(), counts_before);
-    assert_eq!(room.pre_queue(PRODUCT).await.unwrap().tickets, vec![first.ticket.clone()]);
+    assert_eq!(
+        room.pre_queue(PRODUCT).await.unwrap().tickets,
+        vec![first.ticket.clone()]
+    );
     assert_eq!(room.pre_queue(PRODUCT).await.unwrap().unconfirmed, 0);
     // The customer may join again and gets a new place.
     let again = join_new(room, PRODUCT, 2).await;
@@ -268,7 +316,9 @@ async fn an_undone_join_leaves_nothing_behind() {
 async fn unconfirmed_lists_only_old_unconfirmed_entries() {
     let f = Fixture::new().await;
     let room = &f.room;
-    room.prepare(PRODUCT, &setup(60_000, 1000, 1)).await.unwrap();
+    room.prepare(PRODUCT, &setup(60_000, 1000, 1))
+        .await
+        .unwrap();
     let a = join_new(room, PRODUCT, 1).await;
     let _b = join_confirmed(room, PRODUCT, 2).await;
     assert_eq!(
@@ -297,7 +347,9 @@ async fn unconfirmed_lists_only_old_unconfirmed_entries() {
 async fn the_draw_orders_the_pre_queue_and_puts_late_arrivals_behind() {
     let f = Fixture::new().await;
     let room = &f.room;
-    room.prepare(PRODUCT, &setup(60_000, 1000, 1)).await.unwrap();
+    room.prepare(PRODUCT, &setup(60_000, 1000, 1))
+        .await
+        .unwrap();
     let mut pre = Vec::new();
     for c in 1..=4 {
         pre.push(join_new(room, PRODUCT, c).await);
@@ -308,7 +360,11 @@ async fn the_draw_orders_the_pre_queue_and_puts_late_arrivals_behind() {
     let late2 = join_confirmed(room, PRODUCT, 6).await;
     assert!(late1.late && late2.late && late1.seq < late2.seq);
     let view = room.status(PRODUCT, CustomerId(6)).await.unwrap();
-    assert_eq!(view.position, Some(6), "behind the pre-queue even before the draw");
+    assert_eq!(
+        view.position,
+        Some(6),
+        "behind the pre-queue even before the draw"
+    );
 
     let read = room.pre_queue(PRODUCT).await.unwrap();
     assert!(!read.drawn);
@@ -326,13 +382,19 @@ async fn the_draw_orders_the_pre_queue_and_puts_late_arrivals_behind() {
     for e in &pre {
         room.confirm(PRODUCT, &e.ticket).await.unwrap();
     }
-    assert_eq!(room.draw(PRODUCT, &order[..3]).await.unwrap(), Drawn::Changed);
+    assert_eq!(
+        room.draw(PRODUCT, &order[..3]).await.unwrap(),
+        Drawn::Changed
+    );
     let mut twice = order.clone();
     twice[3] = twice[0].clone();
     assert_eq!(room.draw(PRODUCT, &twice).await.unwrap(), Drawn::Changed);
     let mut with_late = order.clone();
     with_late[3] = late1.ticket.clone();
-    assert_eq!(room.draw(PRODUCT, &with_late).await.unwrap(), Drawn::Changed);
+    assert_eq!(
+        room.draw(PRODUCT, &with_late).await.unwrap(),
+        Drawn::Changed
+    );
     assert_eq!(room.draw(PRODUCT, &order).await.unwrap(), Drawn::Done);
     order.reverse();
     assert_eq!(
@@ -356,10 +418,7 @@ async fn the_draw_orders_the_pre_queue_and_puts_late_arrivals_behind() {
     let after = join_new(room, PRODUCT, 7).await;
     assert!(after.late);
     assert_eq!(
-        room.status(PRODUCT, CustomerId(7))
-            .await
-            .unwrap()
-            .position,
+        room.status(PRODUCT, CustomerId(7)).await.unwrap().position,
         Some(7)
     );
     assert!(room.pre_queue(PRODUCT).await.unwrap().drawn);
@@ -379,7 +438,9 @@ async fn a_join_after_an_early_draw_counts_as_at_the_start() {
     let a = join_confirmed(room, PRODUCT, 1).await;
     assert_eq!(room.draw(PRODUCT, &[a.ticket]).await.unwrap(), Drawn::Done);
     // After the draw a new setup is ignored.
-    room.prepare(PRODUCT, &setup(120_000, 1000, 1)).await.unwrap();
+    room.prepare(PRODUCT, &setup(120_000, 1000, 1))
+        .await
+        .unwrap();
     let b = join_new(room, PRODUCT, 2).await;
     assert!(b.late);
     assert_eq!(
@@ -395,12 +456,19 @@ async fn passes_follow_the_line_within_the_gates_stock() {
     let room = &f.room;
     let entries = drawn_queue(&f, PRODUCT, 5, 60_000, 2).await;
     assert!(
-        room.issue(PRODUCT, IssueBound::Gate).await.unwrap().is_empty(),
+        room.issue(PRODUCT, IssueBound::Gate)
+            .await
+            .unwrap()
+            .is_empty(),
         "no stock key: nothing issued"
     );
     f.set_stock(PRODUCT, 5).await;
     let issued = room.issue(PRODUCT, IssueBound::Gate).await.unwrap();
-    assert_eq!(issued.len(), 2, "2 passes of 2 units fit in 5, a third does not");
+    assert_eq!(
+        issued.len(),
+        2,
+        "2 passes of 2 units fit in 5, a third does not"
+    );
     assert_eq!(
         issued
             .iter()
@@ -416,10 +484,18 @@ async fn passes_follow_the_line_within_the_gates_stock() {
         60_000
     );
     assert_eq!(f.outstanding(PRODUCT).await, 4);
-    assert!(room.issue(PRODUCT, IssueBound::Gate).await.unwrap().is_empty());
+    assert!(room
+        .issue(PRODUCT, IssueBound::Gate)
+        .await
+        .unwrap()
+        .is_empty());
     assert_eq!(
         room.log(PRODUCT, 10).await.unwrap(),
-        issued.iter().cloned().map(LogEvent::Issued).collect::<Vec<_>>()
+        issued
+            .iter()
+            .cloned()
+            .map(LogEvent::Issued)
+            .collect::<Vec<_>>()
     );
     let view = room.status(PRODUCT, CustomerId(1)).await.unwrap();
     assert_eq!(
@@ -427,19 +503,34 @@ async fn passes_follow_the_line_within_the_gates_stock() {
         Some((pass_of(&issued[0]), PassState::Issued, issued[0].expires_at))
     );
     assert_eq!((view.units_left, view.outstanding), (1, 4));
-    assert_eq!(room.status(PRODUCT, CustomerId(5)).await.unwrap().ahead, Some(2));
+    assert_eq!(
+        room.status(PRODUCT, CustomerId(5)).await.unwrap().ahead,
+        Some(2)
+    );
 
     // Paused: nothing; resumed: on.
     f.set_stock(PRODUCT, 100).await;
     assert!(room.set_state(PRODUCT, QueueState::Paused).await.unwrap());
-    assert!(room.issue(PRODUCT, IssueBound::Gate).await.unwrap().is_empty());
+    assert!(room
+        .issue(PRODUCT, IssueBound::Gate)
+        .await
+        .unwrap()
+        .is_empty());
     assert!(room.set_state(PRODUCT, QueueState::Open).await.unwrap());
 
     // A late, unconfirmed entry stops the line until it is confirmed.
     let late = join_new(room, PRODUCT, 6).await;
     let more = room.issue(PRODUCT, IssueBound::Gate).await.unwrap();
-    assert_eq!(more.len(), 3, "customers 3, 4, 5; not past the unconfirmed 6");
-    assert!(room.issue(PRODUCT, IssueBound::Gate).await.unwrap().is_empty());
+    assert_eq!(
+        more.len(),
+        3,
+        "customers 3, 4, 5; not past the unconfirmed 6"
+    );
+    assert!(room
+        .issue(PRODUCT, IssueBound::Gate)
+        .await
+        .unwrap()
+        .is_empty());
     room.confirm(PRODUCT, &late.ticket).await.unwrap();
     let last = room.issue(PRODUCT, IssueBound::Gate).await.unwrap();
     assert_eq!(last.len(), 1);
@@ -454,10 +545,17 @@ async fn the_mirror_bounds_passes_when_the_gate_is_off() {
     let room = &f.room;
     drawn_queue(&f, PRODUCT, 3, 60_000, 1).await;
     f.set_stock(PRODUCT, 10).await;
-    assert!(room.issue(PRODUCT, IssueBound::Mirror).await.unwrap().is_empty());
+    assert!(room
+        .issue(PRODUCT, IssueBound::Mirror)
+        .await
+        .unwrap()
+        .is_empty());
     room.mirror_stock(PRODUCT, 2).await.unwrap();
     room.mirror_unpaid(PRODUCT, 7).await.unwrap();
-    assert_eq!(room.issue(PRODUCT, IssueBound::Mirror).await.unwrap().len(), 2);
+    assert_eq!(
+        room.issue(PRODUCT, IssueBound::Mirror).await.unwrap().len(),
+        2
+    );
     // units_left reads the gate first, the mirror only without it.
     let view = room.status(PRODUCT, CustomerId(3)).await.unwrap();
     assert_eq!((view.units_left, view.unpaid), (8, 7));
@@ -465,7 +563,13 @@ async fn the_mirror_bounds_passes_when_the_gate_is_off() {
     let view = room.status(PRODUCT, CustomerId(3)).await.unwrap();
     assert_eq!(view.units_left, 0);
     room.mirror_stock(PRODUCT, 5).await.unwrap();
-    assert_eq!(room.status(PRODUCT, CustomerId(3)).await.unwrap().units_left, 3);
+    assert_eq!(
+        room.status(PRODUCT, CustomerId(3))
+            .await
+            .unwrap()
+            .units_left,
+        3
+    );
     f.cleanup().await;
 }
 
@@ -551,7 +655,10 @@ async fn concurrent_issuers_never_cover_more_than_the_stock() {
         "{} outstanding > {stock} left",
         counts.outstanding_units
     );
-    assert!(stock - counts.outstanding_units < units, "no pass left unissued that fits");
+    assert!(
+        stock - counts.outstanding_units < units,
+        "no pass left unissued that fits"
+    );
     assert_eq!(counts.outstanding_units, counts.open_passes * units);
     all.sort_by_key(|i| i.number);
     assert_eq!(all.len() as i64, counts.admitted);
@@ -583,13 +690,20 @@ async fn a_claim_checks_the_pass_and_takes_it_once() {
         ticket: entries[2].ticket.clone(),
         number: 3,
     };
-    assert_eq!(room.claim(PRODUCT, alice, &unknown, "a1").await.unwrap(), Claim::Forged);
     assert_eq!(
-        room.claim(PRODUCT, alice, &wrong_number, "a1").await.unwrap(),
+        room.claim(PRODUCT, alice, &unknown, "a1").await.unwrap(),
         Claim::Forged
     );
     assert_eq!(
-        room.claim(PRODUCT, alice, &carols_ticket, "a1").await.unwrap(),
+        room.claim(PRODUCT, alice, &wrong_number, "a1")
+            .await
+            .unwrap(),
+        Claim::Forged
+    );
+    assert_eq!(
+        room.claim(PRODUCT, alice, &carols_ticket, "a1")
+            .await
+            .unwrap(),
         Claim::Forged
     );
     assert_eq!(
@@ -599,9 +713,14 @@ async fn a_claim_checks_the_pass_and_takes_it_once() {
         Claim::NoPass,
         "her own ticket, no pass yet"
     );
-    assert_eq!(room.claim(PRODUCT, bob, &alices, "a1").await.unwrap(), Claim::NotYours);
     assert_eq!(
-        room.claim(ProductId(999), alice, &alices, "a1").await.unwrap(),
+        room.claim(PRODUCT, bob, &alices, "a1").await.unwrap(),
+        Claim::NotYours
+    );
+    assert_eq!(
+        room.claim(ProductId(999), alice, &alices, "a1")
+            .await
+            .unwrap(),
         Claim::Missing
     );
 
@@ -614,7 +733,9 @@ async fn a_claim_checks_the_pass_and_takes_it_once() {
             barrier.wait().await;
             (
                 i,
-                room.claim(PRODUCT, alice, &pass, &format!("a{i}")).await.unwrap(),
+                room.claim(PRODUCT, alice, &pass, &format!("a{i}"))
+                    .await
+                    .unwrap(),
             )
         }));
     }
@@ -653,10 +774,19 @@ async fn a_claim_checks_the_pass_and_takes_it_once() {
     );
     assert_eq!(f.outstanding(PRODUCT).await, 2);
     assert!(room.settle(PRODUCT, &alices, "b").await.unwrap());
-    assert!(room.settle(PRODUCT, &alices, "b").await.unwrap(), "a repeat says so");
+    assert!(
+        room.settle(PRODUCT, &alices, "b").await.unwrap(),
+        "a repeat says so"
+    );
     assert_eq!(f.outstanding(PRODUCT).await, 1, "handed back once");
-    assert_eq!(room.claim(PRODUCT, alice, &alices, "b").await.unwrap(), Claim::Used);
-    assert_eq!(room.claim(PRODUCT, alice, &alices, "c").await.unwrap(), Claim::Used);
+    assert_eq!(
+        room.claim(PRODUCT, alice, &alices, "b").await.unwrap(),
+        Claim::Used
+    );
+    assert_eq!(
+        room.claim(PRODUCT, alice, &alices, "c").await.unwrap(),
+        Claim::Used
+    );
     let counts = room.counts(PRODUCT).await.unwrap();
     assert_eq!((counts.used, counts.open_passes), (1, 1));
     f.cleanup().await;
@@ -672,30 +802,48 @@ async fn passes_lapse_at_their_deadline_and_stale_claims_are_reported() {
     assert_eq!(issued.len(), 4);
     let [a, b, c, d] = [0, 1, 2, 3].map(|i| pass_of(&issued[i]));
     assert_eq!(
-        room.claim(PRODUCT, CustomerId(2), &b, "adm-b").await.unwrap(),
+        room.claim(PRODUCT, CustomerId(2), &b, "adm-b")
+            .await
+            .unwrap(),
         Claim::Claimed { units: 1 }
     );
     assert_eq!(
-        room.claim(PRODUCT, CustomerId(3), &c, "adm-c").await.unwrap(),
+        room.claim(PRODUCT, CustomerId(3), &c, "adm-c")
+            .await
+            .unwrap(),
         Claim::Claimed { units: 1 }
     );
-    assert!(room.lapse_due(PRODUCT, Duration::ZERO).await.unwrap().is_empty());
+    assert!(room
+        .lapse_due(PRODUCT, Duration::ZERO)
+        .await
+        .unwrap()
+        .is_empty());
     tokio::time::sleep(Duration::from_millis(400)).await;
     // Status reads an expired pass as lapsed before any sweep.
     assert_eq!(
-        room.status(PRODUCT, CustomerId(4)).await.unwrap().pass.unwrap().1,
+        room.status(PRODUCT, CustomerId(4))
+            .await
+            .unwrap()
+            .pass
+            .unwrap()
+            .1,
         PassState::Lapsed
     );
     // A claim past the deadline lapses the pass in the same step.
     assert_eq!(
-        room.claim(PRODUCT, CustomerId(1), &a, "adm-a").await.unwrap(),
+        room.claim(PRODUCT, CustomerId(1), &a, "adm-a")
+            .await
+            .unwrap(),
         Claim::Lapsed
     );
     assert_eq!(f.outstanding(PRODUCT).await, 3);
     // An unclaim past the deadline lapses too.
     room.unclaim(PRODUCT, &c, "adm-c").await.unwrap();
     assert_eq!(f.outstanding(PRODUCT).await, 2);
-    let stale = room.lapse_due(PRODUCT, Duration::from_secs(60)).await.unwrap();
+    let stale = room
+        .lapse_due(PRODUCT, Duration::from_secs(60))
+        .await
+        .unwrap();
     assert!(stale.is_empty(), "within the grace");
     assert_eq!(f.outstanding(PRODUCT).await, 1, "d lapsed; b still claimed");
     let stale = room.lapse_due(PRODUCT, Duration::ZERO).await.unwrap();
@@ -710,9 +858,16 @@ async fn passes_lapse_at_their_deadline_and_stale_claims_are_reported() {
     assert!(!room.lapse_claim(PRODUCT, &b, "other").await.unwrap());
     assert!(room.lapse_claim(PRODUCT, &b, "adm-b").await.unwrap());
     assert!(room.lapse_claim(PRODUCT, &b, "adm-b").await.unwrap());
-    assert!(!room.settle(PRODUCT, &b, "adm-b").await.unwrap(), "lapsed, not used");
+    assert!(
+        !room.settle(PRODUCT, &b, "adm-b").await.unwrap(),
+        "lapsed, not used"
+    );
     assert_eq!(f.outstanding(PRODUCT).await, 0);
-    assert!(room.lapse_due(PRODUCT, Duration::ZERO).await.unwrap().is_empty());
+    assert!(room
+        .lapse_due(PRODUCT, Duration::ZERO)
+        .await
+        .unwrap()
+        .is_empty());
     assert_eq!(f.outstanding(PRODUCT).await, 0);
     for (pass, customer) in [(&a, 1), (&b, 2), (&c, 3), (&d, 4)] {
         assert_eq!(
@@ -876,14 +1031,21 @@ async fn status_and_counts_say_where_everyone_stands() {
         room.status(PRODUCT, CustomerId(1)).await,
         Err(flashsale::error::AppError::Unavailable(_))
     ));
-    room.prepare(PRODUCT, &setup(60_000, 60_000, 1)).await.unwrap();
+    room.prepare(PRODUCT, &setup(60_000, 60_000, 1))
+        .await
+        .unwrap();
     assert!(
         !room.set_state(PRODUCT, QueueState::Open).await.unwrap(),
         "no resume before the draw"
     );
     let stranger = room.status(PRODUCT, CustomerId(77)).await.unwrap();
     assert_eq!(
-        (stranger.entry, stranger.position, stranger.ahead, stranger.pass),
+        (
+            stranger.entry,
+            stranger.position,
+            stranger.ahead,
+            stranger.pass
+        ),
         (None, None, None, None)
     );
     let mut entries = Vec::new();
@@ -964,7 +1126,8 @@ async fn every_key_of_a_queue_carries_the_products_hash_tag() {
         assert_eq!(tag, "product:123", "{key}");
     }
     assert!(
-        room.fixed_keys(product).contains(&f.gate_stock_key(product)),
+        room.fixed_keys(product)
+            .contains(&f.gate_stock_key(product)),
         "the scripts read the gate's own stock key"
     );
     f.cleanup().await;
@@ -996,11 +1159,15 @@ async fn a_rebuilt_queue_shows_everyone_what_they_saw_before() {
     assert_eq!(issued.len(), 4);
     // One used, one lapsed (a stale claim), two open.
     let used = pass_of(&issued[0]);
-    room.claim(PRODUCT, issued[0].customer, &used, "u").await.unwrap();
+    room.claim(PRODUCT, issued[0].customer, &used, "u")
+        .await
+        .unwrap();
     f.add_stock(PRODUCT, -units).await;
     room.settle(PRODUCT, &used, "u").await.unwrap();
     let lapsed = pass_of(&issued[1]);
-    room.claim(PRODUCT, issued[1].customer, &lapsed, "l").await.unwrap();
+    room.claim(PRODUCT, issued[1].customer, &lapsed, "l")
+        .await
+        .unwrap();
     room.lapse_claim(PRODUCT, &lapsed, "l").await.unwrap();
     room.issue(PRODUCT, IssueBound::Gate).await.unwrap();
     room.mirror_unpaid(PRODUCT, 1).await.unwrap();
@@ -1037,7 +1204,10 @@ async fn a_rebuilt_queue_shows_everyone_what_they_saw_before() {
         line,
         admissions,
     };
-    assert!(!room.rebuild(PRODUCT, &snapshot).await.unwrap(), "the queue exists");
+    assert!(
+        !room.rebuild(PRODUCT, &snapshot).await.unwrap(),
+        "the queue exists"
+    );
 
     let queue_keys: Vec<String> = f
         .keys()
@@ -1052,7 +1222,11 @@ async fn a_rebuilt_queue_shows_everyone_what_they_saw_before() {
     assert!(room.rebuild(PRODUCT, &snapshot).await.unwrap());
     assert!(!room.rebuild(PRODUCT, &snapshot).await.unwrap(), "once");
     for (c, was) in customers.iter().zip(&before) {
-        assert_eq!(&room.status(PRODUCT, *c).await.unwrap(), was, "customer {c}");
+        assert_eq!(
+            &room.status(PRODUCT, *c).await.unwrap(),
+            was,
+            "customer {c}"
+        );
     }
     assert_eq!(room.counts(PRODUCT).await.unwrap(), counts_before);
     // And it goes on from there: the next pass is number 5+, to the next in line.
@@ -1117,5 +1291,124 @@ impl Fixture {
             .filter(|k| k.starts_with(&base))
             .collect();
         self.delete(&keys).await;
+    }
+}
+
+/// Every script on a three-master Redis Cluster: each call lands on the
+/// product's slot (the per-ticket keys the scripts name themselves carry the
+/// same tag), for two products on different nodes, and a rebuild there too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn on_a_redis_cluster_every_script_runs_on_the_products_slot() {
+    let cluster = crate::helpers::RedisCluster::start();
+    let prefix = unique_prefix();
+    let room = WaitingRoom::new(RedisNode::cluster(&cluster.urls).unwrap(), &prefix);
+    let gate = flashsale::gate::StockGate::new(
+        RedisNode::cluster(&cluster.urls).unwrap(),
+        &prefix,
+        Duration::from_secs(60),
+        Duration::from_secs(60),
+    );
+    let client = redis::cluster::ClusterClient::new(cluster.urls.clone()).unwrap();
+    let mut raw = client.get_async_connection().await.unwrap();
+    for product in [ProductId(1), ProductId(2), ProductId(3)] {
+        let start = setup(60_000, 60_000, 1);
+        assert!(room.prepare(product, &start).await.unwrap());
+        let mut entries = Vec::new();
+        for c in 1..=3 {
+            entries.push(join_confirmed(&room, product, c).await);
+        }
+        let order: Vec<Ticket> = entries.iter().rev().map(|e| e.ticket.clone()).collect();
+        assert_eq!(room.pre_queue(product).await.unwrap().tickets.len(), 3);
+        assert_eq!(room.draw(product, &order).await.unwrap(), Drawn::Done);
+        let late = join_new(&room, product, 4).await;
+        room.confirm(product, &late.ticket).await.unwrap();
+        entries.push(Entry {
+            confirmed: true,
+            ..late
+        });
+        let undone = join_new(&room, product, 5).await;
+        room.undo_join(product, CustomerId(5), &undone.ticket)
+            .await
+            .unwrap();
+        assert!(room
+            .unconfirmed(product, Duration::ZERO)
+            .await
+            .unwrap()
+            .is_empty());
+        gate.seed_if_absent(product, 2, Some(1)).await.unwrap();
+        let issued = room.issue(product, IssueBound::Gate).await.unwrap();
+        assert_eq!(issued.len(), 2);
+        assert_eq!(issued[0].customer, CustomerId(3));
+        let used = pass_of(&issued[0]);
+        assert_eq!(
+            room.claim(product, CustomerId(3), &used, "u")
+                .await
+                .unwrap(),
+            Claim::Claimed { units: 1 }
+        );
+        assert!(room.settle(product, &used, "u").await.unwrap());
+        room.unclaim(product, &used, "u").await.unwrap();
+        assert!(room
+            .lapse_due(product, Duration::ZERO)
+            .await
+            .unwrap()
+            .is_empty());
+        assert!(!room.lapse_claim(product, &used, "u").await.unwrap());
+        let log = room.log(product, 10).await.unwrap();
+        assert_eq!(log.len(), 2);
+        room.ack_log(product, &log[0]).await.unwrap();
+        assert_eq!(room.log(product, 10).await.unwrap().len(), 1);
+        room.mirror_stock(product, 2).await.unwrap();
+        room.mirror_unpaid(product, 1).await.unwrap();
+        assert!(room.set_state(product, QueueState::Paused).await.unwrap());
+        assert!(room.set_state(product, QueueState::Open).await.unwrap());
+        let customers: Vec<CustomerId> = (1..=4).map(CustomerId).collect();
+        let mut before = Vec::new();
+        for &c in &customers {
+            before.push(room.status(product, c).await.unwrap());
+        }
+        assert_eq!(before[2].pass.as_ref().unwrap().1, PassState::Used);
+        let counts = room.counts(product).await.unwrap();
+        assert_eq!((counts.joined, counts.used, counts.open_passes), (4, 1, 1));
+
+        // Lost and rebuilt on the cluster.
+        let base = room.key_base(product);
+        let mut lost: Vec<String> = room
+            .fixed_keys(product)
+            .into_iter()
+            .filter(|k| k.starts_with(&base) && !k.ends_with("mirror_unpaid"))
+            .collect();
+        for e in &entries {
+            lost.push(format!("{base}entry:{}", e.ticket));
+            lost.push(format!("{base}pass:{}", e.ticket));
+        }
+        let _: i64 = redis::cmd("DEL")
+            .arg(&lost)
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        assert!(!room.exists(product).await.unwrap());
+        let mut line = order.clone();
+        line.push(entries[3].ticket.clone());
+        let snapshot = QueueSnapshot {
+            setup: start,
+            state: QueueState::Open,
+            drawn: true,
+            entries: entries.clone(),
+            line,
+            admissions: vec![
+                (issued[0].clone(), PassState::Used),
+                (issued[1].clone(), PassState::Issued),
+            ],
+        };
+        assert!(room.rebuild(product, &snapshot).await.unwrap());
+        room.mirror_stock(product, 2).await.unwrap();
+        for (c, was) in customers.iter().zip(&before) {
+            assert_eq!(
+                &room.status(product, *c).await.unwrap(),
+                was,
+                "customer {c}"
+            );
+        }
     }
 }
