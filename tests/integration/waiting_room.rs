@@ -819,7 +819,11 @@ async fn a_place_whose_joiner_died_is_written_by_the_tick_and_the_draw_waits_for
     };
     start_now(&app, product);
     let report = tick(&app).await;
-    assert_eq!((report.confirmed, report.drawn), (0, 0), "the draw waits: {report:?}");
+    assert_eq!(
+        (report.confirmed, report.drawn),
+        (0, 0),
+        "the draw waits: {report:?}"
+    );
     tokio::time::sleep(app.shop.settings.longest_join() + Duration::from_millis(100)).await;
     let report = tick(&app).await;
     assert_eq!((report.confirmed, report.drawn), (1, 1), "{report:?}");
@@ -865,11 +869,15 @@ async fn a_claim_left_behind_is_settled_by_what_postgres_says() {
     // Two purchases stop after their claim: one never reached Postgres, the
     // other's order committed (it carries the claim) before its process died.
     assert!(matches!(
-        room.claim(product, died, died_pass, "claim-never-committed").await.unwrap(),
+        room.claim(product, died, died_pass, "claim-never-committed")
+            .await
+            .unwrap(),
         flashsale::queue::Claim::Claimed { .. }
     ));
     assert!(matches!(
-        room.claim(product, committed, committed_pass, "claim-committed").await.unwrap(),
+        room.claim(product, committed, committed_pass, "claim-committed")
+            .await
+            .unwrap(),
         flashsale::queue::Claim::Claimed { .. }
     ));
     let other = ProductId(app.product(5, None).await);
@@ -883,9 +891,16 @@ async fn a_claim_left_behind_is_settled_by_what_postgres_says() {
     else {
         panic!("an open sale sells")
     };
-    sql(&app, &format!("UPDATE orders SET gate_key = 'claim-committed' WHERE id = {order}"));
+    sql(
+        &app,
+        &format!("UPDATE orders SET gate_key = 'claim-committed' WHERE id = {order}"),
+    );
 
-    assert_eq!(tick(&app).await.lapsed_claims, 0, "a claim within its deadline stays");
+    assert_eq!(
+        tick(&app).await.lapsed_claims,
+        0,
+        "a claim within its deadline stays"
+    );
     tokio::time::sleep(Duration::from_millis(1_100)).await;
     let report = tick(&app).await;
     assert_eq!((report.settled, report.lapsed_claims), (1, 1), "{report:?}");
@@ -899,7 +914,10 @@ async fn a_claim_left_behind_is_settled_by_what_postgres_says() {
         1
     );
     assert_eq!(admissions(&app, product, "lapsed"), 1);
-    assert_eq!(status(&app, died, product).await.pass_state, Some(PassState::Lapsed));
+    assert_eq!(
+        status(&app, died, product).await.pass_state,
+        Some(PassState::Lapsed)
+    );
     // The lapsed claim's place goes to the one still waiting.
     assert_eq!(report.issued, 1, "{report:?}");
 }

@@ -86,7 +86,7 @@ fn is_live(shop: &Shop, sale: &QueueSale, now: DateTime<Utc>) -> bool {
         shop.settings.queue_pass + shop.settings.gate_pending_ttl() + Duration::from_secs(60),
     )
     .unwrap_or(chrono::Duration::minutes(5));
-    sale.is_open(now) && !sale.ends_at.is_some_and(|end| now >= end + linger)
+    sale.is_open(now) && sale.ends_at.is_none_or(|end| now < end + linger)
 }
 
 async fn tick_all(shop: &Shop, sales: &[QueueSale], now: DateTime<Utc>) -> TickReport {
