@@ -157,6 +157,17 @@ impl BenchReport {
                 0.25,
             ));
         }
+        out.push(Target::at_least(
+            format!("{QUEUE_STATUS} / `/healthz`"),
+            ratio_to_healthz(QUEUE_STATUS),
+            0.25,
+        ));
+        out.push(Target::at_most(
+            "Postgres transactions per 1,000 status polls",
+            self.find(QUEUE_STATUS)
+                .map(|r| 1000.0 * r.per_answer(r.pg_transactions as f64)),
+            1.0,
+        ));
         let hot_best = best(&self.pgbench_hot).and_then(|c| c.tps);
         out.push(Target::at_least(
             "hot product, 64 buyers (median run) / pgbench best on one row",
@@ -224,6 +235,7 @@ pub const LIST_SIGNED: &str = "sale list, signed in";
 pub const PRODUCT_ANON: &str = "product page, anonymous";
 pub const PRODUCT_SIGNED: &str = "product page, signed in";
 pub const SOLD_OUT: &str = "sold-out buys";
+pub const QUEUE_STATUS: &str = "waiting-room status polls (`queue.json`), signed in";
 pub const HOT_64: &str = "hot product, 64 buyers";
 pub const HOT_256: &str = "hot product, 256 buyers";
 pub const ONE_CUSTOMER: &str = "hot product, one customer, 64 concurrent buys";

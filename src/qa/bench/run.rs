@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 use diesel::{Connection, PgConnection};
+use futures::StreamExt;
 
 use super::customers::{seed, sign_in_all};
 use super::machine::{machine, pg_settings};
@@ -386,6 +387,19 @@ pub async fn run_bench(config: &BenchConfig) -> anyhow::Result<BenchReport> {
                 .await?,
         );
     }
+    let waiting_room = queue_sale(&pool, "waiting room", QUEUE_UNITS).await?;
+    join_waiting_room(&bench.address(), signed, waiting_room).await?;
+    runs.push(
+        bench
+            .measure(
+                QUEUE_STATUS,
+                get(format!("/products/{waiting_room}/queue.json"), signed),
+                64,
+                200,
+                String::new(),
+            )
+            .await?,
+    );
     bench.warm(&buy(vec![sold_out], signed, "warm"), 64).await?;
     runs.push(
         bench
@@ -505,6 +519,58 @@ impl Drop for Bench<'_> {
 
 /// The page runs tell answers apart only as below 400 or not, so before
 /// them: the page is a 200, and signed in or not as the run means it to be.
+/// Units of the benchmark's waiting room: more than its customers, so the
+/// room stays open for every poll.
+const QUEUE_UNITS: i32 = 1_000;
+
+/// A sale in queue mode whose waiting room is open and whose start is an
+/// hour away: every customer who joins waits in the pre-queue.
+async fn queue_sale(pool: &crate::db::PgPool, name: &str, stock: i32) -> anyhow::Result<i64> {
+    let starts_at = Utc::now() + chrono::Duration::hours(1);
+    let spec = SaleSpec {
+        per_customer_limit: Some(1),
+        starts_at,
+        queue_mode: true,
+        queue_opens_at: Some(Utc::now() - chrono::Duration::minutes(1)),
+        ..sale(name.into(), stock)
+    };
+    Ok(create_product(pool, spec).await?.id)
+}
+
+/// Every customer joins `product`'s waiting room through the shop's form.
+async fn join_waiting_room(
+    address: &str,
+    customers: &[Customer],
+    product: i64,
+) -> anyhow::Result<()> {
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()?;
+    futures::stream::iter(customers)
+        .map(|customer| {
+            let client = client.clone();
+            async move {
+                let response = client
+                    .post(format!("{address}/products/{product}/queue"))
+                    .header(reqwest::header::COOKIE, &customer.cookie)
+                    .form(&[("csrf_token", customer.csrf.as_str())])
+                    .send()
+                    .await?;
+                anyhow::ensure!(
+                    response.status() == reqwest::StatusCode::SEE_OTHER,
+                    "joining the waiting room answered {}",
+                    response.status()
+                );
+                Ok(())
+            }
+        })
+        .buffer_unordered(16)
+        .collect::<Vec<anyhow::Result<()>>>()
+        .await
+        .into_iter()
+        .collect()
+}
+
 async fn check_page(address: &str, path: &str, who: Option<&Customer>) -> anyhow::Result<()> {
     let client = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
@@ -547,6 +613,10 @@ fn shop_settings(config: &BenchConfig) -> Vec<(String, String)> {
         ("STOCK_GATE".into(), var("STOCK_GATE", "on (default)")),
         ("COMBINING".into(), var("COMBINING", "on (default)")),
         ("COMBINE_MAX".into(), var("COMBINE_MAX", "32 (default)")),
+        (
+            "COMBINE_PRODUCTS".into(),
+            var("COMBINE_PRODUCTS", "64 (default)"),
+        ),
         ("signed-in customers".into(), config.customers.to_string()),
         (
             "seconds per app run".into(),
