@@ -712,6 +712,45 @@ async fn a_queue_redis_lost_is_rebuilt_with_every_place_and_no_oversell() {
     assert!(verify(&record_of(&app, product).await).passed());
 }
 
+/// An admin's pause outlives Redis: a queue rebuilt mid-pause stays paused
+/// until the admin resumes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_pause_survives_a_rebuild() {
+    let app = queue_app(Duration::from_secs(120)).await;
+    let product = queue_product(&app, 3, 1).await;
+    let who = customers(&app, 4);
+    join_all(&app, product, &who).await;
+    let admin = app.admin().await;
+    let admin_id = CustomerId(count(
+        &app,
+        "SELECT id AS n FROM customers WHERE role = 'admin' LIMIT 1",
+    ));
+    drop(admin);
+    start_now(&app, product);
+    tick(&app).await;
+    flashsale::services::queue_admin::set_admission_paused(&app.shop, product, true, admin_id)
+        .await
+        .unwrap();
+    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+    let client = redis::Client::open(url.split(',').next().unwrap()).unwrap();
+    let mut redis = client.get_multiplexed_async_connection().await.unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{}queue:*", app.shop.redis_prefix))
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("DEL")
+        .arg(&keys)
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+
+    let report = tick(&app).await;
+    assert_eq!(report.rebuilt, 1, "{report:?}");
+    let view = status(&app, who[0], product).await;
+    assert_eq!(view.queue, QueueState::Paused, "{view:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_sold_out_crowd_hears_so_and_the_record_verifies() {
     let app = queue_app(Duration::from_millis(1_500)).await;

@@ -102,10 +102,16 @@ pub async fn snapshot(shop: &Shop, sale: &QueueSale) -> Result<QueueSnapshot, Ap
             late.into_iter().map(|e| e.ticket.clone()).collect()
         }
     };
+    // Redis kept the pause; the admin action log keeps it too, so a queue
+    // rebuilt mid-pause does not start admitting on its own.
+    let paused =
+        drawn && crate::services::queue_admin::paused_in_record(&shop.pool, product).await?;
     let state = if sale.has_ended(now) {
         QueueState::Closed
+    } else if paused {
+        QueueState::Paused
     } else if drawn {
-        // Paused or sold out is decided again by the admin or the tick.
+        // Sold out is decided again by the tick.
         QueueState::Open
     } else {
         QueueState::Pre
