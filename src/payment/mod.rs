@@ -19,6 +19,9 @@ pub use sandbox::SandboxProvider;
 pub enum Charge {
     Approved,
     Declined(String),
+    /// The shop voided the attempt before the provider decided it: nothing
+    /// was or will be charged, and the card was not declined.
+    Voided,
 }
 
 /// The provider gave no answer we can trust: it may or may not have

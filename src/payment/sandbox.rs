@@ -56,6 +56,7 @@ async fn book(
         let (approved, reason) = match &charge {
             Charge::Approved => (true, String::new()),
             Charge::Declined(reason) => (false, reason.clone()),
+            Charge::Voided => (false, VOIDED.to_string()),
         };
         diesel::insert_into(sandbox_charges::table)
             .values((
@@ -80,6 +81,8 @@ fn read(conn: &mut db::PgConn, attempt: &str) -> QueryResult<Option<Charge>> {
     Ok(found.map(|(approved, reason)| {
         if approved {
             Charge::Approved
+        } else if reason == VOIDED {
+            Charge::Voided
         } else {
             Charge::Declined(reason)
         }
@@ -137,9 +140,7 @@ impl PaymentProvider for SandboxProvider {
                     ))
                     .on_conflict_do_nothing()
                     .execute(conn)?;
-                Ok(read(conn, &attempt)?.filter(
-                    |charge| !matches!(charge, Charge::Declined(reason) if reason == VOIDED),
-                ))
+                Ok(read(conn, &attempt)?.filter(|charge| *charge != Charge::Voided))
             })
             .await
             .map_err(|e| NoAnswer(e.to_string()))

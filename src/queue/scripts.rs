@@ -205,8 +205,12 @@ return 0
 /// issued_ms, expires_ms}.
 pub(super) const ISSUE: &str = script!(
     r#"
-local meta = redis.call('HMGET', K_META, 'state', 'units', 'pass_ms', 'admissions')
+local meta = redis.call('HMGET', K_META, 'state', 'units', 'pass_ms', 'admissions', 'last_issued_ms')
 if meta[1] ~= 'open' then return {} end
+-- An admission's time never precedes its ticket's join or the admission
+-- before it, whatever Redis's clock did meanwhile (a step back, a restart
+-- on another host): the published record is checked for that.
+local floor = tonumber(meta[5]) or 0
 local bound_key = K_GATE_STOCK
 if ARGV[2] == 'mirror' then bound_key = K_MIRROR_STOCK end
 local bound = tonumber(redis.call('GET', bound_key))
@@ -221,11 +225,14 @@ local now = nil
 while #out < max and outstanding + units <= bound do
   local at = redis.call('ZRANGEBYSCORE', K_LINE, cursor, cursor, 'LIMIT', 0, 1)[1]
   if not at then break end
-  local e = redis.call('HMGET', entry_key(at), 'customer', 'confirmed')
+  local e = redis.call('HMGET', entry_key(at), 'customer', 'confirmed', 'joined_ms')
   if e[2] ~= '1' then break end
-  now = now or now_ms()
+  local clock = now_ms()
+  now = math.max(now or 0, clock, floor, tonumber(e[3]) or 0)
   admissions = admissions + 1
-  local expires = now + pass_ms
+  -- The pass lasts its time from the real clock: the floor only orders
+  -- the record, it never lengthens a pass.
+  local expires = clock + pass_ms
   redis.call('HSET', pass_key(at), 'n', admissions, 'customer', e[1], 'units', units,
     'issued_ms', now, 'expires_ms', expires, 'state', 'issued')
   redis.call('ZADD', K_DEADLINES, expires, at)
@@ -237,7 +244,7 @@ end
 if #out > 0 then
   redis.call('SET', K_CURSOR, cursor)
   redis.call('SET', K_OUTSTANDING, outstanding)
-  redis.call('HSET', K_META, 'admissions', admissions)
+  redis.call('HSET', K_META, 'admissions', admissions, 'last_issued_ms', now)
 end
 return out
 "#
@@ -447,11 +454,12 @@ for position = 1, line do
   redis.call('ZADD', K_LINE, position, ARGV[i])
   i = i + 1
 end
-local admissions, outstanding, used, lapsed = 0, 0, 0, 0
+local admissions, outstanding, used, lapsed, last_issued = 0, 0, 0, 0, 0
 while i <= #ARGV do
   local n, t, customer, issued, expires, state = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5]
   i = i + 6
   admissions = admissions + 1
+  last_issued = math.max(last_issued, tonumber(issued) or 0)
   redis.call('HSET', pass_key(t), 'n', n, 'customer', customer, 'units', units,
     'issued_ms', issued, 'expires_ms', expires, 'state', state)
   if state == 'issued' then
@@ -469,7 +477,7 @@ redis.call('SET', K_OUTSTANDING, outstanding)
 redis.call('DEL', K_LOG, K_UNCONFIRMED)
 redis.call('HSET', K_META, 'starts_at_ms', ARGV[3], 'pass_ms', ARGV[4], 'units', units,
   'state', ARGV[6], 'drawn', ARGV[7], 'last_join_ms', last_join, 'tail', line,
-  'admissions', admissions, 'used', used, 'lapsed', lapsed)
+  'admissions', admissions, 'used', used, 'lapsed', lapsed, 'last_issued_ms', last_issued)
 redis.call('DEL', K_REBUILD)
 return 1
 "#

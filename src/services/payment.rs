@@ -166,6 +166,7 @@ async fn settle(
             let outcome = match &recorded {
                 Charge::Approved => "approved",
                 Charge::Declined(_) => "declined",
+                Charge::Voided => "voided",
             };
             let updated = diesel::update(
                 payments::table
@@ -192,6 +193,11 @@ async fn settle(
             }
             Ok(PaymentOutcome::Declined(reason))
         }
+        // Its charge came after the settling job had voided it (this request
+        // was paused or slow): nothing is restored, the order may be paid again.
+        Charge::Voided => Ok(PaymentOutcome::Declined(
+            "This payment took too long to reach the card's bank and was cancelled before any charge: you were not charged. You can pay again.".into(),
+        )),
     }
 }
 

@@ -450,6 +450,35 @@ async fn a_join_after_an_early_draw_counts_as_at_the_start() {
     f.cleanup().await;
 }
 
+/// Admissions are stamped in issue order even when Redis's clock steps
+/// back between two of them (NTP, a failover to another host): the
+/// published record's admission times must never go back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admission_times_never_go_back_when_the_clock_does() {
+    let f = Fixture::new().await;
+    let room = &f.room;
+    drawn_queue(&f, PRODUCT, 3, 60_000, 1).await;
+    f.set_stock(PRODUCT, 1).await;
+    let first = room.issue(PRODUCT, IssueBound::Gate).await.unwrap();
+    assert_eq!(first.len(), 1);
+    // As if the clock had run an hour ahead when the first pass was issued.
+    let ahead = first[0].issued_at + chrono::Duration::hours(1);
+    let mut raw = f.raw.clone();
+    let _: () = redis::cmd("HSET")
+        .arg(format!("{}meta", room.key_base(PRODUCT)))
+        .arg("last_issued_ms")
+        .arg(ahead.timestamp_millis())
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    f.add_stock(PRODUCT, 1).await;
+    let second = room.issue(PRODUCT, IssueBound::Gate).await.unwrap();
+    assert_eq!(second.len(), 1);
+    assert!(second[0].issued_at >= ahead, "{second:?}");
+    // The pass still lasts its time from the real clock.
+    assert!(second[0].expires_at - chrono::Utc::now() <= chrono::Duration::seconds(61));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn passes_follow_the_line_within_the_gates_stock() {
     let f = Fixture::new().await;

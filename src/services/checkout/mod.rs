@@ -107,7 +107,7 @@ pub async fn purchase(
     // Lock order and row-lock order are both ascending product id.
     lines.sort_by_key(|l| l.product);
     check_lines(shop, &lines, answer_key.as_ref())?;
-    if let Some(name) = pass::queue_mode_among(shop, &lines).await {
+    if let Some(name) = pass::queue_mode_among(shop, &lines).await? {
         return Err(AppError::conflict(
             "This sale has a waiting room",
             format!(

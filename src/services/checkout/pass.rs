@@ -31,7 +31,7 @@ pub async fn purchase_with_pass(
     answer_key: Option<AnswerKey>,
     pass: Option<PassRef>,
 ) -> Result<PurchaseOutcome, AppError> {
-    if queue_mode_among(shop, &[line]).await.is_none() {
+    if queue_mode_among(shop, &[line]).await?.is_none() {
         return super::purchase(shop, customer, vec![line], answer_key).await;
     }
     check_lines(shop, &[line], answer_key.as_ref())?;
@@ -56,14 +56,36 @@ async fn buy_with_pass(
 ) -> Result<PurchaseOutcome, AppError> {
     let product = line.product;
     let admission = admission_key();
-    if let Err(refusal) = claim(shop, product, customer, &pass, &admission).await? {
-        // A resend of the form that bought with this pass gets its order.
-        if let (PassRefusal::Used | PassRefusal::InUse, Some(key)) = (refusal, &answer_key) {
-            if let Some(order) = order_named(&shop.bookkeeping, customer, key.key()).await? {
-                return Ok(PurchaseOutcome::AlreadyOrdered(order));
-            }
+    let claimed = match claim(shop, product, customer, &pass, &admission).await {
+        Ok(claimed) => claimed,
+        Err(error) => {
+            // The claim may have landed with its answer lost: handed back
+            // under this admission (a no-op if it never landed), or the
+            // customer's resends would find their own pass "in use" until
+            // the tick lapsed it.
+            unclaim(shop, product, &pass, &admission).await;
+            return Err(error);
         }
-        return Err(AppError::PassRefused(refusal));
+    };
+    let units = match claimed {
+        Ok(units) => units,
+        Err(refusal) => {
+            // A resend of the form that bought with this pass gets its order.
+            if let (PassRefusal::Used | PassRefusal::InUse, Some(key)) = (refusal, &answer_key) {
+                if let Some(order) = order_named(&shop.bookkeeping, customer, key.key()).await? {
+                    return Ok(PurchaseOutcome::AlreadyOrdered(order));
+                }
+            }
+            return Err(AppError::PassRefused(refusal));
+        }
+    };
+    // Passes were issued for `units` each; more would take units the next
+    // holders' passes were issued for (an admin may have raised the limit).
+    if i64::from(line.quantity.get()) > units {
+        unclaim(shop, product, &pass, &admission).await;
+        return Err(AppError::Invalid(format!(
+            "Your pass covers {units} unit(s): buy at most that many."
+        )));
     }
     let bought = admit_and_buy(
         shop,
@@ -87,13 +109,25 @@ async fn buy_with_pass(
 }
 
 /// The name of a sale in queue mode among `lines`, as the shelf has it
-/// (at most a second old). A shelf that cannot be read says none: the
-/// purchase then needs the same Postgres that did not answer, and fails
-/// closed there.
-pub(super) async fn queue_mode_among(shop: &Shop, lines: &[Line]) -> Option<String> {
-    let shelf = shop.sale_cache.shelf(&shop.pool).await.ok()?;
-    lines.iter().find_map(|line| {
-        let product = shelf.product(line.product)?;
-        QueueSale::of(product).map(|sale| sale.name)
-    })
+/// (at most a second old). Without the shelf (Postgres not answering), a
+/// product whose waiting room Redis runs counts as in queue mode: saying
+/// "open mode" there would let a buyer without a pass past the queue.
+pub(super) async fn queue_mode_among(
+    shop: &Shop,
+    lines: &[Line],
+) -> Result<Option<String>, AppError> {
+    match shop.sale_cache.shelf(&shop.pool).await {
+        Ok(shelf) => Ok(lines.iter().find_map(|line| {
+            let product = shelf.product(line.product)?;
+            QueueSale::of(product).map(|sale| sale.name)
+        })),
+        Err(_) => {
+            for line in lines {
+                if shop.waiting_room.exists(line.product).await? {
+                    return Ok(Some(format!("Product {}", line.product)));
+                }
+            }
+            Ok(None)
+        }
+    }
 }
