@@ -293,8 +293,17 @@ async fn sale_numbers(shop: &Shop, product: ProductId) -> Result<SaleNumbers, Ap
              FROM products p
              LEFT JOIN LATERAL (
                  SELECT sum(i.quantity) AS units, max(o.payment_deadline) AS until
-                 FROM order_items i JOIN orders o ON o.id = i.order_id
-                 WHERE i.product_id = p.id AND o.status = 'awaiting_payment'
+                 -- This sale's items first, by their product index, then
+                 -- their orders by key: a waiting room's sale has at most
+                 -- its stock's worth. OFFSET 0 keeps the planner from
+                 -- starting at every awaiting order of the shop instead,
+                 -- which statistics lagging a sale's burst of orders make
+                 -- look cheap (a benchmark's hot sale made this read eat a
+                 -- core, four times a second).
+                 FROM (SELECT order_id, quantity FROM order_items
+                        WHERE product_id = p.id OFFSET 0) i
+                 JOIN orders o ON o.id = i.order_id
+                 WHERE o.status = 'awaiting_payment'
              ) unpaid ON true
              WHERE p.id = $1",
         )
