@@ -29,6 +29,6 @@ pub use admissions::{drain_log, order_under_claim, record_used, resolve_stale, R
 pub use join::{join, queue_sale};
 pub use opening::{ensure_queue, ensure_seed, read_record, snapshot, QueueRecord, Readied};
 pub use passes::{claim, unclaim};
-pub use sale::{QueueSale, DEFAULT_OPENING};
+pub use sale::QueueSale;
 pub use standing::{status, QueueStatus, Standing};
 pub use tick::{run_forever, run_once, TickReport};

@@ -9,9 +9,7 @@ use crate::db::models::Product;
 use crate::domain::ProductId;
 use crate::error::AppError;
 use crate::queue::QueueSetup;
-
-/// How long before the start the waiting room opens when the sale names no time.
-pub const DEFAULT_OPENING: TimeDelta = TimeDelta::minutes(15);
+use crate::services::catalog::queue_opening;
 
 #[derive(Debug, Clone)]
 pub struct QueueSale {
@@ -37,9 +35,7 @@ impl QueueSale {
         Some(QueueSale {
             product: product.product_id(),
             name: product.name.clone(),
-            opens_at: product
-                .queue_opens_at
-                .unwrap_or(product.sale_starts_at - DEFAULT_OPENING),
+            opens_at: queue_opening(product.sale_starts_at, product.queue_opens_at),
             starts_at: ceil_to_millisecond(product.sale_starts_at),
             ends_at: product.sale_ends_at,
             units: i64::from(product.per_customer_limit.unwrap_or(1).max(1)),
