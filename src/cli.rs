@@ -225,6 +225,7 @@ enum ProductCommand {
 }
 
 pub async fn main() -> ExitCode {
+    crate::db::init_libpq();
     if let Err(error) = crate::logging::init() {
         eprintln!("flashsale: {error:#}");
         return ExitCode::FAILURE;

@@ -111,6 +111,16 @@ pub fn build_pool(
     pool_of(database_url, size, statement_timeout, connect_timeout, true)
 }
 
+/// Readies the process for libpq. libpq links OpenSSL, even for
+/// connections without TLS, and left to itself initialises it with a
+/// cleanup that runs at exit and frees OpenSSL's locks: a pool thread still
+/// connecting then (a database that just went away keeps it trying) crashes
+/// the ending process with SIGSEGV. Initialised here first, without that
+/// cleanup, it never runs. Call before the first connection; again is free.
+pub fn init_libpq() {
+    openssl_sys::init();
+}
+
 /// A pool for a command that does one thing and exits: it opens connections
 /// only when asked for one, on the caller's behalf. The shop's pool keeps
 /// idle connections warm from background threads; a process that exits
@@ -161,6 +171,7 @@ fn pool_of(
     connect_timeout: Duration,
     wait_for_flush: bool,
 ) -> PgPool {
+    init_libpq();
     Pool::builder()
         .max_size(size)
         .min_idle(Some(2))

@@ -6,6 +6,8 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use diesel::connection::SimpleConnection;
+
 use crate::helpers::postgres::PrivatePostgres;
 use crate::helpers::*;
 use reqwest::StatusCode;
@@ -17,6 +19,29 @@ async fn when_orders_reach(db: &TestDb, orders: i64) {
         assert!(
             Instant::now() < deadline,
             "the sale never reached {orders} orders"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Buys `units` units one at a time, each answered 303.
+async fn sell_units(buyer: &Browser, product: i64, units: i64) {
+    for _ in 0..units {
+        assert_eq!(buyer.buy(product, 1).await.status(), StatusCode::SEE_OTHER);
+    }
+}
+
+/// Waits until a session of the shop waits on a row lock.
+async fn when_buys_wait_on_the_row(db: &TestDb) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while db.count(
+        "SELECT count(*) AS n FROM pg_stat_activity
+         WHERE datname = current_database() AND wait_event_type = 'Lock'",
+    ) == 0
+    {
+        assert!(
+            Instant::now() < deadline,
+            "no buy ever waited on the held row"
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
@@ -227,9 +252,21 @@ async fn postgres_crashed_mid_sale_fails_in_flight_buys_cleanly_and_the_pool_rec
     let product = app.product(STOCK as i32, None).await;
     let buyers = app.customers(16, "pg-crash").await;
 
+    // Mid-sale: ten units sold. Then the product's row is held, so the
+    // burst's buys are inside Postgres, waiting on it, when the server dies:
+    // a burst left to run sells out in milliseconds, and once it has, its
+    // refusals come from the gate and never meet the crash.
+    sell_units(&buyers[2], product, 10).await;
+    let mut holder = app.db.conn();
+    holder
+        .batch_execute(&format!(
+            "BEGIN; SELECT stock FROM products WHERE id = {product} FOR UPDATE"
+        ))
+        .unwrap();
     let sale = tokio::spawn(burst(buyers.clone(), product, 400));
-    when_orders_reach(&app.db, 10).await;
+    when_buys_wait_on_the_row(&app.db).await;
     postgres.crash();
+    drop(holder);
     tokio::time::sleep(Duration::from_millis(1_500)).await;
     postgres.restart();
     let counts = tally(&sale.await.unwrap());

@@ -76,6 +76,7 @@ impl ScratchDb {
     }
 
     fn admin(&self) -> anyhow::Result<PgConnection> {
+        crate::db::init_libpq();
         PgConnection::establish(&format!("{}/postgres", self.server))
             .with_context(|| format!("connecting to Postgres at {}", self.server))
     }

@@ -47,6 +47,7 @@ impl PrivatePostgres {
             bin,
             server: None,
         };
+        flashsale::db::init_libpq();
         postgres.restart();
         let mut admin = PgConnection::establish(&postgres.url_of("postgres")).unwrap();
         diesel::sql_query(format!("CREATE DATABASE {DATABASE}"))
