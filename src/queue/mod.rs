@@ -75,6 +75,21 @@ pub enum Joined {
     Missing,
 }
 
+/// What confirming a committed place did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Confirmed {
+    Confirmed,
+    /// Redis had lost the place (a rebuild from an older snapshot, or a
+    /// sweep that raced its joiner): it is back where the line has it.
+    PutBack,
+    /// A pre-queue place Redis lost before a draw that went ahead without
+    /// it: it cannot be placed fairly, so its row must go (its joiner was
+    /// never told it had a place).
+    TooLate,
+    /// Redis has no such queue: a rebuild will read the row.
+    Missing,
+}
+
 /// The pre-queue as the draw reads it.
 #[derive(Debug, Clone)]
 pub struct PreQueue {
@@ -204,6 +219,9 @@ pub struct QueueView {
     pub pass: Option<(PassRef, PassState, DateTime<Utc>)>,
     /// Stock the gate can still admit, less what open passes cover.
     pub units_left: i64,
+    /// Whether Redis had a stock to count `units_left` from (the gate's, or
+    /// the mirror): a queue prepared before its first tick has neither yet.
+    pub counted: bool,
     /// Covered by open passes.
     pub outstanding: i64,
     /// Units in unpaid orders, as last mirrored (`mirror_unpaid`).
@@ -295,6 +313,7 @@ struct Inner {
     lapse_claim: Script,
     status: Script,
     set_state: Script,
+    mirror_stock: Script,
     counts: Script,
     rebuild: Script,
 }
@@ -306,6 +325,8 @@ const REBUILD_LOCK: Duration = Duration::from_secs(30);
 /// Passes one ISSUE call may hand out, so a script never runs long; callers
 /// issue again on every give-back and sweep.
 const ISSUE_BATCH: usize = 1000;
+/// Places one CONFIRM call takes (a reconcile may hand it a whole queue).
+const CONFIRM_BATCH: usize = 500;
 
 /// Runs one call, once more on a fresh connection if the first lost its
 /// connection: every script here is idempotent or, like ISSUE, only does
@@ -369,6 +390,7 @@ impl WaitingRoom {
                 lapse_claim: Script::new(scripts::LAPSE_CLAIM),
                 status: Script::new(scripts::STATUS),
                 set_state: Script::new(scripts::SET_STATE),
+                mirror_stock: Script::new(scripts::MIRROR_STOCK),
                 counts: Script::new(scripts::COUNTS),
                 rebuild: Script::new(scripts::REBUILD),
             }),
@@ -510,11 +532,78 @@ impl WaitingRoom {
     }
 
     /// The entry's Postgres row committed.
-    pub async fn confirm(&self, product: ProductId, ticket: &Ticket) -> Result<(), AppError> {
-        let _: i64 = self
-            .run(&self.inner.confirm, product, &[ticket.as_str().to_string()])
+    pub async fn confirm(&self, product: ProductId, entry: &Entry) -> Result<Confirmed, AppError> {
+        let answers = self
+            .confirm_all(product, std::slice::from_ref(entry))
             .await?;
-        Ok(())
+        answers.into_iter().next().ok_or_else(|| broken("confirm"))
+    }
+
+    /// `confirm` for many committed entries, one script per batch.
+    pub async fn confirm_all(
+        &self,
+        product: ProductId,
+        entries: &[Entry],
+    ) -> Result<Vec<Confirmed>, AppError> {
+        let mut answers = Vec::with_capacity(entries.len());
+        for batch in entries.chunks(CONFIRM_BATCH) {
+            let mut args = Vec::with_capacity(batch.len() * 5);
+            for entry in batch {
+                args.extend([
+                    entry.ticket.as_str().to_string(),
+                    entry.customer.get().to_string(),
+                    entry.seq.to_string(),
+                    entry.joined_at.timestamp_millis().to_string(),
+                    if entry.late { "1" } else { "0" }.to_string(),
+                ]);
+            }
+            let codes: Vec<i64> = self.run(&self.inner.confirm, product, &args).await?;
+            if codes == [-1] {
+                answers.extend(batch.iter().map(|_| Confirmed::Missing));
+                continue;
+            }
+            if codes.len() != batch.len() {
+                return Err(broken("confirm"));
+            }
+            for code in codes {
+                answers.push(match code {
+                    1 => Confirmed::Confirmed,
+                    2 => Confirmed::PutBack,
+                    0 => Confirmed::TooLate,
+                    _ => return Err(broken("confirm")),
+                });
+            }
+        }
+        Ok(answers)
+    }
+
+    /// When Redis last rebuilt the queue, while the places of rows that
+    /// committed after its snapshot may still be missing (until
+    /// `mark_reconciled`).
+    pub async fn unreconciled_rebuild(
+        &self,
+        product: ProductId,
+    ) -> Result<Option<DateTime<Utc>>, AppError> {
+        let key = format!("{}meta", self.key_base(product));
+        let (rebuilt, reconciled): (Option<i64>, Option<i64>) = with_retry!(self, connection => redis::cmd("HMGET")
+            .arg(&key)
+            .arg("rebuilt_ms")
+            .arg("reconciled")
+            .query_async(&mut connection))?;
+        match (rebuilt, reconciled) {
+            (Some(ms), None) => Ok(Some(time_from(ms)?)),
+            _ => Ok(None),
+        }
+    }
+
+    /// Every committed place is back in Redis since the last rebuild.
+    pub async fn mark_reconciled(&self, product: ProductId) -> Result<(), AppError> {
+        let key = format!("{}meta", self.key_base(product));
+        with_retry!(self, connection => redis::cmd("HSET")
+            .arg(&key)
+            .arg("reconciled")
+            .arg(1)
+            .query_async::<()>(&mut connection))
     }
 
     /// Takes back a place whose row could not be written (only while unconfirmed).
@@ -851,8 +940,7 @@ impl WaitingRoom {
         let bound = gate_stock
             .parse::<i64>()
             .ok()
-            .or_else(|| mirror_stock.parse::<i64>().ok())
-            .unwrap_or(0);
+            .or_else(|| mirror_stock.parse::<i64>().ok());
         Ok(Some(QueueView {
             queue: state_from(&state)?,
             drawn,
@@ -860,7 +948,8 @@ impl WaitingRoom {
             position,
             ahead,
             pass,
-            units_left: (bound - outstanding).max(0),
+            units_left: (bound.unwrap_or(0) - outstanding).max(0),
+            counted: bound.is_some(),
             outstanding,
             unpaid,
         }))
@@ -869,11 +958,34 @@ impl WaitingRoom {
     /// Pause, resume (`Open`), `SoldOut` or `Closed`. Resuming before the
     /// draw is refused (false), and so is `Pre`; a missing queue is false too.
     pub async fn set_state(&self, product: ProductId, state: QueueState) -> Result<bool, AppError> {
+        self.change_state(product, None, state).await
+    }
+
+    /// `set_state`, only from `from`: false if the queue is in another
+    /// state now (an admin paused it since the caller looked).
+    pub async fn set_state_from(
+        &self,
+        product: ProductId,
+        from: QueueState,
+        state: QueueState,
+    ) -> Result<bool, AppError> {
+        self.change_state(product, Some(from), state).await
+    }
+
+    async fn change_state(
+        &self,
+        product: ProductId,
+        from: Option<QueueState>,
+        state: QueueState,
+    ) -> Result<bool, AppError> {
         let set: i64 = self
             .run(
                 &self.inner.set_state,
                 product,
-                &[state_name(state).to_string()],
+                &[
+                    state_name(state).to_string(),
+                    from.map(state_name).unwrap_or_default().to_string(),
+                ],
             )
             .await?;
         Ok(set == 1)
@@ -906,10 +1018,32 @@ impl WaitingRoom {
         with_retry!(self, connection => redis::cmd("SET").arg(&key).arg(units).query_async::<()>(&mut connection))
     }
 
-    /// The Postgres stock, for `IssueBound::Mirror`.
-    pub async fn mirror_stock(&self, product: ProductId, units: i64) -> Result<(), AppError> {
-        self.set(format!("{}mirror_stock", self.key_base(product)), units)
-            .await
+    /// Units sold under passes so far, to read before the Postgres stock
+    /// handed to `mirror_stock`.
+    pub async fn settled_units(&self, product: ProductId) -> Result<i64, AppError> {
+        let key = format!("{}meta", self.key_base(product));
+        let settled: Option<i64> = with_retry!(self, connection => redis::cmd("HGET")
+            .arg(&key)
+            .arg("settled_units")
+            .query_async(&mut connection))?;
+        Ok(settled.unwrap_or(0))
+    }
+
+    /// The Postgres `stock`, for `IssueBound::Mirror`, read after
+    /// `settled_units` answered `settled_before`: what passes sold since may
+    /// be missing from it, and is taken off. Returns the mirror.
+    pub async fn mirror_stock(
+        &self,
+        product: ProductId,
+        stock: i64,
+        settled_before: i64,
+    ) -> Result<i64, AppError> {
+        self.run(
+            &self.inner.mirror_stock,
+            product,
+            &[stock.to_string(), settled_before.to_string()],
+        )
+        .await
     }
 
     /// Units in unpaid orders (shown as held).

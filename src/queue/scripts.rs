@@ -38,6 +38,43 @@ local function lapse_pass(t, now)
   redis.call('HINCRBY', K_META, 'lapsed', 1)
   redis.call('RPUSH', K_LOG, 'L|' .. p[1] .. '|' .. t .. '|' .. now)
 end
+-- Takes `customer`'s place `t` out: from the pre-queue, or from the line,
+-- where the places behind close up (the cursor never passed an unconfirmed
+-- place: ISSUE stops at one).
+local function take_place(customer, t)
+  redis.call('DEL', entry_key(t))
+  if redis.call('HGET', K_BY_CUSTOMER, customer) == t then redis.call('HDEL', K_BY_CUSTOMER, customer) end
+  redis.call('ZREM', K_UNCONFIRMED, t)
+  redis.call('ZREM', K_PRE, t)
+  local position = redis.call('ZSCORE', K_LINE, t)
+  if position then
+    redis.call('ZREM', K_LINE, t)
+    local behind = redis.call('ZRANGEBYSCORE', K_LINE, '(' .. position, '+inf')
+    for _, other in ipairs(behind) do redis.call('ZINCRBY', K_LINE, -1, other) end
+    redis.call('HINCRBY', K_META, 'tail', -1)
+  end
+end
+-- Puts a late place where `(joined_ms, seq)` order has it among the late
+-- places not yet admitted: those behind it move back one.
+local function place_late(t, seq, joined)
+  local cursor = tonumber(redis.call('GET', K_CURSOR)) or 1
+  local tail = tonumber(redis.call('HGET', K_META, 'tail')) or 0
+  local at = tail + 1
+  while at > cursor do
+    local before = redis.call('ZRANGEBYSCORE', K_LINE, at - 1, at - 1, 'LIMIT', 0, 1)[1]
+    if not before then break end
+    local b = redis.call('HMGET', entry_key(before), 'late', 'joined_ms', 'seq')
+    local bj, bs = tonumber(b[2]) or 0, tonumber(b[3]) or 0
+    if b[1] ~= '1' or bj < joined or (bj == joined and bs < seq) then break end
+    at = at - 1
+  end
+  for p = tail, at, -1 do
+    local moving = redis.call('ZRANGEBYSCORE', K_LINE, p, p, 'LIMIT', 0, 1)[1]
+    if moving then redis.call('ZADD', K_LINE, p + 1, moving) end
+  end
+  redis.call('ZADD', K_LINE, at, t)
+  redis.call('HSET', K_META, 'tail', tail + 1)
+end
 local function entry_of(t)
   local e = redis.call('HMGET', entry_key(t), 'customer', 'seq', 'joined_ms', 'late', 'confirmed')
   return {t, e[1] or '', tonumber(e[2]) or 0, tonumber(e[3]) or 0, tonumber(e[4]) or 0, tonumber(e[5]) or 0}
@@ -111,13 +148,45 @@ return {0, state, fresh, customer, seq, joined, late, 0}
 "#
 );
 
-/// ARGV: base, ticket. Returns 1 if the entry exists.
+/// ARGV: base, then N × {ticket, customer, seq, joined_ms, late}: places
+/// whose Postgres row is committed. Each is confirmed. One Redis does not
+/// have (the queue was rebuilt from a snapshot older than the row's commit,
+/// or a sweep racing its joiner took it back) is put back where the line
+/// has it: in the pre-queue before the draw, among the late places by
+/// `(joined_ms, seq)` after it; an unconfirmed place of the same customer
+/// gives way (its row can never commit beside this one).
+/// Returns a code per place: 1 confirmed, 2 put back, 0 too late (a
+/// pre-queue place of a queue drawn without it), or {-1} for a missing queue.
 pub(super) const CONFIRM: &str = script!(
     r#"
-if redis.call('EXISTS', entry_key(ARGV[2])) == 0 then return 0 end
-redis.call('HSET', entry_key(ARGV[2]), 'confirmed', 1)
-redis.call('ZREM', K_UNCONFIRMED, ARGV[2])
-return 1
+local drawn = redis.call('HGET', K_META, 'drawn')
+if not drawn then return {-1} end
+local out = {}
+local i = 2
+while i + 4 <= #ARGV do
+  local t, customer, seq, joined, late = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]), ARGV[i + 4]
+  i = i + 5
+  if redis.call('EXISTS', entry_key(t)) == 1 then
+    redis.call('HSET', entry_key(t), 'confirmed', 1)
+    redis.call('ZREM', K_UNCONFIRMED, t)
+    table.insert(out, 1)
+  elseif late == '0' and drawn == '1' then
+    table.insert(out, 0)
+  else
+    local other = redis.call('HGET', K_BY_CUSTOMER, customer)
+    if other then take_place(customer, other) end
+    redis.call('HSET', entry_key(t), 'customer', customer, 'seq', seq, 'joined_ms', joined,
+      'late', late, 'confirmed', 1, 'created_ms', joined)
+    redis.call('HSET', K_BY_CUSTOMER, customer, t)
+    if (tonumber(redis.call('GET', K_SEQ)) or 0) < seq then redis.call('SET', K_SEQ, seq) end
+    if joined > (tonumber(redis.call('HGET', K_META, 'last_join_ms')) or 0) then
+      redis.call('HSET', K_META, 'last_join_ms', joined)
+    end
+    if late == '0' then redis.call('ZADD', K_PRE, seq, t) else place_late(t, seq, joined) end
+    table.insert(out, 2)
+  end
+end
+return out
 "#
 );
 
@@ -130,17 +199,7 @@ pub(super) const UNDO_JOIN: &str = script!(
 local customer, t = ARGV[2], ARGV[3]
 local e = redis.call('HMGET', entry_key(t), 'customer', 'confirmed')
 if e[1] ~= customer or e[2] ~= '0' then return 0 end
-redis.call('DEL', entry_key(t))
-if redis.call('HGET', K_BY_CUSTOMER, customer) == t then redis.call('HDEL', K_BY_CUSTOMER, customer) end
-redis.call('ZREM', K_UNCONFIRMED, t)
-redis.call('ZREM', K_PRE, t)
-local position = redis.call('ZSCORE', K_LINE, t)
-if position then
-  redis.call('ZREM', K_LINE, t)
-  local behind = redis.call('ZRANGEBYSCORE', K_LINE, '(' .. position, '+inf')
-  for _, other in ipairs(behind) do redis.call('ZINCRBY', K_LINE, -1, other) end
-  redis.call('HINCRBY', K_META, 'tail', -1)
-end
+take_place(customer, t)
 return 1
 "#
 );
@@ -324,10 +383,17 @@ local p = redis.call('HMGET', pass_key(t), 'n', 'state', 'units', 'admission')
 if p[1] ~= number or p[4] ~= admission then return 0 end
 if p[2] == 'used' then return 1 end
 if p[2] ~= 'claimed' then return 0 end
+local units = tonumber(p[3])
 redis.call('HSET', pass_key(t), 'state', 'used', 'ended_ms', now_ms())
 redis.call('ZREM', K_DEADLINES, t)
-redis.call('DECRBY', K_OUTSTANDING, tonumber(p[3]))
+redis.call('DECRBY', K_OUTSTANDING, units)
 redis.call('HINCRBY', K_META, 'used', 1)
+-- With the gate off the mirror is the bound: the units just sold leave it
+-- with the pass, or the next ISSUE would count them twice (once sold, once
+-- free). `settled_units` lets a mirror read from Postgres before this step
+-- take them off too (MIRROR_STOCK).
+redis.call('HINCRBY', K_META, 'settled_units', units)
+if redis.call('EXISTS', K_MIRROR_STOCK) == 1 then redis.call('DECRBY', K_MIRROR_STOCK, units) end
 return 1
 "#
 );
@@ -396,17 +462,34 @@ return {1, meta[1], tonumber(meta[2]), redis.call('ZCARD', K_PRE), tonumber(numb
 "#
 );
 
-/// ARGV: base, state. Returns 1 if set, 0 refused (resume before the
-/// draw, `pre`), -1 missing.
+/// ARGV: base, state, the state it must be in now (or ''). Returns 1 if
+/// set, 0 refused (resume before the draw, `pre`, or not in the expected
+/// state: the tick's sold-out must not undo a pause made since it looked),
+/// -1 missing.
 pub(super) const SET_STATE: &str = script!(
     r#"
-local drawn = redis.call('HGET', K_META, 'drawn')
+local meta = redis.call('HMGET', K_META, 'drawn', 'state')
+local drawn = meta[1]
 if not drawn then return -1 end
 local state = ARGV[2]
 if state == 'pre' then return 0 end
 if state == 'open' and drawn ~= '1' then return 0 end
+if ARGV[3] ~= '' and meta[2] ~= ARGV[3] then return 0 end
 redis.call('HSET', K_META, 'state', state)
 return 1
+"#
+);
+
+/// ARGV: base, Postgres's stock, `settled_units` as read before that stock
+/// was. Sets the mirror to the stock less what passes settled since: such
+/// a sale may or may not be in the stock read, so it counts as sold (a
+/// bound one tick low, never high). Returns the mirror.
+pub(super) const MIRROR_STOCK: &str = script!(
+    r#"
+local settled = tonumber(redis.call('HGET', K_META, 'settled_units')) or 0
+local mirror = tonumber(ARGV[2]) - math.max(0, settled - tonumber(ARGV[3]))
+redis.call('SET', K_MIRROR_STOCK, mirror)
+return mirror
 "#
 );
 
@@ -477,7 +560,11 @@ redis.call('SET', K_OUTSTANDING, outstanding)
 redis.call('DEL', K_LOG, K_UNCONFIRMED)
 redis.call('HSET', K_META, 'starts_at_ms', ARGV[3], 'pass_ms', ARGV[4], 'units', units,
   'state', ARGV[6], 'drawn', ARGV[7], 'last_join_ms', last_join, 'tail', line,
-  'admissions', admissions, 'used', used, 'lapsed', lapsed, 'last_issued_ms', last_issued)
+  'admissions', admissions, 'used', used, 'lapsed', lapsed, 'last_issued_ms', last_issued,
+  'rebuilt_ms', now_ms())
+-- The snapshot may predate rows still committing: the tick puts those
+-- places back (CONFIRM) before it draws.
+redis.call('HDEL', K_META, 'reconciled')
 redis.call('DEL', K_REBUILD)
 return 1
 "#

@@ -269,7 +269,7 @@ pub async fn set_admission_paused(
             QueueState::Open | QueueState::Paused => unreachable!("handled above"),
         }));
     }
-    if !room.set_state(product, to).await? {
+    if !room.set_state_from(product, from, to).await? {
         return Err(unchanged(format!(
             "Sale #{product}'s waiting room changed while you asked; look again and retry."
         )));

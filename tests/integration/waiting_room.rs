@@ -633,6 +633,29 @@ async fn lapsed_passes_hand_over_in_line_order() {
     assert!(verdict.passed(), "{verdict:?}");
 }
 
+/// A plain connection to the suite's Redis, to take keys away.
+async fn raw_redis() -> redis::aio::MultiplexedConnection {
+    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+    let client = redis::Client::open(url.split(',').next().unwrap()).unwrap();
+    client.get_multiplexed_async_connection().await.unwrap()
+}
+
+/// Redis loses every key of the app's waiting rooms (not the gate's).
+async fn lose_the_queues(app: &TestApp) {
+    let mut redis = raw_redis().await;
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{}queue:*", app.shop.redis_prefix))
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    assert!(!keys.is_empty());
+    let _: () = redis::cmd("DEL")
+        .arg(&keys)
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_queue_redis_lost_is_rebuilt_with_every_place_and_no_oversell() {
     let app = queue_app(Duration::from_secs(120)).await;
@@ -657,21 +680,7 @@ async fn a_queue_redis_lost_is_rebuilt_with_every_place_and_no_oversell() {
     let late = customers(&app, 1)[0];
     let late_ticket = queue::join(&app.shop, late, product).await.unwrap();
 
-    // Redis loses every key of the queue (not the gate's).
-    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
-    let client = redis::Client::open(url.split(',').next().unwrap()).unwrap();
-    let mut redis = client.get_multiplexed_async_connection().await.unwrap();
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("{}queue:*", app.shop.redis_prefix))
-        .query_async(&mut redis)
-        .await
-        .unwrap();
-    assert!(!keys.is_empty());
-    let _: () = redis::cmd("DEL")
-        .arg(&keys)
-        .query_async(&mut redis)
-        .await
-        .unwrap();
+    lose_the_queues(&app).await;
     assert!(!app.shop.waiting_room.exists(product).await.unwrap());
 
     let report = tick(&app).await;
@@ -731,19 +740,7 @@ async fn a_pause_survives_a_rebuild() {
     flashsale::services::queue_admin::set_admission_paused(&app.shop, product, true, admin_id)
         .await
         .unwrap();
-    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
-    let client = redis::Client::open(url.split(',').next().unwrap()).unwrap();
-    let mut redis = client.get_multiplexed_async_connection().await.unwrap();
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("{}queue:*", app.shop.redis_prefix))
-        .query_async(&mut redis)
-        .await
-        .unwrap();
-    let _: () = redis::cmd("DEL")
-        .arg(&keys)
-        .query_async(&mut redis)
-        .await
-        .unwrap();
+    lose_the_queues(&app).await;
 
     let report = tick(&app).await;
     assert_eq!(report.rebuilt, 1, "{report:?}");
@@ -959,4 +956,94 @@ async fn a_claim_left_behind_is_settled_by_what_postgres_says() {
     );
     // The lapsed claim's place goes to the one still waiting.
     assert_eq!(report.issued, 1, "{report:?}");
+}
+
+/// Redis lost the queue while a join was between Redis and Postgres: the
+/// rebuild's snapshot has no row for it, the row commits just after, and
+/// its joiner dies before confirming. The draw waits until no join can
+/// still be in flight, the tick puts the place back from Postgres, and the
+/// draw then has everyone its published record has.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_place_committed_after_a_rebuilds_snapshot_is_put_back_before_the_draw() {
+    let app = spawn_app_with(|s| {
+        s.queue_tick = Duration::from_secs(3600);
+        s.db_connect_timeout = Duration::from_millis(100);
+        s.db_statement_timeout = Duration::from_millis(400);
+    })
+    .await;
+    let product = queue_product(&app, 2, 1).await;
+    let who = customers(&app, 3);
+    join_all(&app, product, &who[..2]).await;
+    tick(&app).await;
+    let in_flight = match app
+        .shop
+        .waiting_room
+        .join(product, who[2], &Ticket::generate())
+        .await
+        .unwrap()
+    {
+        flashsale::queue::Joined::New(entry) => entry,
+        other => panic!("{other:?}"),
+    };
+    lose_the_queues(&app).await;
+    assert_eq!(tick(&app).await.rebuilt, 1);
+    // The in-flight join's row commits; its process dies before confirming.
+    sql(
+        &app,
+        &format!(
+            "INSERT INTO queue_entries (product_id, customer_id, ticket, seq, joined_at, late) \
+             VALUES ({product}, {}, '{}', {}, '{}', false)",
+            who[2],
+            in_flight.ticket,
+            in_flight.seq,
+            in_flight.joined_at.to_rfc3339()
+        ),
+    );
+    start_now(&app, product);
+    let report = tick(&app).await;
+    assert_eq!(
+        (report.put_back, report.drawn),
+        (0, 0),
+        "the draw waits: {report:?}"
+    );
+    tokio::time::sleep(app.shop.settings.longest_join() + Duration::from_millis(100)).await;
+    let report = tick(&app).await;
+    assert_eq!((report.put_back, report.drawn), (1, 1), "{report:?}");
+    assert_eq!(line_of(&app, product, &who).await.len(), 3);
+    let verdict = verify(&record_of(&app, product).await);
+    assert!(verdict.passed(), "{verdict:?}");
+    // Both units are passes for the first two of that line.
+    let mut holders = Vec::new();
+    for customer in &who {
+        let standing = status(&app, *customer, product).await;
+        if standing.pass.is_some() {
+            holders.push(standing.position);
+        }
+    }
+    holders.sort();
+    assert_eq!(holders, vec![Some(1), Some(2)]);
+}
+
+/// A waiting room prepared by its first join, before any tick counted the
+/// stock in Redis, shows the shelf's stock: a fresh sale is not sold out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_fresh_waiting_room_shows_the_stock_before_redis_counts_it() {
+    let app = queue_app(Duration::from_secs(120)).await;
+    let product = queue_product(&app, 5, 1).await;
+    let who = customers(&app, 1);
+    join_all(&app, product, &who).await;
+    let mut redis = raw_redis().await;
+    let _: i64 = redis::cmd("DEL")
+        .arg(format!(
+            "{}gate:{{product:{product}}}:stock",
+            app.shop.redis_prefix
+        ))
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    let waiting = status(&app, who[0], product).await;
+    assert_eq!((waiting.units_left, waiting.held), (5, 0), "{waiting:?}");
+    assert_eq!(waiting.standing, Standing::Waiting);
+    tick(&app).await;
+    assert_eq!(status(&app, who[0], product).await.units_left, 5);
 }

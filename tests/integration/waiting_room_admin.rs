@@ -560,10 +560,14 @@ async fn pause_and_resume_change_the_queue_and_are_logged() {
 
     // One late arrival, in Redis only (no Postgres row in this test).
     let ticket = flashsale::domain::draw::Ticket::generate();
-    room.join(product, flashsale::domain::CustomerId(4242), &ticket)
+    let joined = room
+        .join(product, flashsale::domain::CustomerId(4242), &ticket)
         .await
         .unwrap();
-    room.confirm(product, &ticket).await.unwrap();
+    let flashsale::queue::Joined::New(entry) = joined else {
+        panic!("a new place: {joined:?}")
+    };
+    room.confirm(product, &entry).await.unwrap();
 
     let page = expect_page(
         admin.get("/admin/queues").await,

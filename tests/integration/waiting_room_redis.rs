@@ -165,7 +165,7 @@ async fn join_new(room: &WaitingRoom, product: ProductId, customer: i64) -> Entr
 
 async fn join_confirmed(room: &WaitingRoom, product: ProductId, customer: i64) -> Entry {
     let entry = join_new(room, product, customer).await;
-    room.confirm(product, &entry.ticket).await.unwrap();
+    room.confirm(product, &entry).await.unwrap();
     Entry {
         confirmed: true,
         ..entry
@@ -235,7 +235,7 @@ async fn a_customer_has_one_place_and_a_closed_queue_takes_nobody() {
     let bob = join_new(room, PRODUCT, 2).await;
     assert_eq!(bob.seq, 2);
     assert!(bob.joined_at >= alice.joined_at);
-    room.confirm(PRODUCT, &alice.ticket).await.unwrap();
+    room.confirm(PRODUCT, &alice).await.unwrap();
     let view = room.status(PRODUCT, CustomerId(1)).await.unwrap();
     assert!(view.entry.unwrap().confirmed);
     assert_eq!(view.queue, QueueState::Pre);
@@ -334,7 +334,7 @@ async fn unconfirmed_lists_only_old_unconfirmed_entries() {
             .unwrap(),
         vec![a.clone()]
     );
-    room.confirm(PRODUCT, &a.ticket).await.unwrap();
+    room.confirm(PRODUCT, &a).await.unwrap();
     assert!(room
         .unconfirmed(PRODUCT, Duration::ZERO)
         .await
@@ -380,7 +380,7 @@ async fn the_draw_orders_the_pre_queue_and_puts_late_arrivals_behind() {
         "unconfirmed entries"
     );
     for e in &pre {
-        room.confirm(PRODUCT, &e.ticket).await.unwrap();
+        room.confirm(PRODUCT, e).await.unwrap();
     }
     assert_eq!(
         room.draw(PRODUCT, &order[..3]).await.unwrap(),
@@ -560,7 +560,7 @@ async fn passes_follow_the_line_within_the_gates_stock() {
         .await
         .unwrap()
         .is_empty());
-    room.confirm(PRODUCT, &late.ticket).await.unwrap();
+    room.confirm(PRODUCT, &late).await.unwrap();
     let last = room.issue(PRODUCT, IssueBound::Gate).await.unwrap();
     assert_eq!(last.len(), 1);
     assert_eq!((last[0].number, last[0].customer), (6, CustomerId(6)));
@@ -579,7 +579,7 @@ async fn the_mirror_bounds_passes_when_the_gate_is_off() {
         .await
         .unwrap()
         .is_empty());
-    room.mirror_stock(PRODUCT, 2).await.unwrap();
+    room.mirror_stock(PRODUCT, 2, 0).await.unwrap();
     room.mirror_unpaid(PRODUCT, 7).await.unwrap();
     assert_eq!(
         room.issue(PRODUCT, IssueBound::Mirror).await.unwrap().len(),
@@ -590,8 +590,12 @@ async fn the_mirror_bounds_passes_when_the_gate_is_off() {
     assert_eq!((view.units_left, view.unpaid), (8, 7));
     f.delete(&[f.gate_stock_key(PRODUCT)]).await;
     let view = room.status(PRODUCT, CustomerId(3)).await.unwrap();
-    assert_eq!(view.units_left, 0);
-    room.mirror_stock(PRODUCT, 5).await.unwrap();
+    assert_eq!(
+        (view.units_left, view.counted),
+        (0, true),
+        "the mirror counts"
+    );
+    room.mirror_stock(PRODUCT, 5, 0).await.unwrap();
     assert_eq!(
         room.status(PRODUCT, CustomerId(3))
             .await
@@ -1097,6 +1101,7 @@ async fn status_and_counts_say_where_everyone_stands() {
             ahead: Some(1),
             pass: None,
             units_left: 0,
+            counted: true,
             outstanding: 2,
             unpaid: 3,
         }
@@ -1133,7 +1138,7 @@ async fn every_key_of_a_queue_carries_the_products_hash_tag() {
     drawn_queue(&f, product, 3, 100, 1).await;
     join_new(room, product, 9).await;
     f.set_stock(product, 2).await;
-    room.mirror_stock(product, 2).await.unwrap();
+    room.mirror_stock(product, 2, 0).await.unwrap();
     room.mirror_unpaid(product, 0).await.unwrap();
     let issued = room.issue(product, IssueBound::Gate).await.unwrap();
     room.claim(product, CustomerId(1), &pass_of(&issued[0]), "x")
@@ -1350,7 +1355,7 @@ async fn on_a_redis_cluster_every_script_runs_on_the_products_slot() {
         assert_eq!(room.pre_queue(product).await.unwrap().tickets.len(), 3);
         assert_eq!(room.draw(product, &order).await.unwrap(), Drawn::Done);
         let late = join_new(&room, product, 4).await;
-        room.confirm(product, &late.ticket).await.unwrap();
+        room.confirm(product, &late).await.unwrap();
         entries.push(Entry {
             confirmed: true,
             ..late
@@ -1387,7 +1392,7 @@ async fn on_a_redis_cluster_every_script_runs_on_the_products_slot() {
         assert_eq!(log.len(), 2);
         room.ack_log(product, &log[0]).await.unwrap();
         assert_eq!(room.log(product, 10).await.unwrap().len(), 1);
-        room.mirror_stock(product, 2).await.unwrap();
+        room.mirror_stock(product, 2, 0).await.unwrap();
         room.mirror_unpaid(product, 1).await.unwrap();
         assert!(room.set_state(product, QueueState::Paused).await.unwrap());
         assert!(room.set_state(product, QueueState::Open).await.unwrap());
@@ -1431,7 +1436,7 @@ async fn on_a_redis_cluster_every_script_runs_on_the_products_slot() {
             ],
         };
         assert!(room.rebuild(product, &snapshot).await.unwrap());
-        room.mirror_stock(product, 2).await.unwrap();
+        room.mirror_stock(product, 2, 0).await.unwrap();
         for (c, was) in customers.iter().zip(&before) {
             assert_eq!(
                 &room.status(product, *c).await.unwrap(),
@@ -1440,4 +1445,203 @@ async fn on_a_redis_cluster_every_script_runs_on_the_products_slot() {
             );
         }
     }
+}
+
+/// A place whose row committed but which Redis no longer has (taken back
+/// by a sweep racing its joiner, or missing from a rebuild's snapshot) is
+/// put back where the line has it when confirmed: a late one among the
+/// late by arrival, a pre-queue one in the pre-queue; one lost before a
+/// draw that went ahead without it cannot be, and says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_committed_place_redis_lost_is_put_back_where_the_line_has_it() {
+    let f = Fixture::new().await;
+    let room = &f.room;
+    let drawn = drawn_queue(&f, PRODUCT, 2, 60_000, 1).await;
+    let third = join_confirmed(room, PRODUCT, 3).await;
+    let lost = join_new(room, PRODUCT, 4).await;
+    let fifth = join_confirmed(room, PRODUCT, 5).await;
+    assert!(lost.late && fifth.seq > lost.seq);
+    // The sweep took it back while its row was committing.
+    room.undo_join(PRODUCT, lost.customer, &lost.ticket)
+        .await
+        .unwrap();
+    assert_eq!(
+        room.status(PRODUCT, CustomerId(5)).await.unwrap().position,
+        Some(4),
+        "the line closed up"
+    );
+    assert_eq!(
+        room.confirm(PRODUCT, &lost).await.unwrap(),
+        Confirmed::PutBack
+    );
+    assert_eq!(
+        room.confirm(PRODUCT, &lost).await.unwrap(),
+        Confirmed::Confirmed
+    );
+    let positions = |c: i64| async move {
+        let view = room.status(PRODUCT, CustomerId(c)).await.unwrap();
+        (view.entry.map(|e| (e.ticket, e.confirmed)), view.position)
+    };
+    assert_eq!(
+        positions(3).await,
+        (Some((third.ticket.clone(), true)), Some(3))
+    );
+    assert_eq!(
+        positions(4).await,
+        (Some((lost.ticket.clone(), true)), Some(4))
+    );
+    assert_eq!(
+        positions(5).await,
+        (Some((fifth.ticket.clone(), true)), Some(5))
+    );
+
+    // A customer's committed place displaces their unconfirmed one, whose
+    // row can never commit beside it; later joins number after it.
+    let unconfirmed = join_new(room, PRODUCT, 6).await;
+    let committed = Entry {
+        ticket: Ticket::generate(),
+        seq: 40,
+        confirmed: true,
+        ..unconfirmed.clone()
+    };
+    assert_eq!(
+        room.confirm(PRODUCT, &committed).await.unwrap(),
+        Confirmed::PutBack
+    );
+    assert_eq!(
+        positions(6).await,
+        (Some((committed.ticket.clone(), true)), Some(6))
+    );
+    assert_eq!(room.counts(PRODUCT).await.unwrap().joined, 6);
+    assert_eq!(join_new(room, PRODUCT, 7).await.seq, 41);
+    assert_eq!(positions(7).await.1, Some(7));
+
+    // A pre-queue place of this drawn queue: too late to put back.
+    let mut pre = drawn[0].clone();
+    pre.customer = CustomerId(8);
+    pre.ticket = Ticket::generate();
+    assert_eq!(
+        room.confirm(PRODUCT, &pre).await.unwrap(),
+        Confirmed::TooLate
+    );
+    assert_eq!(positions(8).await, (None, None));
+
+    // Before the draw, the pre-queue takes it back in arrival order.
+    let other = ProductId(PRODUCT.get() + 1);
+    room.prepare(other, &setup(60_000, 60_000, 1))
+        .await
+        .unwrap();
+    let first = join_confirmed(room, other, 1).await;
+    let second = join_new(room, other, 2).await;
+    let third = join_confirmed(room, other, 3).await;
+    room.undo_join(other, second.customer, &second.ticket)
+        .await
+        .unwrap();
+    assert_eq!(
+        room.confirm(other, &second).await.unwrap(),
+        Confirmed::PutBack
+    );
+    let pre_queue = room.pre_queue(other).await.unwrap();
+    assert_eq!(
+        pre_queue.tickets,
+        vec![
+            first.ticket.clone(),
+            second.ticket.clone(),
+            third.ticket.clone()
+        ]
+    );
+    assert_eq!(pre_queue.unconfirmed, 0);
+    let order = vec![third.ticket, first.ticket, second.ticket.clone()];
+    assert_eq!(room.draw(other, &order).await.unwrap(), Drawn::Done);
+
+    f.cleanup_queue(other).await;
+    assert_eq!(
+        room.confirm(other, &second).await.unwrap(),
+        Confirmed::Missing
+    );
+    f.cleanup().await;
+}
+
+/// The tick decides sold out from what it read a moment before; an admin's
+/// pause made meanwhile stands (and so does the sold-out it then cannot make).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_state_change_from_a_stale_read_never_undoes_a_pause() {
+    let f = Fixture::new().await;
+    let room = &f.room;
+    drawn_queue(&f, PRODUCT, 1, 60_000, 1).await;
+    let state = || async { room.status(PRODUCT, CustomerId(1)).await.unwrap().queue };
+    assert_eq!(state().await, QueueState::Open);
+    assert!(room.set_state(PRODUCT, QueueState::Paused).await.unwrap());
+    assert!(!room
+        .set_state_from(PRODUCT, QueueState::Open, QueueState::SoldOut)
+        .await
+        .unwrap());
+    assert_eq!(state().await, QueueState::Paused);
+    assert!(room
+        .set_state_from(PRODUCT, QueueState::Paused, QueueState::Open)
+        .await
+        .unwrap());
+    assert!(room
+        .set_state_from(PRODUCT, QueueState::Open, QueueState::SoldOut)
+        .await
+        .unwrap());
+    assert_eq!(state().await, QueueState::SoldOut);
+    f.cleanup().await;
+}
+
+/// With the gate off the mirror bounds the passes: a unit sold under a pass
+/// leaves it in the same step the pass ends, and a mirror written from a
+/// Postgres read older than a sale counts that sale as made. Either way no
+/// pass is issued for a unit that is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn with_the_gate_off_a_sale_under_a_pass_leaves_the_mirror_at_once() {
+    let f = Fixture::new().await;
+    let room = &f.room;
+    drawn_queue(&f, PRODUCT, 4, 60_000, 1).await;
+    let mirror_key = format!("{}mirror_stock", room.key_base(PRODUCT));
+    let before = room.settled_units(PRODUCT).await.unwrap();
+    assert_eq!(room.mirror_stock(PRODUCT, 2, before).await.unwrap(), 2);
+    let issued = room.issue(PRODUCT, IssueBound::Mirror).await.unwrap();
+    assert_eq!(issued.len(), 2);
+
+    // The first holder buys (Postgres's stock is 1 now) and the pass ends.
+    let first = pass_of(&issued[0]);
+    room.claim(PRODUCT, issued[0].customer, &first, "a")
+        .await
+        .unwrap();
+    assert!(room.settle(PRODUCT, &first, "a").await.unwrap());
+    assert_eq!(f.get(&mirror_key).await, Some(1));
+    assert!(
+        room.issue(PRODUCT, IssueBound::Mirror)
+            .await
+            .unwrap()
+            .is_empty(),
+        "the one unit left is the second pass's"
+    );
+
+    // The tick reads what passes settled, then Postgres (stock 1); the
+    // second holder buys before the tick writes the mirror from that read.
+    let settled_before = room.settled_units(PRODUCT).await.unwrap();
+    let second = pass_of(&issued[1]);
+    room.claim(PRODUCT, issued[1].customer, &second, "b")
+        .await
+        .unwrap();
+    assert!(room.settle(PRODUCT, &second, "b").await.unwrap());
+    assert_eq!(
+        room.mirror_stock(PRODUCT, 1, settled_before).await.unwrap(),
+        0
+    );
+    assert!(room
+        .issue(PRODUCT, IssueBound::Mirror)
+        .await
+        .unwrap()
+        .is_empty());
+    // A unit that comes back (a refund) admits the next waiter.
+    let settled_now = room.settled_units(PRODUCT).await.unwrap();
+    assert_eq!(room.mirror_stock(PRODUCT, 1, settled_now).await.unwrap(), 1);
+    assert_eq!(
+        room.issue(PRODUCT, IssueBound::Mirror).await.unwrap().len(),
+        1
+    );
+    f.cleanup().await;
 }

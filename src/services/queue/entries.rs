@@ -253,3 +253,37 @@ pub fn insert_entries(
     }
     Ok(written)
 }
+
+/// Deletes a place's row that Redis can no longer put in the line (a
+/// pre-queue place lost before a draw that went ahead without it), unless
+/// a pass was issued to it. Its joiner was never told it had the place.
+pub async fn forget_entries(
+    shop: &Shop,
+    product: ProductId,
+    entries: Vec<Entry>,
+) -> Result<(), AppError> {
+    if entries.is_empty() {
+        return Ok(());
+    }
+    db::run(&shop.pool, move |conn| {
+        let tickets: Vec<String> = entries
+            .iter()
+            .map(|e| e.ticket.as_str().to_string())
+            .collect();
+        diesel::delete(
+            queue_entries::table
+                .filter(queue_entries::product_id.eq(product.get()))
+                .filter(queue_entries::ticket.eq_any(tickets))
+                .filter(diesel::dsl::not(diesel::dsl::exists(
+                    crate::db::schema::queue_admissions::table
+                        .filter(crate::db::schema::queue_admissions::product_id.eq(product.get()))
+                        .filter(
+                            crate::db::schema::queue_admissions::ticket.eq(queue_entries::ticket),
+                        ),
+                ))),
+        )
+        .execute(conn)?;
+        Ok(())
+    })
+    .await
+}

@@ -4,13 +4,13 @@
 
 use chrono::Utc;
 
-use super::entries::write_entry;
+use super::entries::{forget_entries, write_entry};
 use super::opening::{ensure_queue, ensure_seed};
 use super::sale::{closed, not_in_queue_mode, sold_out, QueueSale};
 use crate::domain::draw::Ticket;
 use crate::domain::{CustomerId, ProductId};
 use crate::error::AppError;
-use crate::queue::{Joined, QueueState};
+use crate::queue::{Confirmed, Joined, QueueState};
 use crate::services::Shop;
 
 /// The sale `product` in queue mode, from the shelf (no Postgres read
@@ -57,7 +57,7 @@ pub async fn join(
         }
     };
     let ticket = entry.ticket.clone();
-    match write_entry(shop, product, entry).await {
+    match write_entry(shop, product, entry.clone()).await {
         Ok(()) => {}
         // The row may stand: the place stays, unconfirmed, for the tick to
         // settle (it writes the row if absent, which keeps it either way).
@@ -80,10 +80,21 @@ pub async fn join(
             });
         }
     }
-    if let Err(error) = shop.waiting_room.confirm(product, &ticket).await {
+    match shop.waiting_room.confirm(product, &entry).await {
+        Ok(Confirmed::Confirmed | Confirmed::PutBack | Confirmed::Missing) => {}
+        Ok(Confirmed::TooLate) => {
+            // The queue was rebuilt, then drawn, while this row committed:
+            // the place cannot be put in a draw that went ahead without it.
+            forget_entries(shop, product, vec![entry]).await?;
+            return Err(AppError::Unavailable(
+                "the waiting room was rebuilt while you joined; join again".into(),
+            ));
+        }
         // The row is committed, so the place is kept; until confirmed the
         // line waits at it, and the tick confirms it.
-        tracing::warn!(%product, %error, "could not confirm a written place; the tick will");
+        Err(error) => {
+            tracing::warn!(%product, %error, "could not confirm a written place; the tick will")
+        }
     }
     Ok(ticket)
 }

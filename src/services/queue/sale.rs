@@ -24,6 +24,8 @@ pub struct QueueSale {
     pub ends_at: Option<DateTime<Utc>>,
     /// Units a pass covers: the per-customer limit (queue mode requires one).
     pub units: i64,
+    /// The stock as the shelf last read it (at most a second old).
+    pub stock_on_shelf: i64,
 }
 
 impl QueueSale {
@@ -39,6 +41,7 @@ impl QueueSale {
             starts_at: ceil_to_millisecond(product.sale_starts_at),
             ends_at: product.sale_ends_at,
             units: i64::from(product.per_customer_limit.unwrap_or(1).max(1)),
+            stock_on_shelf: i64::from(product.stock),
         })
     }
 

@@ -81,7 +81,8 @@ pub async fn status(
             position: None,
             ahead: None,
             pass: None,
-            units_left: 0,
+            units_left: sale.stock_on_shelf,
+            counted: true,
             outstanding: 0,
             unpaid: 0,
         },
@@ -107,7 +108,13 @@ pub async fn status(
         ticket: view.entry.as_ref().map(|e| e.ticket.clone()),
         position: view.position,
         ahead,
-        units_left: view.units_left.max(0),
+        // Before the first tick counts it in Redis, the shelf's stock (a
+        // fresh sale is not "sold out" for want of a count).
+        units_left: if view.counted {
+            view.units_left.max(0)
+        } else {
+            (sale.stock_on_shelf - view.outstanding).max(0)
+        },
         held,
         held_until: held_until.filter(|_| held > 0),
         pass: view.pass.as_ref().map(|(pass, _, _)| pass.clone()),
@@ -156,6 +163,7 @@ mod tests {
             ahead: None,
             pass: None,
             units_left: 3,
+            counted: true,
             outstanding: 1,
             unpaid: 0,
         }

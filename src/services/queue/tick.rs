@@ -25,16 +25,16 @@ use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Nullable, Timestamptz};
 
 use super::admissions::{drain_log, resolve_stale, Resolved};
-use super::entries::insert_entries;
+use super::entries::{forget_entries, insert_entries};
 use super::local::local;
-use super::opening::{ensure_queue, Readied};
+use super::opening::{ensure_queue, read_record, Readied};
 use super::sale::QueueSale;
 use crate::db;
 use crate::db::schema::queue_draws;
 use crate::domain::draw::{shuffle, DrawSeed};
 use crate::domain::{CustomerId, ProductId};
 use crate::error::AppError;
-use crate::queue::{Drawn, IssueBound, QueueState};
+use crate::queue::{Confirmed, Drawn, IssueBound, QueueState};
 use crate::services::stock_gate::seed_if_absent;
 use crate::services::Shop;
 
@@ -46,8 +46,11 @@ pub struct TickReport {
     pub rebuilt: usize,
     /// Places whose joiner died, written and confirmed here.
     pub confirmed: usize,
-    /// Places whose row could not be written (the ticket was taken): taken back.
+    /// Places whose row could not be written (the ticket was taken), or
+    /// that a draw went ahead without: taken back.
     pub undone: usize,
+    /// Committed places a rebuild's snapshot had missed: put back.
+    pub put_back: usize,
     pub drawn: usize,
     pub issued: usize,
     /// Log events recorded in Postgres.
@@ -122,14 +125,20 @@ async fn tick_queue(
         seed_if_absent(shop, vec![product]).await?;
     }
     confirm_orphans(shop, product, report).await?;
+    let may_draw = put_back_after_rebuild(shop, product, report).await?;
+    let settled_before = match shop.gate {
+        Some(_) => None,
+        None => Some(room.settled_units(product).await?),
+    };
     let numbers = sale_numbers(shop, product).await?;
-    if shop.gate.is_none() {
-        room.mirror_stock(product, numbers.stock).await?;
+    if let Some(settled_before) = settled_before {
+        room.mirror_stock(product, numbers.stock, settled_before)
+            .await?;
     }
     room.mirror_unpaid(product, numbers.unpaid).await?;
     let now = Utc::now();
     let ended = sale.has_ended(now);
-    if sale.has_started(now) && !ended {
+    if sale.has_started(now) && !ended && may_draw {
         draw(shop, sale, report).await?;
     }
     for stale in room
@@ -150,13 +159,19 @@ async fn tick_queue(
         // Nothing left and nothing that could come back but a refund or
         // an adjustment, which reopen it.
         let nothing_left = numbers.stock <= 0 && view.outstanding <= 0 && numbers.unpaid <= 0;
+        // Only from the state read above: a pause made since stands.
         if nothing_left && view.queue == QueueState::Open {
-            if room.set_state(product, QueueState::SoldOut).await? {
+            if room
+                .set_state_from(product, QueueState::Open, QueueState::SoldOut)
+                .await?
+            {
                 report.sold_out += 1;
             }
         } else if numbers.stock > 0
             && view.queue == QueueState::SoldOut
-            && room.set_state(product, QueueState::Open).await?
+            && room
+                .set_state_from(product, QueueState::SoldOut, QueueState::Open)
+                .await?
         {
             report.reopened += 1;
         }
@@ -198,10 +213,18 @@ async fn confirm_orphans(
         db::transaction(conn, |conn| insert_entries(conn, &rows))
     })
     .await?;
+    let mut too_late = Vec::new();
     for (entry, written) in orphans.iter().zip(written) {
         if written {
-            room.confirm(product, &entry.ticket).await?;
-            report.confirmed += 1;
+            // Its joiner may have taken the place back meanwhile (its
+            // insert failed, ours committed): confirming puts it back.
+            match room.confirm(product, entry).await? {
+                Confirmed::TooLate => {
+                    too_late.push(entry.clone());
+                    report.undone += 1;
+                }
+                _ => report.confirmed += 1,
+            }
         } else {
             // Its ticket or seq is another's in Postgres: the place can never
             // be recorded, and the line must not wait at it for ever.
@@ -210,7 +233,46 @@ async fn confirm_orphans(
             report.undone += 1;
         }
     }
-    Ok(())
+    forget_entries(shop, product, too_late).await
+}
+
+/// A rebuild reads Postgres once, and a join's row may commit just after:
+/// its joiner then puts its place back itself (`confirm`), unless it died.
+/// So once every join that could have been in flight has ended
+/// (`longest_join` after the rebuild), every row is confirmed in Redis,
+/// the missing ones put back; until then the draw waits, as a draw without
+/// them could never be matched by its published record. Says whether the
+/// draw may go.
+async fn put_back_after_rebuild(
+    shop: &Shop,
+    product: ProductId,
+    report: &mut TickReport,
+) -> Result<bool, AppError> {
+    let room = &shop.waiting_room;
+    let Some(rebuilt_at) = room.unreconciled_rebuild(product).await? else {
+        return Ok(true);
+    };
+    let settled = chrono::Duration::from_std(shop.settings.longest_join())
+        .unwrap_or(chrono::Duration::minutes(1));
+    if Utc::now() < rebuilt_at + settled {
+        return Ok(false);
+    }
+    let record = db::run(&shop.pool, move |conn| read_record(conn, product)).await?;
+    let answers = room.confirm_all(product, &record.entries).await?;
+    let mut too_late = Vec::new();
+    for (entry, answer) in record.entries.into_iter().zip(answers) {
+        match answer {
+            Confirmed::PutBack => report.put_back += 1,
+            Confirmed::TooLate => {
+                too_late.push(entry);
+                report.undone += 1;
+            }
+            Confirmed::Confirmed | Confirmed::Missing => {}
+        }
+    }
+    forget_entries(shop, product, too_late).await?;
+    room.mark_reconciled(product).await?;
+    Ok(true)
 }
 
 /// At the start: the pre-queue in the seed's order, then the seed revealed.
