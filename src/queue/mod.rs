@@ -84,10 +84,30 @@ pub enum Confirmed {
     PutBack,
     /// A pre-queue place Redis lost before a draw that went ahead without
     /// it: it cannot be placed fairly, so its row must go (its joiner was
-    /// never told it had a place).
+    /// never told it had a place); Redis keeps the ticket until it has
+    /// (`to_forget`).
     TooLate,
     /// Redis has no such queue: a rebuild will read the row.
     Missing,
+    /// The customer holds another place Redis has confirmed or admitted:
+    /// Redis and Postgres disagree about them, and nothing was moved.
+    Refused,
+}
+
+/// Which rebuild a reconcile was for (Redis's `rebuilt_ms`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RebuildMark(i64);
+
+/// What a queue needs after a rebuild.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reconcile {
+    /// Not rebuilt, or reconciled since.
+    Nothing,
+    /// Joins in flight at the rebuild may still commit: hold the draw and
+    /// admissions.
+    Holding,
+    /// Time to confirm every committed place, then `mark_reconciled`.
+    Due(RebuildMark),
 }
 
 /// The pre-queue as the draw reads it.
@@ -282,7 +302,7 @@ impl QueueKeys {
             .map(|part| format!("{}{part}", self.base))
             .collect();
         keys.push(self.gate_stock.clone());
-        for part in ["mirror_stock", "mirror_unpaid", "rebuilding"] {
+        for part in ["mirror_stock", "mirror_unpaid", "rebuilding", "forget"] {
             keys.push(format!("{}{part}", self.base));
         }
         keys
@@ -314,6 +334,8 @@ struct Inner {
     status: Script,
     set_state: Script,
     mirror_stock: Script,
+    reconcile_due: Script,
+    mark_reconciled: Script,
     counts: Script,
     rebuild: Script,
 }
@@ -391,6 +413,8 @@ impl WaitingRoom {
                 status: Script::new(scripts::STATUS),
                 set_state: Script::new(scripts::SET_STATE),
                 mirror_stock: Script::new(scripts::MIRROR_STOCK),
+                reconcile_due: Script::new(scripts::RECONCILE_DUE),
+                mark_reconciled: Script::new(scripts::MARK_RECONCILED),
                 counts: Script::new(scripts::COUNTS),
                 rebuild: Script::new(scripts::REBUILD),
             }),
@@ -570,6 +594,7 @@ impl WaitingRoom {
                     1 => Confirmed::Confirmed,
                     2 => Confirmed::PutBack,
                     0 => Confirmed::TooLate,
+                    3 => Confirmed::Refused,
                     _ => return Err(broken("confirm")),
                 });
             }
@@ -577,47 +602,101 @@ impl WaitingRoom {
         Ok(answers)
     }
 
-    /// When Redis last rebuilt the queue, while the places of rows that
-    /// committed after its snapshot may still be missing (until
-    /// `mark_reconciled`).
-    pub async fn unreconciled_rebuild(
-        &self,
-        product: ProductId,
-    ) -> Result<Option<DateTime<Utc>>, AppError> {
-        let key = format!("{}meta", self.key_base(product));
-        let (rebuilt, reconciled): (Option<i64>, Option<i64>) = with_retry!(self, connection => redis::cmd("HMGET")
+    /// Tickets whose rows must be deleted (`Confirmed::TooLate`).
+    pub async fn to_forget(&self, product: ProductId) -> Result<Vec<Ticket>, AppError> {
+        let key = format!("{}forget", self.key_base(product));
+        let raw: Vec<String> = with_retry!(self, connection => redis::cmd("SMEMBERS")
             .arg(&key)
-            .arg("rebuilt_ms")
-            .arg("reconciled")
             .query_async(&mut connection))?;
-        match (rebuilt, reconciled) {
-            (Some(ms), None) => Ok(Some(time_from(ms)?)),
-            _ => Ok(None),
-        }
+        raw.iter().map(|t| ticket_from(t)).collect()
     }
 
-    /// Every committed place is back in Redis since the last rebuild.
-    pub async fn mark_reconciled(&self, product: ProductId) -> Result<(), AppError> {
-        let key = format!("{}meta", self.key_base(product));
-        with_retry!(self, connection => redis::cmd("HSET")
+    /// Their rows are deleted.
+    pub async fn forgotten(&self, product: ProductId, tickets: &[Ticket]) -> Result<(), AppError> {
+        if tickets.is_empty() {
+            return Ok(());
+        }
+        let key = format!("{}forget", self.key_base(product));
+        let names: Vec<&str> = tickets.iter().map(|t| t.as_str()).collect();
+        with_retry!(self, connection => redis::cmd("SREM")
             .arg(&key)
-            .arg("reconciled")
-            .arg(1)
+            .arg(&names)
             .query_async::<()>(&mut connection))
     }
 
-    /// Takes back a place whose row could not be written (only while unconfirmed).
+    /// Where the queue stands after its last rebuild: the places of rows
+    /// that committed after its snapshot may still be missing.
+    pub async fn reconcile_due(
+        &self,
+        product: ProductId,
+        hold: Duration,
+    ) -> Result<Reconcile, AppError> {
+        let (code, rebuilt): (i64, i64) = self
+            .run(
+                &self.inner.reconcile_due,
+                product,
+                &[(hold.as_millis() as u64).to_string()],
+            )
+            .await?;
+        Ok(match code {
+            -1 => Reconcile::Nothing,
+            0 => Reconcile::Holding,
+            1 => Reconcile::Due(RebuildMark(rebuilt)),
+            _ => return Err(broken("reconcile_due")),
+        })
+    }
+
+    /// Every committed place is back in Redis since the rebuild `mark`
+    /// names; false if the queue was rebuilt again since, or is gone.
+    pub async fn mark_reconciled(
+        &self,
+        product: ProductId,
+        mark: RebuildMark,
+    ) -> Result<bool, AppError> {
+        let marked: i64 = self
+            .run(&self.inner.mark_reconciled, product, &[mark.0.to_string()])
+            .await?;
+        Ok(marked == 1)
+    }
+
+    /// Takes back a place whose row could not be written (only while
+    /// unconfirmed, and not once the sweep has taken it over: its insert
+    /// may be committing).
     pub async fn undo_join(
         &self,
         product: ProductId,
         customer: CustomerId,
         ticket: &Ticket,
     ) -> Result<(), AppError> {
+        self.take_back(product, customer, ticket, false).await
+    }
+
+    /// `undo_join` by the sweep, for a place whose row it could not write.
+    pub async fn undo_swept(
+        &self,
+        product: ProductId,
+        customer: CustomerId,
+        ticket: &Ticket,
+    ) -> Result<(), AppError> {
+        self.take_back(product, customer, ticket, true).await
+    }
+
+    async fn take_back(
+        &self,
+        product: ProductId,
+        customer: CustomerId,
+        ticket: &Ticket,
+        by_sweep: bool,
+    ) -> Result<(), AppError> {
         let _: i64 = self
             .run(
                 &self.inner.undo_join,
                 product,
-                &[customer.get().to_string(), ticket.as_str().to_string()],
+                &[
+                    customer.get().to_string(),
+                    ticket.as_str().to_string(),
+                    if by_sweep { "1" } else { "0" }.to_string(),
+                ],
             )
             .await?;
         Ok(())

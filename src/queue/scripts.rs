@@ -21,7 +21,7 @@ local base = ARGV[1]
 local K_META, K_BY_CUSTOMER, K_SEQ, K_PRE = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local K_LINE, K_CURSOR, K_DEADLINES, K_OUTSTANDING = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local K_LOG, K_UNCONFIRMED, K_GATE_STOCK, K_MIRROR_STOCK = KEYS[9], KEYS[10], KEYS[11], KEYS[12]
-local K_MIRROR_UNPAID, K_REBUILD = KEYS[13], KEYS[14]
+local K_MIRROR_UNPAID, K_REBUILD, K_FORGET = KEYS[13], KEYS[14], KEYS[15]
 local function entry_key(t) return base .. 'entry:' .. t end
 local function pass_key(t) return base .. 'pass:' .. t end
 local function now_ms()
@@ -156,7 +156,9 @@ return {0, state, fresh, customer, seq, joined, late, 0}
 /// `(joined_ms, seq)` after it; an unconfirmed place of the same customer
 /// gives way (its row can never commit beside this one).
 /// Returns a code per place: 1 confirmed, 2 put back, 0 too late (a
-/// pre-queue place of a queue drawn without it), or {-1} for a missing queue.
+/// pre-queue place of a queue drawn without it), 3 refused (the customer
+/// holds another place that is confirmed or admitted: Redis and Postgres
+/// disagree, and nothing is moved), or {-1} for a missing queue.
 pub(super) const CONFIRM: &str = script!(
     r#"
 local drawn = redis.call('HGET', K_META, 'drawn')
@@ -171,10 +173,23 @@ while i + 4 <= #ARGV do
     redis.call('ZREM', K_UNCONFIRMED, t)
     table.insert(out, 1)
   elseif late == '0' and drawn == '1' then
+    -- Kept until the row is deleted (`services::queue::entries`).
+    redis.call('SADD', K_FORGET, t)
     table.insert(out, 0)
   else
     local other = redis.call('HGET', K_BY_CUSTOMER, customer)
-    if other then take_place(customer, other) end
+    local blocked = false
+    if other then
+      local o = redis.call('HGET', entry_key(other), 'confirmed')
+      if o == '0' and redis.call('EXISTS', pass_key(other)) == 0 then
+        take_place(customer, other)
+      else
+        blocked = true
+      end
+    end
+    if blocked then
+      table.insert(out, 3)
+    else
     redis.call('HSET', entry_key(t), 'customer', customer, 'seq', seq, 'joined_ms', joined,
       'late', late, 'confirmed', 1, 'created_ms', joined)
     redis.call('HSET', K_BY_CUSTOMER, customer, t)
@@ -184,21 +199,24 @@ while i + 4 <= #ARGV do
     end
     if late == '0' then redis.call('ZADD', K_PRE, seq, t) else place_late(t, seq, joined) end
     table.insert(out, 2)
+    end
   end
 end
 return out
 "#
 );
 
-/// ARGV: base, customer, ticket. Removes an unconfirmed entry without a
-/// trace; places behind a late one close up, so the line stays dense (the
-/// cursor never passed it: ISSUE stops at an unconfirmed entry).
-/// Returns 1 if removed.
+/// ARGV: base, customer, ticket, by the sweep (1/0). Removes an
+/// unconfirmed entry without a trace; places behind a late one close up, so
+/// the line stays dense (the cursor never passed it: ISSUE stops at an
+/// unconfirmed entry). Once the sweep has handed the entry out only the
+/// sweep removes it. Returns 1 if removed.
 pub(super) const UNDO_JOIN: &str = script!(
     r#"
 local customer, t = ARGV[2], ARGV[3]
-local e = redis.call('HMGET', entry_key(t), 'customer', 'confirmed')
+local e = redis.call('HMGET', entry_key(t), 'customer', 'confirmed', 'swept')
 if e[1] ~= customer or e[2] ~= '0' then return 0 end
+if e[3] == '1' and ARGV[4] ~= '1' then return 0 end
 take_place(customer, t)
 return 1
 "#
@@ -211,6 +229,9 @@ pub(super) const UNCONFIRMED: &str = script!(
 local cutoff = now_ms() - tonumber(ARGV[2])
 local out = {}
 for _, t in ipairs(redis.call('ZRANGEBYSCORE', K_UNCONFIRMED, '-inf', cutoff, 'LIMIT', 0, 1000)) do
+  -- From now on the sweep settles it: a slow joiner's undo must not take
+  -- it out while the sweep's insert may be committing.
+  redis.call('HSET', entry_key(t), 'swept', 1)
   table.insert(out, entry_of(t))
 end
 return out
@@ -476,6 +497,32 @@ if state == 'pre' then return 0 end
 if state == 'open' and drawn ~= '1' then return 0 end
 if ARGV[3] ~= '' and meta[2] ~= ARGV[3] then return 0 end
 redis.call('HSET', K_META, 'state', state)
+return 1
+"#
+);
+
+/// ARGV: base, hold_ms. After a rebuild not yet reconciled: {0,
+/// rebuilt_ms} while joins in flight at the rebuild may still commit
+/// (within `hold` of it, on Redis's clock), {1, rebuilt_ms} after; {-1, 0}
+/// when there is nothing to reconcile (or no queue).
+pub(super) const RECONCILE_DUE: &str = script!(
+    r#"
+local meta = redis.call('HMGET', K_META, 'state', 'rebuilt_ms', 'reconciled')
+if not meta[1] or not meta[2] or meta[3] then return {-1, 0} end
+local rebuilt = tonumber(meta[2])
+if now_ms() < rebuilt + tonumber(ARGV[2]) then return {0, rebuilt} end
+return {1, rebuilt}
+"#
+);
+
+/// ARGV: base, rebuilt_ms as RECONCILE_DUE answered. Marks that rebuild
+/// reconciled; a queue rebuilt again since (or gone) is left alone.
+/// Returns 1 if marked.
+pub(super) const MARK_RECONCILED: &str = script!(
+    r#"
+if redis.call('HGET', K_META, 'rebuilt_ms') ~= ARGV[2] then return 0 end
+if not redis.call('HGET', K_META, 'state') then return 0 end
+redis.call('HSET', K_META, 'reconciled', 1)
 return 1
 "#
 );

@@ -1047,3 +1047,102 @@ async fn a_fresh_waiting_room_shows_the_stock_before_redis_counts_it() {
     tick(&app).await;
     assert_eq!(status(&app, who[0], product).await.units_left, 5);
 }
+
+/// Redis lost a customer's place but not the queue (a rebuild from a
+/// snapshot older than the row, with the confirm's answer lost): joining
+/// again finds the row, puts that place back and answers its ticket; the
+/// fresh place Redis made for the second join gives way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn joining_again_after_redis_lost_the_place_gets_the_committed_one_back() {
+    let app = queue_app(Duration::from_secs(120)).await;
+    let product = queue_product(&app, 2, 1).await;
+    let who = customers(&app, 2);
+    let tickets = join_all(&app, product, &who).await;
+    let mut redis = raw_redis().await;
+    let base = app.shop.waiting_room.key_base(product);
+    let _: () = redis::pipe()
+        .cmd("DEL")
+        .arg(format!("{base}entry:{}", tickets[1]))
+        .cmd("HDEL")
+        .arg(format!("{base}by_customer"))
+        .arg(who[1].get())
+        .cmd("ZREM")
+        .arg(format!("{base}pre"))
+        .arg(tickets[1].as_str())
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    assert_eq!(status(&app, who[1], product).await.ticket, None);
+
+    let again = queue::join(&app.shop, who[1], product).await.unwrap();
+    assert_eq!(again, tickets[1]);
+    assert_eq!(status(&app, who[1], product).await.ticket, Some(again));
+    let pre = app.shop.waiting_room.pre_queue(product).await.unwrap();
+    assert_eq!(pre.tickets.len(), 2, "{pre:?}");
+    assert_eq!(pre.unconfirmed, 0);
+    assert_eq!(
+        count(
+            &app,
+            &format!("SELECT count(*) AS n FROM queue_entries WHERE product_id = {product}")
+        ),
+        2
+    );
+    start_now(&app, product);
+    assert_eq!(tick(&app).await.drawn, 1);
+    assert!(verify(&record_of(&app, product).await).passed());
+}
+
+/// A drawn queue rebuilt while a late join was in flight: until that row
+/// can have committed, nobody is admitted, or the one behind it in line
+/// (whose row the snapshot had) would get the pass that is its.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn after_a_rebuild_admissions_wait_for_the_places_still_committing() {
+    let app = spawn_app_with(|s| {
+        s.queue_tick = Duration::from_secs(3600);
+        s.db_connect_timeout = Duration::from_millis(100);
+        s.db_statement_timeout = Duration::from_millis(400);
+    })
+    .await;
+    let product = queue_product(&app, 3, 1).await;
+    let who = customers(&app, 4);
+    join_all(&app, product, &who[..2]).await;
+    start_now(&app, product);
+    let report = tick(&app).await;
+    assert_eq!((report.drawn, report.issued), (1, 2), "{report:?}");
+    let in_flight = match app
+        .shop
+        .waiting_room
+        .join(product, who[2], &Ticket::generate())
+        .await
+        .unwrap()
+    {
+        flashsale::queue::Joined::New(entry) => entry,
+        other => panic!("{other:?}"),
+    };
+    assert!(in_flight.late);
+    join_all(&app, product, &who[3..]).await;
+    lose_the_queues(&app).await;
+    let report = tick(&app).await;
+    assert_eq!((report.rebuilt, report.issued), (1, 0), "{report:?}");
+    sql(
+        &app,
+        &format!(
+            "INSERT INTO queue_entries (product_id, customer_id, ticket, seq, joined_at, late) \
+             VALUES ({product}, {}, '{}', {}, '{}', true)",
+            who[2],
+            in_flight.ticket,
+            in_flight.seq,
+            in_flight.joined_at.to_rfc3339()
+        ),
+    );
+    assert_eq!(tick(&app).await.issued, 0, "held");
+    tokio::time::sleep(app.shop.settings.longest_join() + Duration::from_millis(100)).await;
+    let report = tick(&app).await;
+    assert_eq!((report.put_back, report.issued), (1, 1), "{report:?}");
+    let third = status(&app, who[2], product).await;
+    assert_eq!((third.position, third.pass.is_some()), (Some(3), true));
+    let fourth = status(&app, who[3], product).await;
+    assert_eq!((fourth.position, fourth.pass.is_some()), (Some(4), false));
+    let verdict = verify(&record_of(&app, product).await);
+    assert!(verdict.passed(), "{verdict:?}");
+}

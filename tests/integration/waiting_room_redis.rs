@@ -1645,3 +1645,32 @@ async fn with_the_gate_off_a_sale_under_a_pass_leaves_the_mirror_at_once() {
     );
     f.cleanup().await;
 }
+
+/// Once the sweep has taken over a place whose joiner looked dead, that
+/// joiner's late undo leaves it alone (the sweep's insert may be
+/// committing); the sweep itself can still take it back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_joiners_undo_leaves_a_place_the_sweep_took_over() {
+    let f = Fixture::new().await;
+    let room = &f.room;
+    room.prepare(PRODUCT, &setup(60_000, 60_000, 1))
+        .await
+        .unwrap();
+    let slow = join_new(room, PRODUCT, 1).await;
+    let swept = room.unconfirmed(PRODUCT, Duration::ZERO).await.unwrap();
+    assert_eq!(swept, vec![slow.clone()]);
+    room.undo_join(PRODUCT, slow.customer, &slow.ticket)
+        .await
+        .unwrap();
+    let view = room.status(PRODUCT, slow.customer).await.unwrap();
+    assert_eq!(view.entry.map(|e| e.ticket), Some(slow.ticket.clone()));
+    room.undo_swept(PRODUCT, slow.customer, &slow.ticket)
+        .await
+        .unwrap();
+    assert_eq!(
+        room.status(PRODUCT, slow.customer).await.unwrap().entry,
+        None
+    );
+    assert_eq!(room.counts(PRODUCT).await.unwrap().joined, 0);
+    f.cleanup().await;
+}

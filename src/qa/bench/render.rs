@@ -96,7 +96,7 @@ pub fn render(report: &BenchReport, config: &BenchConfig, command: &str) -> Stri
             .collect();
         let _ = writeln!(
             out,
-            "| {}{} | {} | {} | {:.0} | {} | {:.1} | {:.1} | {:.1} | {:.4} | {:.2} | {} | {:.2} / {:.2} / {:.1} | {} |",
+            "| {}{} | {} | {} | {:.0} | {} | {:.1} | {:.1} | {:.1} | {:.4} | {:.4} | {} | {:.2} / {:.2} / {:.1} | {} |",
             run.scenario,
             if run.note.is_empty() {
                 String::new()

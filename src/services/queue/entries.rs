@@ -21,7 +21,8 @@ use tokio::sync::oneshot;
 
 use crate::db::schema::queue_entries;
 use crate::db::{self, PgConn, PgPool};
-use crate::domain::ProductId;
+use crate::domain::draw::Ticket;
+use crate::domain::{CustomerId, ProductId};
 use crate::error::AppError;
 use crate::queue::Entry;
 use crate::services::Shop;
@@ -29,7 +30,17 @@ use crate::services::Shop;
 /// Insert transactions a process runs at once.
 const WRITERS: usize = 2;
 
-type Answer = Result<(), AppError>;
+type Answer = Result<Written, AppError>;
+
+/// What became of a place's row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Written {
+    /// It is there, with this ticket.
+    Written,
+    /// Another row stands in its way: the customer's own from before (Redis
+    /// lost that place), or another's with the same seq or ticket.
+    Blocked,
+}
 
 struct Queued {
     product: ProductId,
@@ -159,13 +170,11 @@ async fn write_queued(pool: PgPool, mut writing: Writing, max: usize) {
         match written {
             Ok(written) => {
                 for (answer, ok) in answers.into_iter().zip(written) {
-                    let _ = answer.send(if ok {
-                        Ok(())
+                    let _ = answer.send(Ok(if ok {
+                        Written::Written
                     } else {
-                        Err(AppError::Unavailable(
-                            "the waiting room already holds another place for this customer".into(),
-                        ))
-                    });
+                        Written::Blocked
+                    }));
                 }
             }
             Err(error) => {
@@ -254,22 +263,53 @@ pub fn insert_entries(
     Ok(written)
 }
 
-/// Deletes a place's row that Redis can no longer put in the line (a
-/// pre-queue place lost before a draw that went ahead without it), unless
-/// a pass was issued to it. Its joiner was never told it had the place.
-pub async fn forget_entries(
+/// The customer's committed place, if any.
+pub async fn committed_entry(
     shop: &Shop,
     product: ProductId,
-    entries: Vec<Entry>,
-) -> Result<(), AppError> {
-    if entries.is_empty() {
-        return Ok(());
-    }
+    customer: CustomerId,
+) -> Result<Option<Entry>, AppError> {
     db::run(&shop.pool, move |conn| {
-        let tickets: Vec<String> = entries
-            .iter()
-            .map(|e| e.ticket.as_str().to_string())
-            .collect();
+        let row: Option<(String, i64, DateTime<Utc>, bool)> = queue_entries::table
+            .find((product.get(), customer.get()))
+            .select((
+                queue_entries::ticket,
+                queue_entries::seq,
+                queue_entries::joined_at,
+                queue_entries::late,
+            ))
+            .first(conn)
+            .optional()?;
+        row.map(|(ticket, seq, joined_at, late)| {
+            Ok(Entry {
+                customer,
+                ticket: Ticket::parse(&ticket).map_err(|e| {
+                    AppError::Internal(anyhow::anyhow!("a stored ticket does not parse: {}", e.0))
+                })?,
+                seq,
+                joined_at,
+                late,
+                confirmed: true,
+            })
+        })
+        .transpose()
+    })
+    .await
+}
+
+/// Deletes the rows of places Redis could not put in the line (pre-queue
+/// places lost before a draw that went ahead without them: CONFIRM keeps
+/// their tickets in `:forget` until this has run), unless a pass was
+/// issued to one. Their joiners were never told they had them.
+pub async fn forget_entries(shop: &Shop, product: ProductId) -> Result<usize, AppError> {
+    let room = &shop.waiting_room;
+    let tickets = room.to_forget(product).await?;
+    if tickets.is_empty() {
+        return Ok(0);
+    }
+    let names: Vec<String> = tickets.iter().map(|t| t.as_str().to_string()).collect();
+    db::run(&shop.pool, move |conn| {
+        let tickets = names;
         diesel::delete(
             queue_entries::table
                 .filter(queue_entries::product_id.eq(product.get()))
@@ -285,5 +325,7 @@ pub async fn forget_entries(
         .execute(conn)?;
         Ok(())
     })
-    .await
+    .await?;
+    room.forgotten(product, &tickets).await?;
+    Ok(tickets.len())
 }

@@ -4,13 +4,13 @@
 
 use chrono::Utc;
 
-use super::entries::{forget_entries, write_entry};
+use super::entries::{committed_entry, forget_entries, write_entry, Written};
 use super::opening::{ensure_queue, ensure_seed};
 use super::sale::{closed, not_in_queue_mode, sold_out, QueueSale};
 use crate::domain::draw::Ticket;
 use crate::domain::{CustomerId, ProductId};
 use crate::error::AppError;
-use crate::queue::{Confirmed, Joined, QueueState};
+use crate::queue::{Confirmed, Entry, Joined, QueueState};
 use crate::services::Shop;
 
 /// The sale `product` in queue mode, from the shelf (no Postgres read
@@ -58,43 +58,76 @@ pub async fn join(
     };
     let ticket = entry.ticket.clone();
     match write_entry(shop, product, entry.clone()).await {
-        Ok(()) => {}
+        Ok(Written::Written) => confirm_written(shop, product, entry).await,
+        Ok(Written::Blocked) => {
+            // The customer's row from before Redis lost their place is
+            // their place: confirming it puts it back (this fresh one gives way).
+            if let Some(theirs) = committed_entry(shop, product, customer).await? {
+                return confirm_written(shop, product, theirs).await;
+            }
+            if new {
+                take_back(shop, product, customer, &ticket).await;
+            }
+            Err(AppError::Unavailable(
+                "the waiting room gave your place's number to another as it was rebuilt; join again"
+                    .into(),
+            ))
+        }
         // The row may stand: the place stays, unconfirmed, for the tick to
         // settle (it writes the row if absent, which keeps it either way).
-        Err(error @ AppError::OutcomeUnknown(_)) => return Err(error),
+        Err(error @ AppError::OutcomeUnknown(_)) => Err(error),
         Err(error) => {
             // Only the join that made the place takes it back: another
             // request of the same customer may be writing it right now.
             if new {
-                if let Err(undo) = shop
-                    .waiting_room
-                    .undo_join(product, customer, &ticket)
-                    .await
-                {
-                    tracing::warn!(%product, error = %undo, "could not take back a place whose row was not written; the tick will write it");
-                }
+                take_back(shop, product, customer, &ticket).await;
             }
-            return Err(match error {
+            Err(match error {
                 AppError::Unavailable(reason) => AppError::Unavailable(reason),
                 other => AppError::Unavailable(format!("joining the waiting room: {other}")),
-            });
+            })
         }
     }
+}
+
+async fn take_back(shop: &Shop, product: ProductId, customer: CustomerId, ticket: &Ticket) {
+    if let Err(undo) = shop.waiting_room.undo_join(product, customer, ticket).await {
+        tracing::warn!(%product, error = %undo, "could not take back a place whose row was not written; the tick will write it");
+    }
+}
+
+/// The place's row is committed: Redis confirms it (putting it back if it
+/// had lost it) and the customer is answered.
+async fn confirm_written(
+    shop: &Shop,
+    product: ProductId,
+    entry: Entry,
+) -> Result<Ticket, AppError> {
     match shop.waiting_room.confirm(product, &entry).await {
-        Ok(Confirmed::Confirmed | Confirmed::PutBack | Confirmed::Missing) => {}
+        Ok(Confirmed::Confirmed | Confirmed::PutBack | Confirmed::Missing) => Ok(entry.ticket),
         Ok(Confirmed::TooLate) => {
             // The queue was rebuilt, then drawn, while this row committed:
             // the place cannot be put in a draw that went ahead without it.
-            forget_entries(shop, product, vec![entry]).await?;
-            return Err(AppError::Unavailable(
+            // Redis keeps the ticket until the row is gone, so a failure
+            // here leaves it to the tick.
+            if let Err(error) = forget_entries(shop, product).await {
+                tracing::warn!(%product, %error, "could not delete a place the draw went without; the tick will");
+            }
+            Err(AppError::Unavailable(
                 "the waiting room was rebuilt while you joined; join again".into(),
-            ));
+            ))
+        }
+        Ok(Confirmed::Refused) => {
+            tracing::error!(%product, customer = %entry.customer, "a committed place conflicts with another place of its customer in Redis");
+            Err(AppError::Unavailable(
+                "the waiting room holds another place of yours; try again".into(),
+            ))
         }
         // The row is committed, so the place is kept; until confirmed the
         // line waits at it, and the tick confirms it.
         Err(error) => {
-            tracing::warn!(%product, %error, "could not confirm a written place; the tick will")
+            tracing::warn!(%product, %error, "could not confirm a written place; the tick will");
+            Ok(entry.ticket)
         }
     }
-    Ok(ticket)
 }

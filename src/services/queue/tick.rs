@@ -34,7 +34,7 @@ use crate::db::schema::queue_draws;
 use crate::domain::draw::{shuffle, DrawSeed};
 use crate::domain::{CustomerId, ProductId};
 use crate::error::AppError;
-use crate::queue::{Confirmed, Drawn, IssueBound, QueueState};
+use crate::queue::{Confirmed, Drawn, IssueBound, QueueState, Reconcile};
 use crate::services::stock_gate::seed_if_absent;
 use crate::services::Shop;
 
@@ -125,7 +125,8 @@ async fn tick_queue(
         seed_if_absent(shop, vec![product]).await?;
     }
     confirm_orphans(shop, product, report).await?;
-    let may_draw = put_back_after_rebuild(shop, product, report).await?;
+    forget_entries(shop, product).await?;
+    let settled_since_rebuild = put_back_after_rebuild(shop, product, report).await?;
     let settled_before = match shop.gate {
         Some(_) => None,
         None => Some(room.settled_units(product).await?),
@@ -138,7 +139,7 @@ async fn tick_queue(
     room.mirror_unpaid(product, numbers.unpaid).await?;
     let now = Utc::now();
     let ended = sale.has_ended(now);
-    if sale.has_started(now) && !ended && may_draw {
+    if sale.has_started(now) && !ended && settled_since_rebuild {
         draw(shop, sale, report).await?;
     }
     for stale in room
@@ -180,7 +181,11 @@ async fn tick_queue(
         Some(_) => IssueBound::Gate,
         None => IssueBound::Mirror,
     };
-    let issued = room.issue(product, bound).await?;
+    let issued = if settled_since_rebuild {
+        room.issue(product, bound).await?
+    } else {
+        Vec::new()
+    };
     report.issued += issued.len();
     report.recorded += drain_log(shop, product).await?;
     let counts = room.counts(product).await?;
@@ -213,66 +218,63 @@ async fn confirm_orphans(
         db::transaction(conn, |conn| insert_entries(conn, &rows))
     })
     .await?;
-    let mut too_late = Vec::new();
     for (entry, written) in orphans.iter().zip(written) {
         if written {
             // Its joiner may have taken the place back meanwhile (its
             // insert failed, ours committed): confirming puts it back.
             match room.confirm(product, entry).await? {
-                Confirmed::TooLate => {
-                    too_late.push(entry.clone());
-                    report.undone += 1;
-                }
+                Confirmed::TooLate => report.undone += 1,
                 _ => report.confirmed += 1,
             }
         } else {
             // Its ticket or seq is another's in Postgres: the place can never
             // be recorded, and the line must not wait at it for ever.
-            room.undo_join(product, entry.customer, &entry.ticket)
+            room.undo_swept(product, entry.customer, &entry.ticket)
                 .await?;
             report.undone += 1;
         }
     }
-    forget_entries(shop, product, too_late).await
+    Ok(())
 }
 
 /// A rebuild reads Postgres once, and a join's row may commit just after:
 /// its joiner then puts its place back itself (`confirm`), unless it died.
 /// So once every join that could have been in flight has ended
-/// (`longest_join` after the rebuild), every row is confirmed in Redis,
-/// the missing ones put back; until then the draw waits, as a draw without
-/// them could never be matched by its published record. Says whether the
-/// draw may go.
+/// (`longest_join` after the rebuild, on Redis's clock), every row is
+/// confirmed in Redis, the missing ones put back. Until then the draw and
+/// admissions wait: a place put back behind someone admitted after it, or
+/// a draw without it, could never match the published record. Says
+/// whether they may go on.
 async fn put_back_after_rebuild(
     shop: &Shop,
     product: ProductId,
     report: &mut TickReport,
 ) -> Result<bool, AppError> {
     let room = &shop.waiting_room;
-    let Some(rebuilt_at) = room.unreconciled_rebuild(product).await? else {
-        return Ok(true);
+    let mark = match room
+        .reconcile_due(product, shop.settings.longest_join())
+        .await?
+    {
+        Reconcile::Nothing => return Ok(true),
+        Reconcile::Holding => return Ok(false),
+        Reconcile::Due(mark) => mark,
     };
-    let settled = chrono::Duration::from_std(shop.settings.longest_join())
-        .unwrap_or(chrono::Duration::minutes(1));
-    if Utc::now() < rebuilt_at + settled {
-        return Ok(false);
-    }
     let record = db::run(&shop.pool, move |conn| read_record(conn, product)).await?;
     let answers = room.confirm_all(product, &record.entries).await?;
-    let mut too_late = Vec::new();
     for (entry, answer) in record.entries.into_iter().zip(answers) {
         match answer {
             Confirmed::PutBack => report.put_back += 1,
-            Confirmed::TooLate => {
-                too_late.push(entry);
-                report.undone += 1;
+            Confirmed::TooLate => report.undone += 1,
+            // Lost again meanwhile: the next rebuild starts over.
+            Confirmed::Missing => return Ok(false),
+            Confirmed::Refused => {
+                tracing::error!(%product, customer = %entry.customer, "a committed place conflicts with another place of its customer in Redis");
             }
-            Confirmed::Confirmed | Confirmed::Missing => {}
+            Confirmed::Confirmed => {}
         }
     }
-    forget_entries(shop, product, too_late).await?;
-    room.mark_reconciled(product).await?;
-    Ok(true)
+    // False when rebuilt again since: that rebuild holds on its own.
+    room.mark_reconciled(product, mark).await
 }
 
 /// At the start: the pre-queue in the seed's order, then the seed revealed.
