@@ -573,13 +573,7 @@ impl WaitingRoom {
         for batch in entries.chunks(CONFIRM_BATCH) {
             let mut args = Vec::with_capacity(batch.len() * 5);
             for entry in batch {
-                args.extend([
-                    entry.ticket.as_str().to_string(),
-                    entry.customer.get().to_string(),
-                    entry.seq.to_string(),
-                    entry.joined_at.timestamp_millis().to_string(),
-                    if entry.late { "1" } else { "0" }.to_string(),
-                ]);
+                args.extend(entry_args(entry));
             }
             let codes: Vec<i64> = self.run(&self.inner.confirm, product, &args).await?;
             if codes == [-1] {
@@ -1153,13 +1147,7 @@ impl WaitingRoom {
             snapshot.entries.len().to_string(),
         ];
         for entry in &snapshot.entries {
-            args.extend([
-                entry.ticket.as_str().to_string(),
-                entry.customer.get().to_string(),
-                entry.seq.to_string(),
-                entry.joined_at.timestamp_millis().to_string(),
-                if entry.late { "1" } else { "0" }.to_string(),
-            ]);
+            args.extend(entry_args(entry));
         }
         let line: Vec<&Ticket> = if snapshot.drawn {
             snapshot.line.iter().collect()
@@ -1190,6 +1178,18 @@ impl WaitingRoom {
         let rebuilt: i64 = self.run(&self.inner.rebuild, product, &args).await?;
         Ok(rebuilt == 1)
     }
+}
+
+/// An entry as CONFIRM and REBUILD take it: ticket, customer, seq,
+/// joined_ms, late.
+fn entry_args(entry: &Entry) -> [String; 5] {
+    [
+        entry.ticket.as_str().to_string(),
+        entry.customer.get().to_string(),
+        entry.seq.to_string(),
+        entry.joined_at.timestamp_millis().to_string(),
+        if entry.late { "1" } else { "0" }.to_string(),
+    ]
 }
 
 fn state_name(state: QueueState) -> &'static str {

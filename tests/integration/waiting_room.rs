@@ -14,7 +14,7 @@ use flashsale::domain::draw::{
 };
 use flashsale::domain::{CustomerId, OrderStatus, ProductId, Quantity};
 use flashsale::error::{AppError, PassRefusal};
-use flashsale::queue::{PassRef, PassState, QueueState};
+use flashsale::queue::{Entry, PassRef, PassState, QueueState};
 use flashsale::services::checkout::{purchase, purchase_with_pass, Line, PurchaseOutcome};
 use flashsale::services::queue::{self, read_record, run_once, QueueStatus, Standing};
 use flashsale::services::restore::restore_order;
@@ -28,6 +28,48 @@ async fn queue_app(pass: Duration) -> TestApp {
         s.queue_pass = pass;
     })
     .await
+}
+
+/// An app whose joins are over quickly: a join may take a connection wait
+/// and a statement, so `longest_join` is 2 × (0.1 + 0.4) s.
+async fn quick_join_app() -> TestApp {
+    spawn_app_with(|s| {
+        s.queue_tick = Duration::from_secs(3600);
+        s.db_connect_timeout = Duration::from_millis(100);
+        s.db_statement_timeout = Duration::from_millis(400);
+    })
+    .await
+}
+
+/// A join that got its place in Redis and whose process died before its
+/// row was written.
+async fn joined_in_redis_only(app: &TestApp, product: ProductId, customer: CustomerId) -> Entry {
+    match app
+        .shop
+        .waiting_room
+        .join(product, customer, &Ticket::generate())
+        .await
+        .unwrap()
+    {
+        flashsale::queue::Joined::New(entry) => entry,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// The row of `entry`'s place commits (its joiner's insert, late).
+fn commit_row(app: &TestApp, product: ProductId, entry: &Entry) {
+    sql(
+        app,
+        &format!(
+            "INSERT INTO queue_entries (product_id, customer_id, ticket, seq, joined_at, late) \
+             VALUES ({product}, {}, '{}', {}, '{}', {})",
+            entry.customer,
+            entry.ticket,
+            entry.seq,
+            entry.joined_at.to_rfc3339(),
+            entry.late
+        ),
+    );
 }
 
 /// `n` customers straight into the table (no password hashing): the
@@ -832,27 +874,12 @@ async fn concurrent_joins_share_commits() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_place_whose_joiner_died_is_written_by_the_tick_and_the_draw_waits_for_it() {
-    // A join may take a connection wait and a statement: 2 × (0.1 + 0.4) s.
-    let app = spawn_app_with(|s| {
-        s.queue_tick = Duration::from_secs(3600);
-        s.db_connect_timeout = Duration::from_millis(100);
-        s.db_statement_timeout = Duration::from_millis(400);
-    })
-    .await;
+    let app = quick_join_app().await;
     let product = queue_product(&app, 2, 1).await;
     let who = customers(&app, 3);
     join_all(&app, product, &who[..2]).await;
     // The third joiner's process dies between Redis and Postgres.
-    let orphan = match app
-        .shop
-        .waiting_room
-        .join(product, who[2], &Ticket::generate())
-        .await
-        .unwrap()
-    {
-        flashsale::queue::Joined::New(entry) => entry,
-        other => panic!("{other:?}"),
-    };
+    let orphan = joined_in_redis_only(&app, product, who[2]).await;
     start_now(&app, product);
     let report = tick(&app).await;
     assert_eq!(
@@ -965,40 +992,16 @@ async fn a_claim_left_behind_is_settled_by_what_postgres_says() {
 /// draw then has everyone its published record has.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_place_committed_after_a_rebuilds_snapshot_is_put_back_before_the_draw() {
-    let app = spawn_app_with(|s| {
-        s.queue_tick = Duration::from_secs(3600);
-        s.db_connect_timeout = Duration::from_millis(100);
-        s.db_statement_timeout = Duration::from_millis(400);
-    })
-    .await;
+    let app = quick_join_app().await;
     let product = queue_product(&app, 2, 1).await;
     let who = customers(&app, 3);
     join_all(&app, product, &who[..2]).await;
     tick(&app).await;
-    let in_flight = match app
-        .shop
-        .waiting_room
-        .join(product, who[2], &Ticket::generate())
-        .await
-        .unwrap()
-    {
-        flashsale::queue::Joined::New(entry) => entry,
-        other => panic!("{other:?}"),
-    };
+    let in_flight = joined_in_redis_only(&app, product, who[2]).await;
     lose_the_queues(&app).await;
     assert_eq!(tick(&app).await.rebuilt, 1);
     // The in-flight join's row commits; its process dies before confirming.
-    sql(
-        &app,
-        &format!(
-            "INSERT INTO queue_entries (product_id, customer_id, ticket, seq, joined_at, late) \
-             VALUES ({product}, {}, '{}', {}, '{}', false)",
-            who[2],
-            in_flight.ticket,
-            in_flight.seq,
-            in_flight.joined_at.to_rfc3339()
-        ),
-    );
+    commit_row(&app, product, &in_flight);
     start_now(&app, product);
     let report = tick(&app).await;
     assert_eq!(
@@ -1097,44 +1100,20 @@ async fn joining_again_after_redis_lost_the_place_gets_the_committed_one_back() 
 /// (whose row the snapshot had) would get the pass that is its.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn after_a_rebuild_admissions_wait_for_the_places_still_committing() {
-    let app = spawn_app_with(|s| {
-        s.queue_tick = Duration::from_secs(3600);
-        s.db_connect_timeout = Duration::from_millis(100);
-        s.db_statement_timeout = Duration::from_millis(400);
-    })
-    .await;
+    let app = quick_join_app().await;
     let product = queue_product(&app, 3, 1).await;
     let who = customers(&app, 4);
     join_all(&app, product, &who[..2]).await;
     start_now(&app, product);
     let report = tick(&app).await;
     assert_eq!((report.drawn, report.issued), (1, 2), "{report:?}");
-    let in_flight = match app
-        .shop
-        .waiting_room
-        .join(product, who[2], &Ticket::generate())
-        .await
-        .unwrap()
-    {
-        flashsale::queue::Joined::New(entry) => entry,
-        other => panic!("{other:?}"),
-    };
+    let in_flight = joined_in_redis_only(&app, product, who[2]).await;
     assert!(in_flight.late);
     join_all(&app, product, &who[3..]).await;
     lose_the_queues(&app).await;
     let report = tick(&app).await;
     assert_eq!((report.rebuilt, report.issued), (1, 0), "{report:?}");
-    sql(
-        &app,
-        &format!(
-            "INSERT INTO queue_entries (product_id, customer_id, ticket, seq, joined_at, late) \
-             VALUES ({product}, {}, '{}', {}, '{}', true)",
-            who[2],
-            in_flight.ticket,
-            in_flight.seq,
-            in_flight.joined_at.to_rfc3339()
-        ),
-    );
+    commit_row(&app, product, &in_flight);
     assert_eq!(tick(&app).await.issued, 0, "held");
     tokio::time::sleep(app.shop.settings.longest_join() + Duration::from_millis(100)).await;
     let report = tick(&app).await;
