@@ -1051,6 +1051,26 @@ async fn a_fresh_waiting_room_shows_the_stock_before_redis_counts_it() {
     assert_eq!(status(&app, who[0], product).await.units_left, 5);
 }
 
+/// Redis loses one pre-queue place (entry, customer's ticket, pre-queue
+/// slot) and keeps the rest of the queue.
+async fn lose_the_place(app: &TestApp, product: ProductId, customer: CustomerId, ticket: &Ticket) {
+    let mut redis = raw_redis().await;
+    let base = app.shop.waiting_room.key_base(product);
+    let _: () = redis::pipe()
+        .cmd("DEL")
+        .arg(format!("{base}entry:{ticket}"))
+        .cmd("HDEL")
+        .arg(format!("{base}by_customer"))
+        .arg(customer.get())
+        .cmd("ZREM")
+        .arg(format!("{base}pre"))
+        .arg(ticket.as_str())
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    assert_eq!(status(app, customer, product).await.ticket, None);
+}
+
 /// Redis lost a customer's place but not the queue (a rebuild from a
 /// snapshot older than the row, with the confirm's answer lost): joining
 /// again finds the row, puts that place back and answers its ticket; the
@@ -1061,21 +1081,7 @@ async fn joining_again_after_redis_lost_the_place_gets_the_committed_one_back() 
     let product = queue_product(&app, 2, 1).await;
     let who = customers(&app, 2);
     let tickets = join_all(&app, product, &who).await;
-    let mut redis = raw_redis().await;
-    let base = app.shop.waiting_room.key_base(product);
-    let _: () = redis::pipe()
-        .cmd("DEL")
-        .arg(format!("{base}entry:{}", tickets[1]))
-        .cmd("HDEL")
-        .arg(format!("{base}by_customer"))
-        .arg(who[1].get())
-        .cmd("ZREM")
-        .arg(format!("{base}pre"))
-        .arg(tickets[1].as_str())
-        .query_async(&mut redis)
-        .await
-        .unwrap();
-    assert_eq!(status(&app, who[1], product).await.ticket, None);
+    lose_the_place(&app, product, who[1], &tickets[1]).await;
 
     let again = queue::join(&app.shop, who[1], product).await.unwrap();
     assert_eq!(again, tickets[1]);
@@ -1124,4 +1130,31 @@ async fn after_a_rebuild_admissions_wait_for_the_places_still_committing() {
     assert_eq!((fourth.position, fourth.pass.is_some()), (Some(4), false));
     let verdict = verify(&record_of(&app, product).await);
     assert!(verdict.passed(), "{verdict:?}");
+}
+
+/// The same loss, and the second join's process dies after Redis gave it
+/// a fresh place: the sweep finds that place's row blocked by the
+/// customer's committed one, and puts the committed place back instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_sweep_puts_back_the_committed_place_a_dead_second_join_stood_in_for() {
+    let app = quick_join_app().await;
+    let product = queue_product(&app, 2, 1).await;
+    let who = customers(&app, 2);
+    let tickets = join_all(&app, product, &who).await;
+    lose_the_place(&app, product, who[1], &tickets[1]).await;
+    let fresh = joined_in_redis_only(&app, product, who[1]).await;
+    assert_ne!(fresh.ticket, tickets[1]);
+    tokio::time::sleep(app.shop.settings.longest_join() + Duration::from_millis(100)).await;
+    let report = tick(&app).await;
+    assert_eq!((report.put_back, report.undone), (1, 1), "{report:?}");
+    assert_eq!(
+        status(&app, who[1], product).await.ticket,
+        Some(tickets[1].clone())
+    );
+    let pre = app.shop.waiting_room.pre_queue(product).await.unwrap();
+    assert_eq!(pre.tickets.len(), 2, "{pre:?}");
+    assert_eq!(pre.unconfirmed, 0);
+    start_now(&app, product);
+    assert_eq!(tick(&app).await.drawn, 1);
+    assert!(verify(&record_of(&app, product).await).passed());
 }

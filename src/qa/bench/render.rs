@@ -48,7 +48,10 @@ pub fn render(report: &BenchReport, config: &BenchConfig, command: &str) -> Stri
            the counters settle, so reading them costs nothing). **Statements** are the shop's \
            `flashsale_db_statements_total` (every statement its pooled connections send, \
            `BEGIN` and `COMMIT` included), read from `/metrics` before and after. Both include \
-           whatever the shop's background jobs did meanwhile.\n\
+           whatever the shop's background jobs did meanwhile (a live waiting room's tick among \
+           them). Rows written only to set a run up (the waiting room's joins) are vacuumed and \
+           analyzed before that run's counters are read, so neither they nor the autovacuum they \
+           would trigger count as the run's.\n\
          - **The ceiling** is `pgbench` running the purchase transaction's SQL (lock the row, \
            insert order, item and history row, update the stock, commit) one purchase at a time, \
            on a database of its own on the same server, swept over client counts; the ceiling \

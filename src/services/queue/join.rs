@@ -62,8 +62,14 @@ pub async fn join(
         Ok(Written::Blocked) => {
             // The customer's row from before Redis lost their place is
             // their place: confirming it puts it back (this fresh one gives way).
+            // (Should Redis not answer now, the sweep finds this fresh one
+            // blocked by that row in turn, and puts the row's place back.)
             if let Some(theirs) = committed_entry(shop, product, customer).await? {
-                return confirm_written(shop, product, theirs).await;
+                let answer = confirm_written(shop, product, theirs).await;
+                if answer.is_err() && new {
+                    take_back(shop, product, customer, &ticket).await;
+                }
+                return answer;
             }
             if new {
                 take_back(shop, product, customer, &ticket).await;

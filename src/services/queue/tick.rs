@@ -25,7 +25,7 @@ use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Nullable, Timestamptz};
 
 use super::admissions::{drain_log, resolve_stale, Resolved};
-use super::entries::{forget_entries, insert_entries};
+use super::entries::{committed_entry, forget_entries, insert_entries};
 use super::local::local;
 use super::opening::{ensure_queue, read_record, Readied};
 use super::sale::QueueSale;
@@ -226,6 +226,20 @@ async fn confirm_orphans(
                 Confirmed::TooLate => report.undone += 1,
                 _ => report.confirmed += 1,
             }
+        } else if let Some(theirs) = committed_entry(shop, product, entry.customer)
+            .await?
+            .filter(|theirs| theirs.ticket != entry.ticket)
+        {
+            // The customer's row from before Redis lost that place (its
+            // joiner's confirm never got through): that place is theirs,
+            // and confirming it puts it back while this one gives way.
+            if room.confirm(product, &theirs).await? == Confirmed::PutBack {
+                report.put_back += 1;
+            }
+            // Gone already if the put-back took it out; otherwise it goes now.
+            room.undo_swept(product, entry.customer, &entry.ticket)
+                .await?;
+            report.undone += 1;
         } else {
             // Its ticket or seq is another's in Postgres: the place can never
             // be recorded, and the line must not wait at it for ever.
@@ -261,18 +275,28 @@ async fn put_back_after_rebuild(
     };
     let record = db::run(&shop.pool, move |conn| read_record(conn, product)).await?;
     let answers = room.confirm_all(product, &record.entries).await?;
+    let mut refused = false;
     for (entry, answer) in record.entries.into_iter().zip(answers) {
         match answer {
             Confirmed::PutBack => report.put_back += 1,
             Confirmed::TooLate => report.undone += 1,
             // Lost again meanwhile: the next rebuild starts over.
             Confirmed::Missing => return Ok(false),
+            // Redis and Postgres disagree about this customer: admitting on
+            // would go ahead without a committed place, so the queue holds
+            // (failing closed, loudly) until someone looks.
             Confirmed::Refused => {
-                tracing::error!(%product, customer = %entry.customer, "a committed place conflicts with another place of its customer in Redis");
+                tracing::error!(%product, customer = %entry.customer, "a committed place conflicts with another place of its customer in Redis; the waiting room holds admissions");
+                refused = true;
             }
             Confirmed::Confirmed => {}
         }
     }
+    if refused {
+        return Ok(false);
+    }
+    // The rows the draw went without are gone before anyone else is admitted.
+    forget_entries(shop, product).await?;
     // False when rebuilt again since: that rebuild holds on its own.
     room.mark_reconciled(product, mark).await
 }
