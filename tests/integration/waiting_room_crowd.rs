@@ -370,7 +370,7 @@ async fn two_thousand_join_across_two_instances_and_the_first_hundred_tickets_bu
     // Long enough for a buyer to see its pass and get through the 503s a
     // busy lock answers on a slow machine; short enough that the no-shows
     // lapse within the test.
-    let a = spawn_app_with(|s| s.queue_pass = Duration::from_secs(20)).await;
+    let a = spawn_app_with(|s| s.queue_pass = Duration::from_secs(60)).await;
     let b = second_instance(&a).await;
     let product = queue_sale(&a, UNITS as i32).await;
     let _ticking = Ticking::start(&[&a, &b]);
