@@ -83,6 +83,9 @@ struct BenchArgs {
     /// Signed-in customers the requests rotate over.
     #[arg(long, default_value_t = 256)]
     customers: usize,
+    /// Signed-in customers who join the waiting rooms (each joins every room once).
+    #[arg(long, default_value_t = 2048)]
+    join_customers: usize,
     /// Fresh shop processes the hot product at 64 buyers is measured in (twice each).
     #[arg(long)]
     hot_repeats: Option<usize>,
@@ -441,6 +444,7 @@ async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
         pgbench_seconds: seconds,
         pgbench_clients: args.pgbench_clients,
         customers: args.customers.max(1),
+        join_customers: args.join_customers.max(1),
         hot_repeats: args.hot_repeats.unwrap_or(if args.quick { 1 } else { 3 }),
         output: args.output,
         chart: args.chart,

@@ -72,6 +72,22 @@ impl ManageConnection for PgManager {
 
 pub const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations");
 
+/// How the shop's connections plan. Postgres plans the foreign-key checks a
+/// purchase fires (`SELECT 1 FROM orders WHERE id = $1 FOR KEY SHARE`,
+/// three per order) once per connection and keeps that plan. Made while a
+/// sale's tables were still nearly empty (a new shop, or the first sale
+/// after they were analyzed), it is a sequential scan, and every check then
+/// reads the whole table, slower and slower as the sale fills it, until an
+/// autovacuum analyze happens to replan it: a 32-buyer batch went from 4 ms
+/// to 60 ms within 20 s that way (pgbench on the batch's statement), and
+/// the benchmark's hot product flipped between about 1,400 and 4,500
+/// orders/s from run to run. Planned afresh for each execution, a check
+/// uses the index as soon as the table is large enough for it to matter,
+/// at about 1.5 ms of planning per 32-buyer batch. (Pricing sequential
+/// scans out instead made the shelf's read of the small, much-updated
+/// `products` table a full index scan of 30 to 200 ms.)
+const PLANNER: &str = "SET plan_cache_mode = force_custom_plan";
+
 /// Every pooled connection gets a statement timeout, so no query can hold a
 /// row lock longer than the Redis lease that guards it.
 #[derive(Debug, Clone, Copy)]
@@ -95,7 +111,7 @@ impl CustomizeConnection<PooledPg, diesel::r2d2::Error> for SessionDefaults {
         let commit = if self.wait_for_flush { "on" } else { "off" };
         conn.batch_execute(&format!(
             "SET statement_timeout = {ms}; SET idle_in_transaction_session_timeout = {ms}; \
-             SET TIME ZONE 'UTC'; SET synchronous_commit = {commit}"
+             SET TIME ZONE 'UTC'; SET synchronous_commit = {commit}; {PLANNER}"
         ))
         .map_err(diesel::r2d2::Error::QueryError)
     }

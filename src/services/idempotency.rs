@@ -98,27 +98,41 @@ type StoredRow = (
     Option<i64>,
 );
 
+/// Claims `key` for a request whose fingerprint is `fingerprint` (what a
+/// new claim stores), or finds what became of the request that claimed it.
+/// A stored `also_matching` (a key claimed before fingerprints were keyed)
+/// is the same request too; it is never stored.
 pub async fn claim(
     pool: &PgPool,
     customer: CustomerId,
     key: &IdempotencyKey,
     fingerprint: &str,
+    also_matching: &str,
 ) -> Result<Claim, AppError> {
-    let (key, fingerprint) = (key.as_str().to_string(), fingerprint.to_string());
+    let (key, fingerprint, also_matching) = (
+        key.as_str().to_string(),
+        fingerprint.to_string(),
+        also_matching.to_string(),
+    );
     db::run(pool, move |conn| {
-        let inserted = diesel::insert_into(idempotency_keys::table)
-            .values((
-                idempotency_keys::customer_id.eq(customer.get()),
-                idempotency_keys::key.eq(&key),
-                idempotency_keys::fingerprint.eq(&fingerprint),
-            ))
-            .on_conflict_do_nothing()
-            .execute(conn)?;
-        if inserted == 1 {
-            return Ok(Claim::Run);
-        }
-        let (stored_fingerprint, status, location, body, order): StoredRow =
-            idempotency_keys::table
+        // The insert and the read are two statements: a request that changed
+        // nothing may release the key (or the purge delete it) in between.
+        // A key gone is a key free, so claim it again rather than answer
+        // "not found"; past a few rounds the caller polls as for a request
+        // still running.
+        for _ in 0..CLAIM_ROUNDS {
+            let inserted = diesel::insert_into(idempotency_keys::table)
+                .values((
+                    idempotency_keys::customer_id.eq(customer.get()),
+                    idempotency_keys::key.eq(&key),
+                    idempotency_keys::fingerprint.eq(&fingerprint),
+                ))
+                .on_conflict_do_nothing()
+                .execute(conn)?;
+            if inserted == 1 {
+                return Ok(Claim::Run);
+            }
+            let stored: Option<StoredRow> = idempotency_keys::table
                 .find((customer.get(), &key))
                 .select((
                     idempotency_keys::fingerprint,
@@ -127,23 +141,35 @@ pub async fn claim(
                     idempotency_keys::response_body,
                     idempotency_keys::order_id,
                 ))
-                .first(conn)?;
-        Ok(if stored_fingerprint != fingerprint {
-            Claim::Mismatch
-        } else if let Some(order) = order {
-            Claim::Replay(SavedResponse::order(OrderId(order)))
-        } else if let Some(status) = status {
-            Claim::Replay(SavedResponse {
-                status: status as u16,
-                location,
-                body,
-            })
-        } else {
-            Claim::InProgress
-        })
+                .first(conn)
+                .optional()?;
+            let Some((stored_fingerprint, status, location, body, order)) = stored else {
+                continue;
+            };
+            return Ok(
+                if stored_fingerprint != fingerprint && stored_fingerprint != also_matching {
+                    Claim::Mismatch
+                } else if let Some(order) = order {
+                    Claim::Replay(SavedResponse::order(OrderId(order)))
+                } else if let Some(status) = status {
+                    Claim::Replay(SavedResponse {
+                        status: status as u16,
+                        location,
+                        body,
+                    })
+                } else {
+                    Claim::InProgress
+                },
+            );
+        }
+        Ok(Claim::InProgress)
     })
     .await
 }
+
+/// How often a claim tries again when the key it collided with vanished
+/// before it could be read.
+const CLAIM_ROUNDS: usize = 3;
 
 pub async fn save(
     pool: &PgPool,

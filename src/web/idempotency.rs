@@ -100,21 +100,19 @@ where
     };
     let key = IdempotencyKey::parse(raw_key)?;
     let request_text = request_text(&intent);
-    let mut print = fingerprint(&shop.fingerprint_key, &request_text);
+    let print = fingerprint(&shop.fingerprint_key, &request_text);
+    // Claimed before fingerprints were keyed: the same request matches its
+    // plain hash. Such keys age out within the retention.
+    let legacy = legacy_fingerprint(&request_text);
 
     // A repeat that arrives while the first is running waits for its answer,
     // up to about as long as the first can take to get its lock.
     let patience = tokio::time::Instant::now() + shop.settings.lock_wait * 2;
     let mut looked_for_abandoned = false;
     loop {
-        match claim(&shop.bookkeeping, customer, &key, &print).await? {
+        match claim(&shop.bookkeeping, customer, &key, &print, &legacy).await? {
             Claim::Run => break,
             Claim::Replay(saved) => return Ok(replay(saved)),
-            // Claimed before fingerprints were keyed: the same request matches
-            // its plain hash. Such keys age out within the retention.
-            Claim::Mismatch if print != legacy_fingerprint(&request_text) => {
-                print = legacy_fingerprint(&request_text);
-            }
             Claim::Mismatch => return Err(AppError::KeyReused),
             // A claim kept because its outcome could not be learned: once no
             // request can still commit under it, its order_id is final, and

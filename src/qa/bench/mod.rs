@@ -39,6 +39,8 @@ pub struct BenchConfig {
     pub pgbench_clients: Vec<usize>,
     /// Signed-in customers rotated across requests.
     pub customers: usize,
+    /// Signed-in customers the joins scenario pairs with its waiting rooms.
+    pub join_customers: usize,
     /// How many times the hot product at 64 buyers is measured.
     pub hot_repeats: usize,
     pub output: Option<PathBuf>,
@@ -80,6 +82,9 @@ pub struct Measured {
     pub latency: Latency,
     /// Orders whose transaction began within the run, from the database.
     pub orders: u64,
+    /// Waiting-room places joined within the run whose row is in the
+    /// database (a join is answered only once it is).
+    pub places: u64,
     pub pg_transactions: i64,
     pub statements: f64,
     /// Mean buyers per combined purchase transaction, from `/metrics`.
@@ -100,6 +105,10 @@ impl Measured {
 
     pub fn orders_per_second(&self) -> f64 {
         self.orders as f64 / self.seconds.max(1e-9)
+    }
+
+    pub fn places_per_second(&self) -> f64 {
+        self.places as f64 / self.seconds.max(1e-9)
     }
 
     pub fn per_answer(&self, cost: f64) -> f64 {
@@ -167,6 +176,11 @@ impl BenchReport {
             self.find(QUEUE_STATUS)
                 .map(|r| 1000.0 * r.per_answer(r.pg_transactions as f64)),
             1.0,
+        ));
+        out.push(Target::at_least(
+            "waiting-room joins: places committed per second",
+            self.find(JOINS).map(Measured::places_per_second),
+            5000.0,
         ));
         let hot_best = best(&self.pgbench_hot).and_then(|c| c.tps);
         out.push(Target::at_least(
@@ -240,3 +254,4 @@ pub const HOT_64: &str = "hot product, 64 buyers";
 pub const HOT_256: &str = "hot product, 256 buyers";
 pub const ONE_CUSTOMER: &str = "hot product, one customer, 64 concurrent buys";
 pub const SPREAD: &str = "100 products, 64 buyers";
+pub const JOINS: &str = "waiting-room joins, a new place each";

@@ -72,25 +72,30 @@ impl Probe {
         Ok(())
     }
 
-    /// Orders whose transaction began in `[from, to)`. Counted on a
-    /// connection of its own that is closed before this returns: a backend
-    /// flushes its statistics as it exits, so the count's own transactions
-    /// are in `transactions()` from then on, never in a later run's figure.
-    pub fn orders_between(
+    /// Orders whose transaction began in `[from, to)`, and waiting-room
+    /// places joined then. Counted on a connection of its own that is
+    /// closed before this returns: a backend flushes its statistics as it
+    /// exits, so the count's own transactions are in `transactions()` from
+    /// then on, never in a later run's figure.
+    pub fn committed_between(
         &mut self,
         from: DateTime<Utc>,
         to: DateTime<Utc>,
-    ) -> anyhow::Result<u64> {
+    ) -> anyhow::Result<(u64, u64)> {
         #[derive(QueryableByName)]
         struct Counted {
             #[diesel(sql_type = BigInt)]
             n: i64,
+            #[diesel(sql_type = BigInt)]
+            places: i64,
             #[diesel(sql_type = diesel::sql_types::Integer)]
             pid: i32,
         }
         let mut conn = PgConnection::establish(&self.bench_url)?;
         let counted: Counted = diesel::sql_query(
-            "SELECT count(*) AS n, pg_backend_pid() AS pid FROM orders WHERE created_at >= $1 AND created_at < $2",
+            "SELECT (SELECT count(*) FROM orders WHERE created_at >= $1 AND created_at < $2) AS n, \
+                    (SELECT count(*) FROM queue_entries WHERE joined_at >= $1 AND joined_at < $2) AS places, \
+                    pg_backend_pid() AS pid",
         )
         .bind::<Timestamptz, _>(from)
         .bind::<Timestamptz, _>(to)
@@ -106,7 +111,7 @@ impl Probe {
             }
             std::thread::sleep(Duration::from_millis(10));
         }
-        Ok(counted.n as u64)
+        Ok((counted.n as u64, counted.places as u64))
     }
 
     /// The shop's counters and histogram sums, by series.

@@ -43,6 +43,12 @@ pub fn render(report: &BenchReport, config: &BenchConfig, command: &str) -> Stri
            `/healthz` through the rotating script shows what the script itself can send.\n\
          - **Purchases** are the orders in the database whose transaction began during the run, \
            not wrk's status codes. **Latency** percentiles are wrk's.\n\
+         - **Joins** (`POST /products/{id}/queue` with the session's CSRF token) pair each of \
+           the join customers with each of several waiting rooms in pre-queue, so every request \
+           is a new place until the pairs run out; they are counted as the `queue_entries` rows \
+           joined during the run (a join is answered only after its row commits). The \
+           benchmark's accounts carry argon2 hashes of the lowest cost so that thousands sign in \
+           during set-up; signing in is not measured.\n\
          - **Postgres transactions** are the change of `xact_commit + xact_rollback` of the \
            shop's database in `pg_stat_database` over the run (read from another database after \
            the counters settle, so reading them costs nothing). **Statements** are the shop's \
@@ -87,7 +93,7 @@ pub fn render(report: &BenchReport, config: &BenchConfig, command: &str) -> Stri
          `cores busy` is the whole machine's CPU over the run (of {cores}), `shop` the shop \
          process's share of it, `load` the load average as the run began: on a shared machine \
          they say how much of it the measured stack had.\n\n\
-         | scenario | connections | customers | answers/s (expected status) | orders/s (database) | p50 ms | p99 ms | max ms | Postgres tx / answer | statements / answer | buyers per batch | cores busy / shop / load | other answers |\n\
+         | scenario | connections | customers | answers/s (expected status) | orders (or places)/s, database | p50 ms | p99 ms | max ms | Postgres tx / answer | statements / answer | buyers per batch | cores busy / shop / load | other answers |\n\
          |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|\n",
     );
     for run in &report.runs {
@@ -111,6 +117,8 @@ pub fn render(report: &BenchReport, config: &BenchConfig, command: &str) -> Stri
             run.per_second(),
             if run.orders > 0 {
                 format!("{:.0}", run.orders_per_second())
+            } else if run.places > 0 {
+                format!("{:.0} places", run.places_per_second())
             } else {
                 "0".into()
             },

@@ -26,6 +26,10 @@ const BOTTOMLESS: i32 = 10_000_000;
 /// page is a list.
 const CATALOGUE: usize = 8;
 const SPREAD_PRODUCTS: usize = 100;
+/// Joins per second the joins scenario has pairs for: past them a request
+/// repeats a place (answered, but no new row), so the rooms are as many as
+/// that rate over the run calls for.
+const JOIN_PAIRS_PER_SECOND: f64 = 10_000.0;
 
 /// A sale that opened a minute ago, at one dollar a unit, with no
 /// per-customer limit.
@@ -209,7 +213,9 @@ impl Bench<'_> {
         let probe = self.probe.as_mut().expect("a running shop");
         let customers = match &requests {
             Requests::Plain { .. } => 0,
-            Requests::Get { customers, .. } | Requests::Buy { customers, .. } => customers.len(),
+            Requests::Get { customers, .. }
+            | Requests::Buy { customers, .. }
+            | Requests::Join { customers, .. } => customers.len(),
         };
         let transactions = match self.baseline.take() {
             Some(count) => count,
@@ -231,7 +237,7 @@ impl Bench<'_> {
         tokio::time::sleep(STATS_SETTLE).await;
         let metrics = probe.metrics().await?.since(&metrics);
         let transactions = probe.transactions()? - transactions;
-        let orders = probe.orders_between(from, to)?;
+        let (orders, places) = probe.committed_between(from, to)?;
         self.baseline = Some(probe.transactions()?);
         let counted = !matches!(
             requests,
@@ -264,6 +270,7 @@ impl Bench<'_> {
             socket_errors: run.socket_errors,
             latency: run.latency,
             orders,
+            places,
             pg_transactions: transactions,
             statements: metrics.get("flashsale_db_statements_total"),
             batch_mean: metrics.mean(batch, ""),
@@ -296,6 +303,13 @@ impl Bench<'_> {
                 .map(|b| format!("  batch {b:.1}"))
                 .unwrap_or_default(),
         );
+        if measured.places > 0 {
+            eprintln!(
+                "{:>48} {:.0} places committed/s",
+                "",
+                measured.places_per_second()
+            );
+        }
         if measured.expected == 0 {
             anyhow::bail!(
                 "{scenario}: no answer had status {expect} (answers: {:?}, socket errors {})",
@@ -322,7 +336,8 @@ pub async fn run_bench(config: &BenchConfig) -> anyhow::Result<BenchReport> {
     let hot = products(&pool, "hot", 1, BOTTOMLESS).await?[0];
     let sold_out = products(&pool, "gone", 1, 0).await?[0];
     products(&pool, "catalogue", CATALOGUE, 1000).await?;
-    seed(&mut PgConnection::establish(&db.url)?, config.customers)?;
+    let accounts = config.customers.max(config.join_customers);
+    seed(&mut PgConnection::establish(&db.url)?, accounts)?;
 
     let mut bench = Bench {
         config,
@@ -337,10 +352,11 @@ pub async fn run_bench(config: &BenchConfig) -> anyhow::Result<BenchReport> {
         runs: 0,
     };
     bench.restart().await?;
-    let customers: Vec<Customer> = sign_in_all(&bench.address(), config.customers).await?;
+    let customers: Vec<Customer> = sign_in_all(&bench.address(), accounts).await?;
     eprintln!("{} customers signed in", customers.len());
     let mut runs = Vec::new();
-    let signed = &customers[..];
+    let signed = &customers[..config.customers];
+    let joiners = &customers[..config.join_customers];
     let anonymous: &[Customer] = &[];
     let tag = |name: &str| format!("{name}-{}", uuid::Uuid::new_v4().simple());
     let buy = |products: Vec<i64>, customers, name: &str| Requests::Buy {
@@ -479,6 +495,37 @@ pub async fn run_bench(config: &BenchConfig) -> anyhow::Result<BenchReport> {
             )
             .await?,
     );
+    // Last, as its waiting rooms stay live (ticking) from here on.
+    let room_count =
+        ((config.seconds * JOIN_PAIRS_PER_SECOND) / joiners.len() as f64).ceil() as usize;
+    let mut rooms = Vec::new();
+    for n in 0..room_count.max(1) {
+        rooms.push(queue_sale(&pool, &format!("joins {n}"), QUEUE_UNITS).await?);
+    }
+    // The shop's copy of the sales learns of them within a second.
+    tokio::time::sleep(crate::services::sale_cache::SERVE_AT_MOST).await;
+    bench.set_up_done()?;
+    let pairs = rooms.len() * joiners.len();
+    let note = format!("{} rooms, {pairs} customer-room pairs", rooms.len());
+    let joins = bench
+        .measure(
+            JOINS,
+            Requests::Join {
+                products: rooms,
+                customers: joiners,
+            },
+            64,
+            303,
+            note,
+        )
+        .await?;
+    if joins.answers > pairs as u64 {
+        eprintln!(
+            "joins: {} answers for {pairs} pairs; the rest joined again (no new place)",
+            joins.answers
+        );
+    }
+    runs.push(joins);
     drop(bench);
 
     let mut machine = machine();

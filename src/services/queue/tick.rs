@@ -18,6 +18,7 @@
 //!    so a unit that came back admits the next waiter within a tick;
 //! 8. the log of issues and lapses is recorded in `queue_admissions`.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -34,7 +35,7 @@ use crate::db::schema::queue_draws;
 use crate::domain::draw::{shuffle, DrawSeed};
 use crate::domain::{CustomerId, ProductId};
 use crate::error::AppError;
-use crate::queue::{Confirmed, Drawn, IssueBound, QueueState, Reconcile};
+use crate::queue::{Confirmed, Drawn, IssueBound, QueueState, QueueView, Reconcile};
 use crate::services::stock_gate::seed_if_absent;
 use crate::services::Shop;
 
@@ -66,10 +67,60 @@ pub struct TickReport {
     pub failed: usize,
 }
 
-/// One tick of every live waiting room, the sales read afresh.
+/// One tick of every live waiting room, the sales and their units read afresh.
 pub async fn run_once(shop: &Shop) -> Result<TickReport, AppError> {
     let sales = queue_sales(shop).await?;
-    Ok(tick_all(shop, &sales, Utc::now()).await)
+    Ok(tick_all(shop, &sales, Utc::now(), &mut RecentNumbers::default()).await)
+}
+
+/// How long the running tick uses a sale's units as Postgres last told it
+/// (with the stock gate on). Every process ticks four times a second, and a
+/// read each time would be most of what an idle shop with a live waiting
+/// room costs Postgres. Nothing that bounds admissions depends on it (the
+/// gate's count does), and a change of state (sold out, reopened) is only
+/// ever decided on a fresh read: what may trail Postgres by this much is
+/// the units shown as held and until when.
+const NUMBERS_SERVE: Duration = Duration::from_secs(1);
+
+/// The units of each waiting room as the tick last read them. With the gate
+/// off they are read every tick: they are the mirror that bounds passes.
+#[derive(Default)]
+struct RecentNumbers(HashMap<ProductId, (tokio::time::Instant, SaleNumbers)>);
+
+impl RecentNumbers {
+    /// A sale's units, read afresh (true) or as read within `NUMBERS_SERVE`.
+    async fn get(
+        &mut self,
+        shop: &Shop,
+        product: ProductId,
+    ) -> Result<(SaleNumbers, bool), AppError> {
+        if let Some((read_at, numbers)) = self.0.get(&product) {
+            if read_at.elapsed() < NUMBERS_SERVE {
+                return Ok((numbers.clone(), false));
+            }
+        }
+        Ok((self.read(shop, product).await?, true))
+    }
+
+    /// A sale's units, read afresh and kept.
+    async fn read(&mut self, shop: &Shop, product: ProductId) -> Result<SaleNumbers, AppError> {
+        let read_at = tokio::time::Instant::now();
+        let numbers = sale_numbers(shop, product).await?;
+        self.0.insert(product, (read_at, numbers.clone()));
+        Ok(numbers)
+    }
+
+    fn forget(&mut self, product: ProductId) {
+        self.0.remove(&product);
+    }
+
+    /// Passes this tick issued hold units until `until`, which the kept
+    /// read (from before they were recorded) does not know.
+    fn passes_until(&mut self, product: ProductId, until: DateTime<Utc>) {
+        if let Some((_, numbers)) = self.0.get_mut(&product) {
+            numbers.passes_until = numbers.passes_until.max(Some(until));
+        }
+    }
 }
 
 /// Every sale in queue mode, from the shelf.
@@ -92,11 +143,21 @@ fn is_live(shop: &Shop, sale: &QueueSale, now: DateTime<Utc>) -> bool {
     sale.is_open(now) && sale.ends_at.is_none_or(|end| now < end + linger)
 }
 
-async fn tick_all(shop: &Shop, sales: &[QueueSale], now: DateTime<Utc>) -> TickReport {
+async fn tick_all(
+    shop: &Shop,
+    sales: &[QueueSale],
+    now: DateTime<Utc>,
+    recent: &mut RecentNumbers,
+) -> TickReport {
     let mut report = TickReport::default();
+    recent.0.retain(|product, _| {
+        sales
+            .iter()
+            .any(|s| s.product == *product && is_live(shop, s, now))
+    });
     for sale in sales.iter().filter(|s| is_live(shop, s, now)) {
         report.queues += 1;
-        if let Err(error) = tick_queue(shop, sale, &mut report).await {
+        if let Err(error) = tick_queue(shop, sale, recent, &mut report).await {
             tracing::warn!(product = %sale.product, %error, "waiting room tick failed; trying again next tick");
             report.failed += 1;
         }
@@ -110,14 +171,22 @@ const NOBODY: CustomerId = CustomerId(0);
 async fn tick_queue(
     shop: &Shop,
     sale: &QueueSale,
+    recent: &mut RecentNumbers,
     report: &mut TickReport,
 ) -> Result<(), AppError> {
     let product = sale.product;
     let room = &shop.waiting_room;
     match ensure_queue(shop, sale).await? {
         Readied::Present => {}
-        Readied::Prepared => report.prepared += 1,
-        Readied::Rebuilt => report.rebuilt += 1,
+        // A queue new in Redis has no unpaid units mirrored yet.
+        Readied::Prepared => {
+            report.prepared += 1;
+            recent.forget(product);
+        }
+        Readied::Rebuilt => {
+            report.rebuilt += 1;
+            recent.forget(product);
+        }
         Readied::Rebuilding => return Ok(()),
     }
     if shop.gate.is_some() {
@@ -127,16 +196,25 @@ async fn tick_queue(
     confirm_orphans(shop, product, report).await?;
     forget_entries(shop, product).await?;
     let settled_since_rebuild = put_back_after_rebuild(shop, product, report).await?;
-    let settled_before = match shop.gate {
-        Some(_) => None,
-        None => Some(room.settled_units(product).await?),
+    let (mut numbers, fresh) = match shop.gate {
+        Some(_) => {
+            let (numbers, fresh) = recent.get(shop, product).await?;
+            if fresh {
+                mirror_unpaid(shop, recent, product, &numbers).await?;
+            }
+            (numbers, fresh)
+        }
+        None => {
+            // Read before the stock, so a sale settled in between is not
+            // taken off twice.
+            let settled_before = room.settled_units(product).await?;
+            let numbers = sale_numbers(shop, product).await?;
+            room.mirror_stock(product, numbers.stock, settled_before)
+                .await?;
+            room.mirror_unpaid(product, numbers.unpaid).await?;
+            (numbers, true)
+        }
     };
-    let numbers = sale_numbers(shop, product).await?;
-    if let Some(settled_before) = settled_before {
-        room.mirror_stock(product, numbers.stock, settled_before)
-            .await?;
-    }
-    room.mirror_unpaid(product, numbers.unpaid).await?;
     let now = Utc::now();
     let ended = sale.has_ended(now);
     if sale.has_started(now) && !ended && settled_since_rebuild {
@@ -157,24 +235,22 @@ async fn tick_queue(
             report.closed += 1;
         }
     } else if view.drawn {
-        // Nothing left and nothing that could come back but a refund or
-        // an adjustment, which reopen it.
-        let nothing_left = numbers.stock <= 0 && view.outstanding <= 0 && numbers.unpaid <= 0;
+        let mut change = state_change(&numbers, &view);
+        if change.is_some() && !fresh {
+            // Told "sold out", a waiter stops waiting: decided on what
+            // Postgres says now, never on a kept read.
+            numbers = recent.read(shop, product).await?;
+            mirror_unpaid(shop, recent, product, &numbers).await?;
+            change = state_change(&numbers, &view);
+        }
         // Only from the state read above: a pause made since stands.
-        if nothing_left && view.queue == QueueState::Open {
-            if room
-                .set_state_from(product, QueueState::Open, QueueState::SoldOut)
-                .await?
-            {
-                report.sold_out += 1;
+        if let Some((from, to)) = change {
+            if room.set_state_from(product, from, to).await? {
+                match to {
+                    QueueState::SoldOut => report.sold_out += 1,
+                    _ => report.reopened += 1,
+                }
             }
-        } else if numbers.stock > 0
-            && view.queue == QueueState::SoldOut
-            && room
-                .set_state_from(product, QueueState::SoldOut, QueueState::Open)
-                .await?
-        {
-            report.reopened += 1;
         }
     }
     let bound = match shop.gate {
@@ -190,6 +266,9 @@ async fn tick_queue(
     report.recorded += drain_log(shop, product).await?;
     let counts = room.counts(product).await?;
     let passes_until = issued.iter().map(|i| i.expires_at).max();
+    if let Some(until) = passes_until {
+        recent.passes_until(product, until);
+    }
     let held_until = [numbers.unpaid_until, numbers.passes_until, passes_until]
         .into_iter()
         .flatten()
@@ -301,6 +380,36 @@ async fn put_back_after_rebuild(
     room.mark_reconciled(product, mark).await
 }
 
+/// The state a drawn, unended queue moves to by these numbers, from the
+/// state it is in: sold out when nothing is left and nothing could come
+/// back but a refund or an adjustment (which reopen it).
+fn state_change(numbers: &SaleNumbers, view: &QueueView) -> Option<(QueueState, QueueState)> {
+    let nothing_left = numbers.stock <= 0 && view.outstanding <= 0 && numbers.unpaid <= 0;
+    match view.queue {
+        QueueState::Open if nothing_left => Some((QueueState::Open, QueueState::SoldOut)),
+        QueueState::SoldOut if numbers.stock > 0 => Some((QueueState::SoldOut, QueueState::Open)),
+        _ => None,
+    }
+}
+
+/// Units in unpaid orders, shown as held, into Redis; a read whose mirror
+/// failed is not kept, so the next tick writes it.
+async fn mirror_unpaid(
+    shop: &Shop,
+    recent: &mut RecentNumbers,
+    product: ProductId,
+    numbers: &SaleNumbers,
+) -> Result<(), AppError> {
+    let mirrored = shop
+        .waiting_room
+        .mirror_unpaid(product, numbers.unpaid)
+        .await;
+    if mirrored.is_err() {
+        recent.forget(product);
+    }
+    mirrored
+}
+
 /// At the start: the pre-queue in the seed's order, then the seed revealed.
 async fn draw(shop: &Shop, sale: &QueueSale, report: &mut TickReport) -> Result<(), AppError> {
     let product = sale.product;
@@ -356,7 +465,7 @@ async fn reveal(shop: &Shop, product: ProductId) -> Result<(), AppError> {
 }
 
 /// What Postgres says about a sale's units, in one read.
-#[derive(Debug, QueryableByName)]
+#[derive(Debug, Clone, QueryableByName)]
 struct SaleNumbers {
     #[diesel(sql_type = BigInt)]
     stock: i64,
@@ -415,10 +524,16 @@ pub async fn run_forever(shop: Shop) {
     let mut known: Vec<QueueSale> = Vec::new();
     let mut read_at: Option<tokio::time::Instant> = None;
     let mut writes_seen = crate::services::sale_cache::writes();
+    let mut recent = RecentNumbers::default();
     loop {
         ticker.tick().await;
         let now = Utc::now();
         let writes = crate::services::sale_cache::writes();
+        if writes != writes_seen {
+            // A stock adjustment made here counts from this tick on; a
+            // refund (which can reopen a sold-out queue) within a second.
+            recent = RecentNumbers::default();
+        }
         let due = read_at.is_none_or(|at| at.elapsed() >= shop.settings.jobs_interval)
             || writes != writes_seen
             || known.iter().any(|s| is_live(&shop, s, now));
@@ -435,7 +550,7 @@ pub async fn run_forever(shop: Shop) {
                 }
             }
         }
-        let report = tick_all(&shop, &known, now).await;
+        let report = tick_all(&shop, &known, now, &mut recent).await;
         if report.failed > 0 {
             tracing::debug!(?report, "waiting room tick had failures");
         }
