@@ -260,9 +260,10 @@ pub async fn take_over_abandoned(
     pool: &PgPool,
     customer: CustomerId,
     key: &IdempotencyKey,
+    fingerprint: &str,
     older_than: std::time::Duration,
 ) -> Result<Abandoned, AppError> {
-    let key = key.as_str().to_string();
+    let (key, fingerprint) = (key.as_str().to_string(), fingerprint.to_string());
     let cutoff = Utc::now() - Duration::from_std(older_than).unwrap_or(Duration::minutes(5));
     db::run(pool, move |conn| {
         let taken = diesel::update(
@@ -272,7 +273,13 @@ pub async fn take_over_abandoned(
                 .filter(idempotency_keys::order_id.is_null())
                 .filter(idempotency_keys::response_status.is_null()),
         )
-        .set(idempotency_keys::created_at.eq(Utc::now()))
+        // Taken over, the claim is this request's: its keyed fingerprint
+        // replaces a plain hash kept from before fingerprints were keyed,
+        // which must not live on for another retention.
+        .set((
+            idempotency_keys::created_at.eq(Utc::now()),
+            idempotency_keys::fingerprint.eq(&fingerprint),
+        ))
         .execute(conn)?;
         if taken == 1 {
             return Ok(Abandoned::TakenOver);

@@ -126,7 +126,9 @@ where
                 } else {
                     shop.settings.longest_purchase() + shop.settings.payment_provider_timeout
                 };
-                match take_over_abandoned(&shop.bookkeeping, customer, &key, longest).await? {
+                match take_over_abandoned(&shop.bookkeeping, customer, &key, &print, longest)
+                    .await?
+                {
                     Abandoned::Ordered(order) => return Ok(replay(SavedResponse::order(order))),
                     Abandoned::TakenOver => break,
                     Abandoned::NotYet => {}

@@ -3,7 +3,8 @@
 //! pass, hand-overs (a lapse, a decline), a Redis that lost the queue, and
 //! the record `verify` checks. The services are called with the spawned
 //! app's `Shop`, and the tick (`run_once`) directly, so nothing waits on
-//! a timer; the app's own tick is set to an hour so it does not race them.
+//! a timer; the app's own tick is set to an hour so it does not race them
+//! (but for one test of that tick itself).
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -1157,4 +1158,79 @@ async fn the_sweep_puts_back_the_committed_place_a_dead_second_join_stood_in_for
     start_now(&app, product);
     assert_eq!(tick(&app).await.drawn, 1);
     assert!(verify(&record_of(&app, product).await).passed());
+}
+
+/// Polls `customer`'s standing until `wanted` says yes, for at most `within`.
+async fn standing_becomes(
+    app: &TestApp,
+    customer: CustomerId,
+    product: ProductId,
+    within: Duration,
+    wanted: impl Fn(Standing) -> bool,
+) -> QueueStatus {
+    let deadline = Instant::now() + within;
+    loop {
+        let seen = status(app, customer, product).await;
+        if wanted(seen.standing) {
+            return seen;
+        }
+        assert!(Instant::now() < deadline, "still {seen:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The shop's own tick, which keeps a sale's Postgres numbers for up to a
+/// second: the sold-out close and the reopening still follow Postgres,
+/// though nothing here tells this process's tick that anything changed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_running_tick_closes_a_sold_out_queue_and_reopens_it_when_a_unit_comes_back() {
+    let app = spawn_app_with(|s| {
+        s.queue_tick = Duration::from_millis(100);
+        s.queue_pass = Duration::from_secs(60);
+    })
+    .await;
+    let product = queue_product(&app, 1, 1).await;
+    let who = customers(&app, 2);
+    join_all(&app, product, &who).await;
+    start_now(&app, product);
+    // One unit: the first in the draw's order gets the pass.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let (buyer, waiter, pass) = loop {
+        let first = status(&app, who[0], product).await;
+        let second = status(&app, who[1], product).await;
+        match (first.standing, second.standing) {
+            (Standing::Admitted, _) => break (who[0], who[1], first.pass),
+            (_, Standing::Admitted) => break (who[1], who[0], second.pass),
+            _ => {}
+        }
+        assert!(
+            Instant::now() < deadline,
+            "nobody admitted: {first:?} {second:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let outcome = buy(&app, buyer, product, pass).await.unwrap();
+    assert!(
+        matches!(outcome, PurchaseOutcome::Purchased(_)),
+        "{outcome:?}"
+    );
+    // Straight to Postgres, past every service: no edit this process hears of.
+    let mut db = app.db.conn();
+    diesel::sql_query("UPDATE orders SET status = 'paid'")
+        .execute(&mut db)
+        .unwrap();
+    standing_becomes(&app, waiter, product, Duration::from_secs(5), |s| {
+        s == Standing::SoldOut
+    })
+    .await;
+    diesel::sql_query(format!(
+        "UPDATE products SET stock = stock + 1 WHERE id = {product}"
+    ))
+    .execute(&mut db)
+    .unwrap();
+    let reopened = standing_becomes(&app, waiter, product, Duration::from_secs(5), |s| {
+        s != Standing::SoldOut
+    })
+    .await;
+    assert_eq!(reopened.queue, QueueState::Open, "{reopened:?}");
 }

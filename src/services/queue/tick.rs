@@ -88,14 +88,15 @@ const NUMBERS_SERVE: Duration = Duration::from_secs(1);
 struct RecentNumbers(HashMap<ProductId, (tokio::time::Instant, SaleNumbers)>);
 
 impl RecentNumbers {
-    /// A sale's units, read afresh (true) or as read within `NUMBERS_SERVE`.
+    /// A sale's units, read afresh (true) or as read within `NUMBERS_SERVE`
+    /// (kept only while the next tick, too, would still find it that young).
     async fn get(
         &mut self,
         shop: &Shop,
         product: ProductId,
     ) -> Result<(SaleNumbers, bool), AppError> {
         if let Some((read_at, numbers)) = self.0.get(&product) {
-            if read_at.elapsed() < NUMBERS_SERVE {
+            if read_at.elapsed() + shop.settings.queue_tick < NUMBERS_SERVE {
                 return Ok((numbers.clone(), false));
             }
         }
@@ -178,7 +179,8 @@ async fn tick_queue(
     let room = &shop.waiting_room;
     match ensure_queue(shop, sale).await? {
         Readied::Present => {}
-        // A queue new in Redis has no unpaid units mirrored yet.
+        // A queue new in Redis has no unpaid units mirrored yet (one made
+        // new by a join or another instance gets them within a second).
         Readied::Prepared => {
             report.prepared += 1;
             recent.forget(product);
