@@ -143,28 +143,32 @@ pub async fn claim(
                 ))
                 .first(conn)
                 .optional()?;
-            let Some((stored_fingerprint, status, location, body, order)) = stored else {
-                continue;
-            };
-            return Ok(
-                if stored_fingerprint != fingerprint && stored_fingerprint != also_matching {
-                    Claim::Mismatch
-                } else if let Some(order) = order {
-                    Claim::Replay(SavedResponse::order(OrderId(order)))
-                } else if let Some(status) = status {
-                    Claim::Replay(SavedResponse {
-                        status: status as u16,
-                        location,
-                        body,
-                    })
-                } else {
-                    Claim::InProgress
-                },
-            );
+            if let Some(stored) = stored {
+                return Ok(claimed_before(stored, [&fingerprint, &also_matching]));
+            }
         }
         Ok(Claim::InProgress)
     })
     .await
+}
+
+/// What became of the request that claimed a key first, for a request whose
+/// fingerprint is either of `matching`.
+fn claimed_before(stored: StoredRow, matching: [&str; 2]) -> Claim {
+    let (stored_fingerprint, status, location, body, order) = stored;
+    if !matching.contains(&stored_fingerprint.as_str()) {
+        Claim::Mismatch
+    } else if let Some(order) = order {
+        Claim::Replay(SavedResponse::order(OrderId(order)))
+    } else if let Some(status) = status {
+        Claim::Replay(SavedResponse {
+            status: status as u16,
+            location,
+            body,
+        })
+    } else {
+        Claim::InProgress
+    }
 }
 
 /// How often a claim tries again when the key it collided with vanished

@@ -103,10 +103,16 @@ impl RecentNumbers {
         Ok((self.read(shop, product).await?, true))
     }
 
-    /// A sale's units, read afresh and kept.
+    /// A sale's units, read afresh, their unpaid units (shown as held)
+    /// mirrored into Redis, and kept; a read whose mirror failed is not
+    /// kept, so the next tick writes it.
     async fn read(&mut self, shop: &Shop, product: ProductId) -> Result<SaleNumbers, AppError> {
+        self.forget(product);
         let read_at = tokio::time::Instant::now();
         let numbers = sale_numbers(shop, product).await?;
+        shop.waiting_room
+            .mirror_unpaid(product, numbers.unpaid)
+            .await?;
         self.0.insert(product, (read_at, numbers.clone()));
         Ok(numbers)
     }
@@ -199,13 +205,7 @@ async fn tick_queue(
     forget_entries(shop, product).await?;
     let settled_since_rebuild = put_back_after_rebuild(shop, product, report).await?;
     let (mut numbers, fresh) = match shop.gate {
-        Some(_) => {
-            let (numbers, fresh) = recent.get(shop, product).await?;
-            if fresh {
-                mirror_unpaid(shop, recent, product, &numbers).await?;
-            }
-            (numbers, fresh)
-        }
+        Some(_) => recent.get(shop, product).await?,
         None => {
             // Read before the stock, so a sale settled in between is not
             // taken off twice.
@@ -242,7 +242,6 @@ async fn tick_queue(
             // Told "sold out", a waiter stops waiting: decided on what
             // Postgres says now, never on a kept read.
             numbers = recent.read(shop, product).await?;
-            mirror_unpaid(shop, recent, product, &numbers).await?;
             change = state_change(&numbers, &view);
         }
         // Only from the state read above: a pause made since stands.
@@ -392,24 +391,6 @@ fn state_change(numbers: &SaleNumbers, view: &QueueView) -> Option<(QueueState, 
         QueueState::SoldOut if numbers.stock > 0 => Some((QueueState::SoldOut, QueueState::Open)),
         _ => None,
     }
-}
-
-/// Units in unpaid orders, shown as held, into Redis; a read whose mirror
-/// failed is not kept, so the next tick writes it.
-async fn mirror_unpaid(
-    shop: &Shop,
-    recent: &mut RecentNumbers,
-    product: ProductId,
-    numbers: &SaleNumbers,
-) -> Result<(), AppError> {
-    let mirrored = shop
-        .waiting_room
-        .mirror_unpaid(product, numbers.unpaid)
-        .await;
-    if mirrored.is_err() {
-        recent.forget(product);
-    }
-    mirrored
 }
 
 /// At the start: the pre-queue in the seed's order, then the seed revealed.
