@@ -1234,3 +1234,143 @@ async fn the_running_tick_closes_a_sold_out_queue_and_reopens_it_when_a_unit_com
     .await;
     assert_eq!(reopened.queue, QueueState::Open, "{reopened:?}");
 }
+
+/// Every key of the app's waiting rooms as Redis holds it now (`DUMP`).
+async fn dump_the_queues(app: &TestApp) -> Vec<(String, Vec<u8>)> {
+    let mut redis = raw_redis().await;
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{}queue:*", app.shop.redis_prefix))
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    let mut dumped = Vec::new();
+    for key in keys {
+        let bytes: Vec<u8> = redis::cmd("DUMP")
+            .arg(&key)
+            .query_async(&mut redis)
+            .await
+            .unwrap();
+        dumped.push((key, bytes));
+    }
+    dumped
+}
+
+/// Redis as a replica that had seen only `dumped` (a failover to it): the
+/// waiting rooms' keys are exactly those again.
+async fn fail_over_to(app: &TestApp, dumped: &[(String, Vec<u8>)]) {
+    lose_the_queues(app).await;
+    let mut redis = raw_redis().await;
+    for (key, bytes) in dumped {
+        let _: () = redis::cmd("RESTORE")
+            .arg(key)
+            .arg(0)
+            .arg(bytes.as_slice())
+            .query_async(&mut redis)
+            .await
+            .unwrap();
+    }
+}
+
+/// A failover to a replica from before the draw: Redis still has the queue
+/// and its pre-queue, but not the draw. The tick that drew it draws it again
+/// (the same seed, so the same line) instead of leaving it a pre-queue that
+/// admits nobody until the process restarts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_draw_a_failover_took_back_is_drawn_again_to_the_same_line() {
+    let app = queue_app(Duration::from_secs(120)).await;
+    let product = queue_product(&app, 2, 1).await;
+    let who = customers(&app, 5);
+    join_all(&app, product, &who).await;
+    tick(&app).await;
+    let replica = dump_the_queues(&app).await;
+    start_now(&app, product);
+    assert_eq!(tick(&app).await.drawn, 1);
+    let line = line_of(&app, product, &who).await;
+
+    fail_over_to(&app, &replica).await;
+    assert_eq!(
+        status(&app, who[0], product).await.position,
+        None,
+        "undrawn"
+    );
+    let report = tick(&app).await;
+    assert_eq!((report.drawn, report.rebuilt), (1, 0), "{report:?}");
+    assert_eq!(line_of(&app, product, &who).await, line);
+    for customer in &who {
+        let status = status(&app, *customer, product).await;
+        let place = status.position.expect("drawn");
+        assert_eq!(status.pass.is_some(), place <= 2, "place {place}");
+    }
+    assert!(verify(&record_of(&app, product).await).passed());
+}
+
+/// A stale claim that cannot be settled (its admission row is gone) is
+/// logged and tried again; it holds its own unit, not the line: the unit
+/// another lapsed claim frees still goes to the next waiter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_claim_that_cannot_be_settled_holds_up_only_its_own_unit() {
+    let app = spawn_app_with(|s| {
+        s.queue_tick = Duration::from_secs(3600);
+        s.queue_pass = Duration::from_millis(800);
+        s.gate_pending_ttl = Some(Duration::from_millis(200));
+    })
+    .await;
+    let product = queue_product(&app, 2, 1).await;
+    let who = customers(&app, 3);
+    join_all(&app, product, &who).await;
+    start_now(&app, product);
+    tick(&app).await;
+    let mut admitted = Vec::new();
+    for customer in &who {
+        if let Some(pass) = status(&app, *customer, product).await.pass {
+            admitted.push((*customer, pass));
+        }
+    }
+    let [(died, ref died_pass), (stuck, ref stuck_pass)] = admitted[..] else {
+        panic!("two passes: {admitted:?}")
+    };
+    let room = &app.shop.waiting_room;
+    for (customer, pass, key) in [
+        (died, died_pass, "claim-died"),
+        (stuck, stuck_pass, "claim-stuck"),
+    ] {
+        assert!(matches!(
+            room.claim(product, customer, pass, key).await.unwrap(),
+            flashsale::queue::Claim::Claimed { .. }
+        ));
+    }
+    // The stuck claim's purchase committed, but its admission row is gone,
+    // so it can be marked neither used nor lapsed.
+    let other = ProductId(app.product(5, None).await);
+    let line = Line {
+        product: other,
+        quantity: Quantity::new(1).unwrap(),
+    };
+    let PurchaseOutcome::Purchased(order) =
+        purchase(&app.shop, stuck, vec![line], None).await.unwrap()
+    else {
+        panic!("an open sale sells")
+    };
+    sql(
+        &app,
+        &format!("UPDATE orders SET gate_key = 'claim-stuck' WHERE id = {order}"),
+    );
+    tick(&app).await;
+    sql(
+        &app,
+        &format!(
+            "DELETE FROM queue_admissions WHERE product_id = {product} AND ticket = '{}'",
+            stuck_pass.ticket.as_str()
+        ),
+    );
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    let report = tick(&app).await;
+    assert_eq!(
+        (report.unsettled, report.lapsed_claims),
+        (1, 1),
+        "{report:?}"
+    );
+    assert_eq!(report.issued, 1, "the lapsed claim's unit is handed on");
+    let waiting = who.iter().find(|c| **c != died && **c != stuck).unwrap();
+    assert!(status(&app, *waiting, product).await.pass.is_some());
+}

@@ -7,9 +7,12 @@
 //! leader, still holding its product's lock, hands its batch to this
 //! process's committer. Whatever batches arrive while one transaction runs
 //! go together in the next: their rows are locked in id order (`FOR UPDATE
-//! SKIP LOCKED`), every buyer gets the same checks as in its own batch, each
-//! product's rows are written with that product's fencing token, every
-//! lease is checked, and one commit answers them all.
+//! SKIP LOCKED`), every buyer gets the same checks as in its own batch, one
+//! statement writes every batch's rows, each product's stock under that
+//! product's fencing token, every lease is checked, and one commit answers
+//! them all. (A statement per product cost its parsing, planning and a
+//! round trip with every row lock held: with one buyer per product that was
+//! most of a purchase's time in Postgres.)
 //!
 //! One product must not hold up the others, so the committer never waits
 //! on a product row: a row some other transaction still holds (a paused
@@ -17,7 +20,9 @@
 //! alone, on its own connection, waiting for the row there. Should one
 //! batch refuse the shared transaction (a buyer's rows, a fencing token, a
 //! lapsed lease), it rolls back, that batch is served alone (so the refusal
-//! reaches only it) and the rest try again together. Other waits (a key row
+//! reaches only it) and the rest try again together; a constraint the one
+//! statement broke names no batch, so the next try writes a statement per
+//! batch to find out whose rows it was. Other waits (a key row
 //! another transaction is inserting, a slow statement) do hold up the whole
 //! transaction, within the statement timeout.
 
@@ -31,9 +36,12 @@ use diesel::r2d2::R2D2Connection;
 use tokio::sync::oneshot;
 
 use super::order_rows::Buyer;
-use super::sell::{sell_at_once, serve_batch, Answer, BatchError, Tally};
+use super::order_rows::{write_sales, Sale};
+use super::sell::{
+    refused_or_failed, sell_at_once, serve_batch, Answer, BatchError, Checked, Tally,
+};
 use crate::db::models::Product;
-use crate::db::{self, holdings, schema::products, PgConn};
+use crate::db::{self, fence, holdings, schema::products, PgConn};
 use crate::domain::{CustomerId, ProductId};
 use crate::error::AppError;
 use crate::lock::{HeldLocks, Lease};
@@ -255,10 +263,11 @@ fn serve_batches(conn: &mut PgConn, batches: &[Batch]) -> Result<Vec<Grouped>, A
         .iter()
         .map(|b| b.lease.ensure_valid().is_ok())
         .collect();
+    let mut write = Write::Combined;
     for _ in 0..=RETRIES_WITHOUT_CULPRIT {
         let mut attempt = Attempt::new(batches.len());
         let together = db::transaction(conn, |conn| {
-            serve_together(conn, batches, &candidates, &mut attempt)
+            serve_together(conn, batches, &candidates, write, &mut attempt)
         });
         let error = match together {
             Ok(served) => {
@@ -292,6 +301,11 @@ fn serve_batches(conn: &mut PgConn, batches: &[Batch]) -> Result<Vec<Grouped>, A
             // Rolled back because of one batch: it goes alone (and finds out
             // whether the refusal was its own), the rest try again together.
             Some(culprit) => candidates[culprit] = false,
+            // The combined statement broke a constraint: a statement per
+            // batch finds out whose rows did.
+            None if write == Write::Combined && matches!(error, BatchError::RowsRefused(_)) => {
+                write = Write::PerBatch
+            }
             None => break,
         }
     }
@@ -315,12 +329,23 @@ impl Attempt {
     }
 }
 
+/// How a group transaction writes its batches' rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Write {
+    /// Every batch in one statement: the usual case.
+    Combined,
+    /// A statement per batch, so a constraint the rows break names the
+    /// batch at fault.
+    PerBatch,
+}
+
 /// The candidate batches whose rows could be locked now, served in one
 /// transaction; `None` for a batch left to go alone.
 fn serve_together(
     conn: &mut PgConn,
     batches: &[Batch],
     candidates: &[bool],
+    write: Write,
     attempt: &mut Attempt,
 ) -> Result<Vec<Option<Vec<Answer>>>, BatchError> {
     let mut ids: Vec<i64> = batches
@@ -346,6 +371,7 @@ fn serve_together(
     let mut order: Vec<usize> = (0..batches.len()).filter(|&i| candidates[i]).collect();
     order.sort_by_key(|&i| batches[i].product);
     let mut served: Vec<Option<Vec<Answer>>> = batches.iter().map(|_| None).collect();
+    let mut checked = Vec::with_capacity(order.len());
     for i in order {
         let batch = &batches[i];
         let Some(product) = rows.remove(&batch.product.get()) else {
@@ -357,13 +383,21 @@ fn serve_together(
             now,
         };
         attempt.written[i] = true;
-        let sold = sell_at_once(conn, &batch.lease, tally, &batch.buyers);
-        match sold {
+        if write == Write::Combined {
+            checked.push((i, tally.check_all(&batch.buyers)));
+            continue;
+        }
+        match sell_at_once(conn, &batch.lease, tally, &batch.buyers) {
             Ok(answers) => served[i] = Some(answers),
             Err(error) => {
                 attempt.culprit = Some(i);
                 return Err(error);
             }
+        }
+    }
+    if write == Write::Combined {
+        for (i, answers) in sell_combined(conn, batches, checked, attempt)? {
+            served[i] = Some(answers);
         }
     }
     for (i, batch) in batches.iter().enumerate() {
@@ -375,6 +409,58 @@ fn serve_together(
         }
     }
     Ok(served)
+}
+
+/// The checked batches' admitted buyers written in one statement, and each
+/// batch's answers. A refusal one batch can be named for (its fencing
+/// token, a key an earlier order took) makes it the culprit; a constraint
+/// the statement broke names none.
+fn sell_combined(
+    conn: &mut PgConn,
+    batches: &[Batch],
+    checked: Vec<(usize, Checked<'_>)>,
+    attempt: &mut Attempt,
+) -> Result<Vec<(usize, Vec<Answer>)>, BatchError> {
+    let mut sales = Vec::with_capacity(checked.len());
+    for (i, batch) in checked.iter().filter(|(_, c)| !c.taking.is_empty()) {
+        let token = batches[*i]
+            .lease
+            .token(batches[*i].product)
+            .map_err(|error| {
+                attempt.culprit = Some(*i);
+                BatchError::from(error)
+            })?;
+        sales.push(Sale {
+            product: &batch.product,
+            token,
+            taking: &batch.taking,
+        });
+    }
+    let written = match sales.is_empty() {
+        true => Vec::new(),
+        false => write_sales(conn, &sales).map_err(refused_or_failed)?,
+    };
+    let mut rows = written.into_iter().peekable();
+    let mut answered = Vec::with_capacity(checked.len());
+    for (i, batch) in checked {
+        let product = batch.product.id;
+        let mut own = Vec::with_capacity(batch.taking.len());
+        while let Some(row) = rows.next_if(|row| row.product_id == product) {
+            own.push(row);
+        }
+        if own.iter().any(|row| row.stock.is_none()) {
+            attempt.culprit = Some(i);
+            return Err(fence::refused(conn, ProductId(product))?.into());
+        }
+        match batch.answered(&own) {
+            Ok(answers) => answered.push((i, answers)),
+            Err(error) => {
+                attempt.culprit = Some(i);
+                return Err(error);
+            }
+        }
+    }
+    Ok(answered)
 }
 
 /// What each buyer already holds of each locked product that has a

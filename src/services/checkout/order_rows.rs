@@ -1,5 +1,6 @@
 //! The SQL that writes orders: one statement for a lone order of one or
-//! more products, one statement for a whole batch of buyers of one product.
+//! more products, one statement for the batches of buyers of one or more
+//! products.
 //! Each runs inside a lock hold, where every round trip to the database is
 //! time the next buyers wait.
 
@@ -118,29 +119,34 @@ pub(super) fn write_order(
 }
 
 /// Every admitted buyer's order, item and purchase ledger row, the order
-/// named on their idempotency key, and the product's new stock under the
-/// lock's fencing token, in one statement.
-/// Order ids are drawn in arrival order, and the ledger rows are inserted in
-/// it, so the last ledger row of the product carries its new stock.
-const WRITE_BATCH: &str = "
+/// named on their idempotency key, and each product's new stock under its
+/// lock's fencing token, in one statement: a group transaction of many
+/// products, one buyer each, would otherwise pay a statement's parsing and
+/// planning (and a round trip, row locks held) per product.
+/// Order ids are drawn in the order given (by product, arrival order within
+/// it), and the ledger rows are inserted in it, so the last ledger row of a
+/// product carries its new stock. A product whose token is refused is
+/// missing from `stock`, so its buyers' rows say `stock` is null.
+const WRITE_SALES: &str = "
 WITH buyer AS MATERIALIZED (
     SELECT nextval('orders_id_seq') AS order_id, b.*
-    FROM unnest($1::bigint[], $2::int[], $3::bigint[], $4::timestamptz[], $5::text[], $6::int[], $13::text[], $14::text[])
-        WITH ORDINALITY AS b(customer_id, quantity, total_cents, payment_deadline, gate_key, stock_after, answer_key, answer_fingerprint, arrival)
+    FROM unnest($1::bigint[], $2::bigint[], $3::int[], $4::bigint[], $5::bigint[], $6::timestamptz[], $7::text[], $8::int[], $9::text[], $10::text[])
+        WITH ORDINALITY AS b(product_id, customer_id, quantity, unit_price_cents, total_cents, payment_deadline, gate_key, stock_after, answer_key, answer_fingerprint, arrival)
 ), new_orders AS (
     INSERT INTO orders (id, customer_id, status, total_cents, payment_deadline, gate_key)
-    SELECT order_id, customer_id, $7, total_cents, payment_deadline, gate_key
+    SELECT order_id, customer_id, $11, total_cents, payment_deadline, gate_key
     FROM buyer ORDER BY arrival
 ), items AS (
     INSERT INTO order_items (order_id, product_id, quantity, unit_price_cents)
-    SELECT order_id, $8, quantity, $9 FROM buyer ORDER BY arrival
+    SELECT order_id, product_id, quantity, unit_price_cents FROM buyer ORDER BY arrival
 ), ledger AS (
     INSERT INTO stock_history (product_id, order_id, delta, stock_after, reason, note)
-    SELECT $8, order_id, -quantity, stock_after, $10, '' FROM buyer ORDER BY arrival
+    SELECT product_id, order_id, -quantity, stock_after, $12, '' FROM buyer ORDER BY arrival
 ), stock AS (
-    UPDATE products SET stock = stock - $11, fence = $12, updated_at = now()
-    WHERE id = $8 AND fence < $12
-    RETURNING stock
+    UPDATE products p SET stock = p.stock - sold.units, fence = sold.token, updated_at = now()
+    FROM unnest($13::bigint[], $14::int[], $15::bigint[]) AS sold(product_id, units, token)
+    WHERE p.id = sold.product_id AND p.fence < sold.token
+    RETURNING p.id, p.stock
 ), claimed AS (
     UPDATE idempotency_keys k SET order_id = buyer.order_id
     FROM buyer WHERE buyer.answer_fingerprint IS NULL
@@ -152,7 +158,8 @@ WITH buyer AS MATERIALIZED (
     ON CONFLICT DO NOTHING
     RETURNING order_id
 )
-SELECT buyer.order_id, (SELECT stock FROM stock) AS stock,
+SELECT buyer.order_id, buyer.product_id,
+    (SELECT stock.stock FROM stock WHERE stock.id = buyer.product_id) AS stock,
     buyer.answer_fingerprint IS NULL
         OR EXISTS (SELECT 1 FROM recorded WHERE recorded.order_id = buyer.order_id) AS named
 FROM buyer ORDER BY arrival";
@@ -161,75 +168,67 @@ FROM buyer ORDER BY arrival";
 pub(super) struct WrittenBuyer {
     #[diesel(sql_type = diesel::sql_types::BigInt)]
     pub order_id: i64,
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    pub product_id: i64,
     #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Integer>)]
-    /// None when the fencing token refused the stock update.
+    /// None when the fencing token refused the product's stock update.
     pub stock: Option<i32>,
     /// False when the buyer's idempotency key was already taken.
     #[diesel(sql_type = diesel::sql_types::Bool)]
     pub named: bool,
 }
 
-/// Writes every buyer in `taking` (each with the stock left after them, in
-/// arrival order) and takes their units off `product` under `token`.
-/// The error is Diesel's own, so the caller can tell a refused row from a
-/// failed batch.
-pub(super) fn write_batch(
+/// One product's admitted buyers, each with the stock left after them in
+/// arrival order, to be written under the lock's fencing `token`.
+pub(super) struct Sale<'a> {
+    pub product: &'a Product,
+    pub token: i64,
+    pub taking: &'a [(&'a Buyer, i32)],
+}
+
+/// Writes every sale's buyers and takes their units off each product, in
+/// one statement; the rows come back in the order given. The error is
+/// Diesel's own, so the caller can tell a refused row from a failed write.
+pub(super) fn write_sales(
     conn: &mut PgConn,
-    product: &Product,
-    token: i64,
-    taking: &[(&Buyer, i32)],
+    sales: &[Sale<'_>],
 ) -> Result<Vec<WrittenBuyer>, diesel::result::Error> {
     use diesel::sql_types::{Array, BigInt, Int4, Nullable, Text, Timestamptz};
-    let price = product.price();
-    let totals: Vec<i64> = taking
+    let buyers = || {
+        sales
+            .iter()
+            .flat_map(|sale| sale.taking.iter().map(move |taken| (sale.product, taken)))
+    };
+    let column = |each: &dyn Fn(&Product, &Buyer, i32) -> i64| -> Vec<i64> {
+        buyers().map(|(p, (b, after))| each(p, b, *after)).collect()
+    };
+    let texts = |each: &dyn Fn(&Buyer) -> Option<String>| -> Vec<Option<String>> {
+        buyers().map(|(_, (b, _))| each(b)).collect()
+    };
+    let quantities: Vec<i32> = buyers().map(|(_, (b, _))| b.quantity.get()).collect();
+    let stock_after: Vec<i32> = buyers().map(|(_, (_, after))| *after).collect();
+    let deadlines: Vec<DateTime<Utc>> = buyers().map(|(_, (b, _))| b.payment_deadline).collect();
+    let units: Vec<i32> = sales
         .iter()
-        .map(|(b, _)| price.times(b.quantity.get()).cents())
+        .map(|sale| sale.taking.iter().map(|(b, _)| b.quantity.get()).sum())
         .collect();
-    let units: i32 = taking.iter().map(|(b, _)| b.quantity.get()).sum();
-    diesel::sql_query(WRITE_BATCH)
-        .bind::<Array<BigInt>, _>(
-            taking
-                .iter()
-                .map(|(b, _)| b.customer.get())
-                .collect::<Vec<_>>(),
-        )
-        .bind::<Array<Int4>, _>(
-            taking
-                .iter()
-                .map(|(b, _)| b.quantity.get())
-                .collect::<Vec<_>>(),
-        )
-        .bind::<Array<BigInt>, _>(totals)
-        .bind::<Array<Timestamptz>, _>(
-            taking
-                .iter()
-                .map(|(b, _)| b.payment_deadline)
-                .collect::<Vec<_>>(),
-        )
-        .bind::<Array<Nullable<Text>>, _>(
-            taking
-                .iter()
-                .map(|(b, _)| b.gate_key.clone())
-                .collect::<Vec<_>>(),
-        )
-        .bind::<Array<Int4>, _>(taking.iter().map(|(_, after)| *after).collect::<Vec<_>>())
+    diesel::sql_query(WRITE_SALES)
+        .bind::<Array<BigInt>, _>(column(&|p, _, _| p.id))
+        .bind::<Array<BigInt>, _>(column(&|_, b, _| b.customer.get()))
+        .bind::<Array<Int4>, _>(quantities)
+        .bind::<Array<BigInt>, _>(column(&|p, _, _| p.price_cents))
+        .bind::<Array<BigInt>, _>(column(&|p, b, _| p.price().times(b.quantity.get()).cents()))
+        .bind::<Array<Timestamptz>, _>(deadlines)
+        .bind::<Array<Nullable<Text>>, _>(texts(&|b| b.gate_key.clone()))
+        .bind::<Array<Int4>, _>(stock_after)
+        .bind::<Array<Nullable<Text>>, _>(texts(&|b| b.answer_key.as_ref().map(|k| k.key.clone())))
+        .bind::<Array<Nullable<Text>>, _>(texts(&|b| {
+            b.answer_key.as_ref().and_then(|k| k.fingerprint.clone())
+        }))
         .bind::<Text, _>(OrderStatus::AwaitingPayment.as_str())
-        .bind::<BigInt, _>(product.id)
-        .bind::<BigInt, _>(product.price_cents)
         .bind::<Text, _>(StockReason::Purchase.as_str())
-        .bind::<Int4, _>(units)
-        .bind::<BigInt, _>(token)
-        .bind::<Array<Nullable<Text>>, _>(
-            taking
-                .iter()
-                .map(|(b, _)| b.answer_key.as_ref().map(|k| k.key.clone()))
-                .collect::<Vec<_>>(),
-        )
-        .bind::<Array<Nullable<Text>>, _>(
-            taking
-                .iter()
-                .map(|(b, _)| b.answer_key.as_ref().and_then(|k| k.fingerprint.clone()))
-                .collect::<Vec<_>>(),
-        )
+        .bind::<Array<BigInt>, _>(sales.iter().map(|s| s.product.id).collect::<Vec<_>>())
+        .bind::<Array<Int4>, _>(units)
+        .bind::<Array<BigInt>, _>(sales.iter().map(|s| s.token).collect::<Vec<_>>())
         .load(conn)
 }

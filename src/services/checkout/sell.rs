@@ -1,15 +1,16 @@
 //! One product's batch as a transaction: the row re-read `FOR UPDATE`, every
 //! buyer checked in arrival order against it, every admitted buyer's rows
 //! and the new stock written in one statement under the lock's fencing
-//! token. A batch's leader runs it alone (`serve_batch`), and the group
-//! committer runs several products' `sell_at_once` in one transaction.
+//! token. A batch's leader runs it alone (`serve_batch`); the group
+//! committer checks several products' batches the same way (`check_all`)
+//! and writes them all in one statement.
 
 use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 
-use super::order_rows::{write_batch, write_order, Buyer};
+use super::order_rows::{write_order, write_sales, Buyer, Sale, WrittenBuyer};
 use super::outcome::PurchaseOutcome;
 use super::rules::{check_buyer, held_by_customers, lock_product};
 use crate::db::fence::{self, change_stock};
@@ -126,6 +127,28 @@ impl Tally {
         let held = self.held_units(buyer) + i64::from(buyer.quantity.get());
         self.held.insert(buyer.customer, held);
     }
+
+    /// Every buyer checked in arrival order, each against the stock and
+    /// holdings the ones before them left.
+    pub(super) fn check_all(mut self, buyers: &[Buyer]) -> Checked<'_> {
+        let mut answers = Vec::with_capacity(buyers.len());
+        let mut taking = Vec::with_capacity(buyers.len());
+        for buyer in buyers {
+            match self.check(buyer) {
+                Ok(stock_after) => {
+                    self.take(buyer, stock_after);
+                    taking.push((buyer, stock_after));
+                    answers.push(None);
+                }
+                Err(refusal) => answers.push(Some(Ok(PurchaseOutcome::Refused(refusal)))),
+            }
+        }
+        Checked {
+            product: self.product,
+            answers,
+            taking,
+        }
+    }
 }
 
 fn serve_at_once(
@@ -146,46 +169,62 @@ fn serve_at_once(
 pub(super) fn sell_at_once(
     conn: &mut PgConn,
     lease: &Lease,
-    mut tally: Tally,
+    tally: Tally,
     buyers: &[Buyer],
 ) -> Result<Vec<Answer>, BatchError> {
-    let product_id = ProductId(tally.product.id);
-    let mut answers: Vec<Option<Answer>> = Vec::with_capacity(buyers.len());
-    let mut taking: Vec<(&Buyer, i32)> = Vec::with_capacity(buyers.len());
-    for buyer in buyers {
-        match tally.check(buyer) {
-            Ok(stock_after) => {
-                tally.take(buyer, stock_after);
-                taking.push((buyer, stock_after));
-                answers.push(None);
-            }
-            Err(refusal) => answers.push(Some(Ok(PurchaseOutcome::Refused(refusal)))),
-        }
+    let checked = tally.check_all(buyers);
+    if checked.taking.is_empty() {
+        return checked.answered(&[]);
     }
-    if !taking.is_empty() {
-        let token = lease.token(product_id)?;
-        let written =
-            write_batch(conn, &tally.product, token, &taking).map_err(refused_or_failed)?;
-        if written.first().and_then(|w| w.stock).is_none() {
-            return Err(fence::refused(conn, product_id)?.into());
-        }
+    let product_id = ProductId(checked.product.id);
+    let sale = Sale {
+        product: &checked.product,
+        token: lease.token(product_id)?,
+        taking: &checked.taking,
+    };
+    let written = write_sales(conn, &[sale]).map_err(refused_or_failed)?;
+    if written.first().and_then(|w| w.stock).is_none() {
+        return Err(fence::refused(conn, product_id)?.into());
+    }
+    checked.answered(&written)
+}
+
+/// One batch's buyers checked against its locked row: the refused ones'
+/// answers, and the admitted ones with the stock left after each.
+pub(super) struct Checked<'a> {
+    pub(super) product: Product,
+    /// In arrival order; `None` for an admitted buyer, answered once written.
+    answers: Vec<Option<Answer>>,
+    pub(super) taking: Vec<(&'a Buyer, i32)>,
+}
+
+impl Checked<'_> {
+    /// Every buyer's answer, given the admitted buyers' rows as written, in
+    /// their order. A key some earlier order took refuses the whole write.
+    pub(super) fn answered(self, written: &[WrittenBuyer]) -> Result<Vec<Answer>, BatchError> {
         if written.iter().any(|w| !w.named) {
             return Err(BatchError::KeyTaken);
         }
-        let mut orders = written.into_iter();
-        for answer in answers.iter_mut().filter(|a| a.is_none()) {
-            let order = orders.next().ok_or_else(|| {
-                AppError::Internal(anyhow::anyhow!("a batch buyer's order is missing"))
-            })?;
-            *answer = Some(Ok(PurchaseOutcome::Purchased(OrderId(order.order_id))));
-        }
+        let mut orders = written.iter();
+        self.answers
+            .into_iter()
+            .map(|answer| match answer {
+                Some(answer) => Ok(answer),
+                None => orders
+                    .next()
+                    .map(|order| Ok(PurchaseOutcome::Purchased(OrderId(order.order_id))))
+                    .ok_or_else(|| {
+                        AppError::Internal(anyhow::anyhow!("a batch buyer's order is missing"))
+                            .into()
+                    }),
+            })
+            .collect()
     }
-    Ok(answers.into_iter().flatten().collect())
 }
 
 /// A constraint broken by the combined write is some buyer's fault; the
 /// rest (connection lost, timeout) is the batch's.
-fn refused_or_failed(error: diesel::result::Error) -> BatchError {
+pub(super) fn refused_or_failed(error: diesel::result::Error) -> BatchError {
     use diesel::result::{DatabaseErrorKind as Kind, Error};
     match error {
         Error::DatabaseError(

@@ -60,6 +60,9 @@ pub struct TickReport {
     pub settled: usize,
     /// Stale claims whose purchase never committed: lapsed.
     pub lapsed_claims: usize,
+    /// Stale claims that could not be settled either way (logged); tried
+    /// again next tick.
+    pub unsettled: usize,
     pub sold_out: usize,
     pub reopened: usize,
     pub closed: usize,
@@ -226,9 +229,15 @@ async fn tick_queue(
         .lapse_due(product, shop.settings.gate_pending_ttl())
         .await?
     {
-        match resolve_stale(shop, product, &stale).await? {
-            Resolved::Used => report.settled += 1,
-            Resolved::Lapsed => report.lapsed_claims += 1,
+        // One claim that cannot be settled holds its own units until it
+        // can, not the whole line: admissions below still run.
+        match resolve_stale(shop, product, &stale).await {
+            Ok(Resolved::Used) => report.settled += 1,
+            Ok(Resolved::Lapsed) => report.lapsed_claims += 1,
+            Err(error) => {
+                tracing::error!(%product, pass = %stale.pass, %error, "a stale claim could not be settled; trying again next tick");
+                report.unsettled += 1;
+            }
         }
     }
     let view = room.status(product, NOBODY).await?;
@@ -396,10 +405,17 @@ fn state_change(numbers: &SaleNumbers, view: &QueueView) -> Option<(QueueState, 
 /// At the start: the pre-queue in the seed's order, then the seed revealed.
 async fn draw(shop: &Shop, sale: &QueueSale, report: &mut TickReport) -> Result<(), AppError> {
     let product = sale.product;
-    if local(&shop.redis_prefix).revealed.contains(&product) {
-        return Ok(());
-    }
     let room = &shop.waiting_room;
+    if local(&shop.redis_prefix).revealed.contains(&product) {
+        // Seen drawn here, but a failover to a replica from before the draw
+        // takes the draw back in Redis, and an undrawn queue admits nobody:
+        // it is drawn again, from the same seed, to the same order.
+        if room.status(product, NOBODY).await?.drawn {
+            return Ok(());
+        }
+        tracing::warn!(%product, "Redis lost this queue's draw; drawing it again from its seed");
+        local(&shop.redis_prefix).revealed.remove(&product);
+    }
     let pre = room.pre_queue(product).await?;
     if !pre.drawn {
         // DRAW itself refuses while a pre-queue place is unconfirmed (or the
