@@ -338,6 +338,7 @@ struct Inner {
     mark_reconciled: Script,
     counts: Script,
     rebuild: Script,
+    discard_undrawn: Script,
 }
 
 const TIMEOUT: Duration = Duration::from_secs(1);
@@ -417,6 +418,7 @@ impl WaitingRoom {
                 mark_reconciled: Script::new(scripts::MARK_RECONCILED),
                 counts: Script::new(scripts::COUNTS),
                 rebuild: Script::new(scripts::REBUILD),
+                discard_undrawn: Script::new(scripts::DISCARD_UNDRAWN),
             }),
         }
     }
@@ -1123,6 +1125,14 @@ impl WaitingRoom {
     pub async fn mirror_unpaid(&self, product: ProductId, units: i64) -> Result<(), AppError> {
         self.set(format!("{}mirror_unpaid", self.key_base(product)), units)
             .await
+    }
+
+    /// Drops a queue Redis has undrawn while Postgres has its draw revealed
+    /// (Redis lost writes), so the next tick rebuilds it from the record; its
+    /// unrecorded log must be drained first. False if it is drawn after all.
+    pub async fn discard_undrawn(&self, product: ProductId) -> Result<bool, AppError> {
+        let dropped: i64 = self.run(&self.inner.discard_undrawn, product, &[]).await?;
+        Ok(dropped == 1)
     }
 
     /// Rebuilds a queue Redis lost, from Postgres alone, once (under a

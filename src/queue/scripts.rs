@@ -555,6 +555,24 @@ return {1, redis.call('HLEN', K_BY_CUSTOMER), waiting, tonumber(meta[2]) or 0,
 "#
 );
 
+/// ARGV: base. A queue Redis has undrawn though Postgres has its draw
+/// revealed: Redis lost writes (a failover to a replica that was behind),
+/// so its passes and line are older than the record. Every key of the
+/// queue but the rebuild key, the pending forgets and the gate's stock is
+/// dropped, so the next tick rebuilds it from Postgres. Returns 1 if it
+/// dropped the queue, 0 if the queue is drawn (or gone) after all.
+pub(super) const DISCARD_UNDRAWN: &str = script!(
+    r#"
+if redis.call('HGET', K_META, 'drawn') ~= '0' then return 0 end
+for _, t in ipairs(redis.call('HVALS', K_BY_CUSTOMER)) do
+  redis.call('DEL', entry_key(t), pass_key(t))
+end
+redis.call('DEL', K_META, K_BY_CUSTOMER, K_SEQ, K_PRE, K_LINE, K_CURSOR, K_DEADLINES,
+  K_OUTSTANDING, K_LOG, K_UNCONFIRMED, K_MIRROR_STOCK, K_MIRROR_UNPAID)
+return 1
+"#
+);
+
 /// ARGV: base, lock ttl_ms, starts_at_ms, pass_ms, units, state, drawn,
 /// entry count E, then E × {ticket, customer, seq, joined_ms, late}, line
 /// count L, L tickets (in line order), then admissions, each {number,

@@ -1272,20 +1272,49 @@ async fn fail_over_to(app: &TestApp, dumped: &[(String, Vec<u8>)]) {
 }
 
 /// A failover to a replica from before the draw: Redis still has the queue
-/// and its pre-queue, but not the draw. The tick that drew it draws it again
-/// (the same seed, so the same line) instead of leaving it a pre-queue that
-/// admits nobody until the process restarts.
+/// and its pre-queue, but not the draw, nor the pass the first in line
+/// bought with, nor the lapse that handed the second's unit on. Drawing
+/// again would admit the first again and the second again; the queue is
+/// rebuilt from Postgres instead, with the same line and every pass as the
+/// record has it, and admits the next waiter once no join can be in flight.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_draw_a_failover_took_back_is_drawn_again_to_the_same_line() {
-    let app = queue_app(Duration::from_secs(120)).await;
-    let product = queue_product(&app, 2, 1).await;
+async fn a_draw_a_failover_took_back_is_rebuilt_from_the_record() {
+    let app = spawn_app_with(|s| {
+        s.queue_tick = Duration::from_secs(3600);
+        s.queue_pass = Duration::from_millis(600);
+        s.db_connect_timeout = Duration::from_millis(100);
+        s.db_statement_timeout = Duration::from_millis(400);
+    })
+    .await;
+    let product = queue_product(&app, 3, 1).await;
     let who = customers(&app, 5);
     join_all(&app, product, &who).await;
     tick(&app).await;
     let replica = dump_the_queues(&app).await;
     start_now(&app, product);
-    assert_eq!(tick(&app).await.drawn, 1);
+    let report = tick(&app).await;
+    assert_eq!((report.drawn, report.issued), (1, 3), "{report:?}");
     let line = line_of(&app, product, &who).await;
+    let at = |place: usize| {
+        let (app, who) = (&app, &who);
+        async move {
+            for customer in who {
+                let status = status(app, *customer, product).await;
+                if status.position == Some(place as i64) {
+                    return (*customer, status);
+                }
+            }
+            panic!("nobody at place {place}")
+        }
+    };
+    let (first, first_status) = at(1).await;
+    assert!(matches!(
+        buy(&app, first, product, first_status.pass).await.unwrap(),
+        PurchaseOutcome::Purchased(_)
+    ));
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert_eq!(tick(&app).await.issued, 2, "places 2 and 3 lapsed");
+    assert_eq!(admissions(&app, product, "lapsed"), 2);
 
     fail_over_to(&app, &replica).await;
     assert_eq!(
@@ -1294,14 +1323,31 @@ async fn a_draw_a_failover_took_back_is_drawn_again_to_the_same_line() {
         "undrawn"
     );
     let report = tick(&app).await;
-    assert_eq!((report.drawn, report.rebuilt), (1, 0), "{report:?}");
+    assert_eq!(
+        (report.discarded, report.drawn, report.issued),
+        (1, 0, 0),
+        "{report:?}"
+    );
+    let report = tick(&app).await;
+    assert_eq!((report.rebuilt, report.issued), (1, 0), "{report:?}");
     assert_eq!(line_of(&app, product, &who).await, line);
-    for customer in &who {
-        let status = status(&app, *customer, product).await;
-        let place = status.position.expect("drawn");
-        assert_eq!(status.pass.is_some(), place <= 2, "place {place}");
+    let states = [PassState::Used, PassState::Lapsed, PassState::Lapsed];
+    for (place, state) in (1..=3).zip(states) {
+        assert_eq!(at(place).await.1.pass_state, Some(state), "place {place}");
     }
-    assert!(verify(&record_of(&app, product).await).passed());
+    tokio::time::sleep(app.shop.settings.longest_join() + Duration::from_millis(100)).await;
+    assert_eq!(tick(&app).await.issued, 0, "nobody is admitted twice");
+    assert_eq!(at(1).await.1.pass_state, Some(PassState::Used));
+    assert_eq!(
+        count(
+            &app,
+            &format!("SELECT count(*) AS n FROM queue_admissions WHERE product_id = {product}")
+        ),
+        5
+    );
+    assert_eq!(count(&app, "SELECT count(*) AS n FROM orders"), 1);
+    let verdict = verify(&record_of(&app, product).await);
+    assert!(verdict.passed(), "{verdict:?}");
 }
 
 /// A stale claim that cannot be settled (its admission row is gone) is

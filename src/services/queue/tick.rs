@@ -9,7 +9,9 @@
 //!    confirmed;
 //! 3. Redis learns the unpaid units (and, with the gate off, the stock);
 //! 4. at the start, the draw: the pre-queue shuffled with the seed from
-//!    Postgres, put in that order, and the seed revealed (`drawn_at`);
+//!    Postgres, put in that order, and the seed revealed (`drawn_at`); a
+//!    queue Redis has undrawn though its draw is revealed lost writes, and
+//!    is dropped to be rebuilt from Postgres, never drawn again;
 //! 5. passes past their deadline lapse; claims past it and the gate's grace
 //!    are settled by what Postgres says;
 //! 6. the queue closes as sold out when nothing is left and nothing can
@@ -66,6 +68,9 @@ pub struct TickReport {
     pub sold_out: usize,
     pub reopened: usize,
     pub closed: usize,
+    /// Queues Redis had undrawn though their draw was revealed (it lost
+    /// writes): dropped, to be rebuilt from Postgres.
+    pub discarded: usize,
     /// Queues whose tick failed (Redis or Postgres down); tried again next tick.
     pub failed: usize,
 }
@@ -222,8 +227,12 @@ async fn tick_queue(
     };
     let now = Utc::now();
     let ended = sale.has_ended(now);
-    if sale.has_started(now) && !ended && settled_since_rebuild {
-        draw(shop, sale, report).await?;
+    if sale.has_started(now)
+        && !ended
+        && settled_since_rebuild
+        && draw(shop, sale, report).await? == Drew::Discarded
+    {
+        return Ok(());
     }
     for stale in room
         .lapse_due(product, shop.settings.gate_pending_ttl())
@@ -402,50 +411,70 @@ fn state_change(numbers: &SaleNumbers, view: &QueueView) -> Option<(QueueState, 
     }
 }
 
+/// What the draw step did with the queue.
+#[derive(Debug, PartialEq, Eq)]
+enum Drew {
+    /// Drawn (now or before), or not yet drawable.
+    Kept,
+    /// Dropped from Redis, which had lost its draw: rebuilt next tick.
+    Discarded,
+}
+
 /// At the start: the pre-queue in the seed's order, then the seed revealed.
-async fn draw(shop: &Shop, sale: &QueueSale, report: &mut TickReport) -> Result<(), AppError> {
+async fn draw(shop: &Shop, sale: &QueueSale, report: &mut TickReport) -> Result<Drew, AppError> {
     let product = sale.product;
     let room = &shop.waiting_room;
     if local(&shop.redis_prefix).revealed.contains(&product) {
-        // Seen drawn here, but a failover to a replica from before the draw
-        // takes the draw back in Redis, and an undrawn queue admits nobody:
-        // it is drawn again, from the same seed, to the same order.
+        // Seen drawn here; Redis may have lost it since (below).
         if room.status(product, NOBODY).await?.drawn {
-            return Ok(());
+            return Ok(Drew::Kept);
         }
-        tracing::warn!(%product, "Redis lost this queue's draw; drawing it again from its seed");
         local(&shop.redis_prefix).revealed.remove(&product);
     }
     let pre = room.pre_queue(product).await?;
     if !pre.drawn {
+        let (seed, revealed) = read_draw(shop, product).await?;
+        if revealed {
+            // Redis lost writes (a failover to a replica that was behind):
+            // its line and passes trail the record, and drawing again would
+            // hand out passes the record has as used or lapsed. The queue
+            // is dropped and rebuilt from the record instead.
+            drain_log(shop, product).await?;
+            if !room.discard_undrawn(product).await? {
+                return Ok(Drew::Kept);
+            }
+            tracing::warn!(%product, "Redis lost this queue's draw; rebuilding the queue from Postgres");
+            report.discarded += 1;
+            return Ok(Drew::Discarded);
+        }
         // DRAW itself refuses while a pre-queue place is unconfirmed (or the
         // set moved): then the next tick reads it again. Late arrivals still
         // confirming do not hold the draw up.
-        let seed = read_seed(shop, product).await?;
         let order = shuffle(&seed, &pre.tickets);
         match room.draw(product, &order).await? {
             Drawn::Done => report.drawn += 1,
             Drawn::Already => {}
-            Drawn::Changed | Drawn::Missing => return Ok(()),
+            Drawn::Changed | Drawn::Missing => return Ok(Drew::Kept),
         }
     }
     reveal(shop, product).await?;
     local(&shop.redis_prefix).revealed.insert(product);
-    Ok(())
+    Ok(Drew::Kept)
 }
 
-async fn read_seed(shop: &Shop, product: ProductId) -> Result<DrawSeed, AppError> {
-    let bytes: Vec<u8> = db::run(&shop.pool, move |conn| {
+/// The draw's seed, and whether it has been revealed.
+async fn read_draw(shop: &Shop, product: ProductId) -> Result<(DrawSeed, bool), AppError> {
+    let (bytes, drawn_at): (Vec<u8>, Option<DateTime<Utc>>) = db::run(&shop.pool, move |conn| {
         Ok(queue_draws::table
             .find(product.get())
-            .select(queue_draws::seed)
+            .select((queue_draws::seed, queue_draws::drawn_at))
             .first(conn)?)
     })
     .await?;
     let bytes: [u8; 32] = bytes
         .try_into()
         .map_err(|_| AppError::Internal(anyhow::anyhow!("a draw seed is not 32 bytes")))?;
-    Ok(DrawSeed::from_bytes(bytes))
+    Ok((DrawSeed::from_bytes(bytes), drawn_at.is_some()))
 }
 
 /// The draw is done: from now on the seed is served.
