@@ -148,6 +148,7 @@ diesel::table! {
         seq -> Int8,
         joined_at -> Timestamptz,
         late -> Bool,
+        drawn -> Bool,
     }
 }
 

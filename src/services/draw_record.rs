@@ -22,6 +22,7 @@ use crate::domain::draw::{
 };
 use crate::domain::ProductId;
 use crate::error::AppError;
+use crate::services::queue::record_entries;
 use crate::services::Shop;
 
 /// How long a built record is served as it is.
@@ -120,16 +121,15 @@ fn read_snapshot(
             let Some((seed, seed_sha256, drawn_at)) = draw else {
                 return Ok(None);
             };
-            let entries: Vec<(String, i64, DateTime<Utc>, bool)> = queue_entries::table
-                .filter(queue_entries::product_id.eq(product.get()))
-                .order(queue_entries::seq)
-                .select((
-                    queue_entries::ticket,
-                    queue_entries::seq,
-                    queue_entries::joined_at,
-                    queue_entries::late,
-                ))
-                .load(conn)?;
+            let entries: Vec<(String, i64, DateTime<Utc>, bool)> =
+                record_entries(product, drawn_at.is_some())
+                    .select((
+                        queue_entries::ticket,
+                        queue_entries::seq,
+                        queue_entries::joined_at,
+                        queue_entries::late,
+                    ))
+                    .load(conn)?;
             let admissions: Vec<(String, DateTime<Utc>, String)> = queue_admissions::table
                 .filter(queue_admissions::product_id.eq(product.get()))
                 .order(queue_admissions::number)

@@ -1420,3 +1420,42 @@ async fn a_claim_that_cannot_be_settled_holds_up_only_its_own_unit() {
     let waiting = who.iter().find(|c| **c != died && **c != stuck).unwrap();
     assert!(status(&app, *waiting, product).await.pass.is_some());
 }
+
+/// A pre-queue join whose row commits only after the draw went ahead
+/// without it: the draw's reveal recorded which places it took, so when
+/// Redis then loses the queue (and its note to forget that row), the
+/// rebuilt line is the drawn one, not one with the late row shuffled in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_place_the_draw_went_without_stays_out_of_the_line_after_redis_is_lost() {
+    let app = quick_join_app().await;
+    let product = queue_product(&app, 1, 1).await;
+    let who = customers(&app, 5);
+    join_all(&app, product, &who[..4]).await;
+    start_now(&app, product);
+    let report = tick(&app).await;
+    assert_eq!((report.drawn, report.issued), (1, 1), "{report:?}");
+    let line = line_of(&app, product, &who[..4]).await;
+    let too_late = who[4];
+    sql(
+        &app,
+        &format!(
+            "INSERT INTO queue_entries (product_id, customer_id, ticket, seq, joined_at, late) \
+             SELECT {product}, {too_late}, '0000000000', max(seq) + 1, now(), false \
+             FROM queue_entries WHERE product_id = {product}"
+        ),
+    );
+    assert_eq!(
+        record_of(&app, product).await.entries.len(),
+        4,
+        "the record leaves it out"
+    );
+
+    lose_the_queues(&app).await;
+    assert_eq!(tick(&app).await.rebuilt, 1);
+    tokio::time::sleep(app.shop.settings.longest_join() + Duration::from_millis(100)).await;
+    tick(&app).await;
+    assert_eq!(line_of(&app, product, &who[..4]).await, line);
+    assert_eq!(status(&app, too_late, product).await.position, None);
+    let verdict = verify(&record_of(&app, product).await);
+    assert!(verdict.passed(), "{verdict:?}");
+}

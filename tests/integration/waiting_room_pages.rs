@@ -702,6 +702,11 @@ async fn draw_json_is_built_from_the_tables_and_verifies() {
         &mut conn,
         format!("UPDATE queue_draws SET drawn_at = now() WHERE product_id = {product}"),
     );
+    // The reveal marks the places the draw took: every pre-queue one here.
+    sql(
+        &mut conn,
+        format!("UPDATE queue_entries SET drawn = NOT late WHERE product_id = {product}"),
+    );
     for (n, ticket) in order.iter().take(3).enumerate() {
         let issued_at = starts_at + Duration::seconds(n as i64 + 1);
         let state = ["lapsed", "issued", "issued"][n];

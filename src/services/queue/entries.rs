@@ -329,3 +329,20 @@ pub async fn forget_entries(shop: &Shop, product: ProductId) -> Result<usize, Ap
     room.forgotten(product, &tickets).await?;
     Ok(tickets.len())
 }
+
+/// A sale's places as its record has them, in arrival order: once the draw
+/// is revealed, the pre-queue places it took and the late ones, never a
+/// pre-queue place that committed after the draw went ahead without it.
+pub fn record_entries(
+    product: ProductId,
+    revealed: bool,
+) -> queue_entries::BoxedQuery<'static, diesel::pg::Pg> {
+    let entries = queue_entries::table
+        .filter(queue_entries::product_id.eq(product.get()))
+        .order(queue_entries::seq.asc())
+        .into_boxed();
+    match revealed {
+        true => entries.filter(queue_entries::late.or(queue_entries::drawn)),
+        false => entries,
+    }
+}

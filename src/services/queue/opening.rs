@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 
+use super::entries::record_entries;
 use super::local::local;
 use super::sale::QueueSale;
 use crate::db::schema::{queue_admissions, queue_draws, queue_entries};
@@ -163,9 +164,10 @@ pub fn read_record(conn: &mut PgConn, product: ProductId) -> Result<QueueRecord,
                 .select((queue_draws::seed, queue_draws::drawn_at))
                 .first(conn)
                 .optional()?;
-            let rows: Vec<EntryRow> = queue_entries::table
-                .filter(queue_entries::product_id.eq(product.get()))
-                .order(queue_entries::seq.asc())
+            let revealed = draw
+                .as_ref()
+                .is_some_and(|(_, drawn_at)| drawn_at.is_some());
+            let rows: Vec<EntryRow> = record_entries(product, revealed)
                 .select((
                     queue_entries::customer_id,
                     queue_entries::ticket,

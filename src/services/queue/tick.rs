@@ -33,8 +33,8 @@ use super::local::local;
 use super::opening::{ensure_queue, read_record, Readied};
 use super::sale::QueueSale;
 use crate::db;
-use crate::db::schema::queue_draws;
-use crate::domain::draw::{shuffle, DrawSeed};
+use crate::db::schema::{queue_draws, queue_entries};
+use crate::domain::draw::{shuffle, DrawSeed, Ticket};
 use crate::domain::{CustomerId, ProductId};
 use crate::error::AppError;
 use crate::queue::{Confirmed, Drawn, IssueBound, QueueState, QueueView, Reconcile};
@@ -457,7 +457,7 @@ async fn draw(shop: &Shop, sale: &QueueSale, report: &mut TickReport) -> Result<
             Drawn::Changed | Drawn::Missing => return Ok(Drew::Kept),
         }
     }
-    reveal(shop, product).await?;
+    reveal(shop, product, &pre.tickets).await?;
     local(&shop.redis_prefix).revealed.insert(product);
     Ok(Drew::Kept)
 }
@@ -477,17 +477,41 @@ async fn read_draw(shop: &Shop, product: ProductId) -> Result<(DrawSeed, bool), 
     Ok((DrawSeed::from_bytes(bytes), drawn_at.is_some()))
 }
 
-/// The draw is done: from now on the seed is served.
-async fn reveal(shop: &Shop, product: ProductId) -> Result<(), AppError> {
+/// The draw is done: from now on the seed is served, and the places it
+/// took (`drawn`, the tickets of Redis's pre-queue, which nothing joins
+/// once drawn) are marked in the same transaction, so a rebuild or the
+/// published record never puts a place that committed too late into the
+/// drawn line.
+async fn reveal(shop: &Shop, product: ProductId, drawn: &[Ticket]) -> Result<(), AppError> {
+    let tickets: Vec<String> = drawn.iter().map(|t| t.as_str().to_string()).collect();
     db::run(&shop.pool, move |conn| {
-        diesel::update(
-            queue_draws::table
-                .find(product.get())
-                .filter(queue_draws::drawn_at.is_null()),
-        )
-        .set(queue_draws::drawn_at.eq(Utc::now()))
-        .execute(conn)?;
-        Ok(())
+        db::transaction(conn, |conn| {
+            let revealed = diesel::update(
+                queue_draws::table
+                    .find(product.get())
+                    .filter(queue_draws::drawn_at.is_null()),
+            )
+            .set(queue_draws::drawn_at.eq(Utc::now()))
+            .execute(conn)?;
+            if revealed == 0 {
+                return Ok(());
+            }
+            let marked = diesel::update(
+                queue_entries::table
+                    .filter(queue_entries::product_id.eq(product.get()))
+                    .filter(queue_entries::ticket.eq_any(&tickets))
+                    .filter(diesel::dsl::not(queue_entries::late)),
+            )
+            .set(queue_entries::drawn.eq(true))
+            .execute(conn)?;
+            if marked != tickets.len() {
+                // DRAW takes only confirmed places, each confirmed after its
+                // row committed: the record is broken, and `verify` will say
+                // so. Holding the reveal back would not mend it.
+                tracing::error!(%product, drawn = tickets.len(), marked, "the draw took places Postgres has no pre-queue row for");
+            }
+            Ok(())
+        })
     })
     .await
 }
