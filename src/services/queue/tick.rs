@@ -457,7 +457,14 @@ async fn draw(shop: &Shop, sale: &QueueSale, report: &mut TickReport) -> Result<
             Drawn::Changed | Drawn::Missing => return Ok(Drew::Kept),
         }
     }
-    reveal(shop, product, &pre.tickets).await?;
+    // The places drawn, read after the draw: `Already` means another
+    // instance drew, perhaps a pre-queue this read had not seen yet. Once
+    // drawn, `:pre` no longer changes (a place confirmed later is TooLate).
+    let drawn = room.pre_queue(product).await?;
+    if !drawn.drawn {
+        return Ok(Drew::Kept);
+    }
+    reveal(shop, product, &drawn.tickets).await?;
     local(&shop.redis_prefix).revealed.insert(product);
     Ok(Drew::Kept)
 }
