@@ -906,8 +906,20 @@ async fn a_place_whose_joiner_died_is_written_by_the_tick_and_the_draw_waits_for
     assert_eq!(line_of(&app, product, &who).await.len(), 3);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_claim_left_behind_is_settled_by_what_postgres_says() {
+/// Two passes whose purchases stopped after their claim: one never reached
+/// Postgres (`died`), the other's order committed, carrying the claim,
+/// before its process died (`committed`). Passes last 800 ms, and a claim
+/// is stale 200 ms after its deadline.
+struct ClaimsLeftBehind {
+    app: TestApp,
+    product: ProductId,
+    who: Vec<CustomerId>,
+    died: CustomerId,
+    committed: (CustomerId, PassRef),
+    order: i64,
+}
+
+async fn claims_left_behind() -> ClaimsLeftBehind {
     let app = spawn_app_with(|s| {
         s.queue_tick = Duration::from_secs(3600);
         s.queue_pass = Duration::from_millis(800);
@@ -921,8 +933,7 @@ async fn a_claim_left_behind_is_settled_by_what_postgres_says() {
     tick(&app).await;
     let mut admitted = Vec::new();
     for customer in &who {
-        let status = status(&app, *customer, product).await;
-        if let Some(pass) = status.pass {
+        if let Some(pass) = status(&app, *customer, product).await.pass {
             admitted.push((*customer, pass));
         }
     }
@@ -930,20 +941,15 @@ async fn a_claim_left_behind_is_settled_by_what_postgres_says() {
         panic!("two passes: {admitted:?}")
     };
     let room = &app.shop.waiting_room;
-    // Two purchases stop after their claim: one never reached Postgres, the
-    // other's order committed (it carries the claim) before its process died.
-    assert!(matches!(
-        room.claim(product, died, died_pass, "claim-never-committed")
-            .await
-            .unwrap(),
-        flashsale::queue::Claim::Claimed { .. }
-    ));
-    assert!(matches!(
-        room.claim(product, committed, committed_pass, "claim-committed")
-            .await
-            .unwrap(),
-        flashsale::queue::Claim::Claimed { .. }
-    ));
+    for (customer, pass, key) in [
+        (died, died_pass, "claim-never-committed"),
+        (committed, committed_pass, "claim-committed"),
+    ] {
+        assert!(matches!(
+            room.claim(product, customer, pass, key).await.unwrap(),
+            flashsale::queue::Claim::Claimed { .. }
+        ));
+    }
     let other = ProductId(app.product(5, None).await);
     let line = Line {
         product: other,
@@ -959,6 +965,26 @@ async fn a_claim_left_behind_is_settled_by_what_postgres_says() {
         &app,
         &format!("UPDATE orders SET gate_key = 'claim-committed' WHERE id = {order}"),
     );
+    let committed = (committed, committed_pass.clone());
+    ClaimsLeftBehind {
+        app,
+        product,
+        who,
+        died,
+        committed,
+        order: order.get(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_claim_left_behind_is_settled_by_what_postgres_says() {
+    let ClaimsLeftBehind {
+        app,
+        product,
+        died,
+        order,
+        ..
+    } = claims_left_behind().await;
 
     assert_eq!(
         tick(&app).await.lapsed_claims,
@@ -1355,52 +1381,16 @@ async fn a_draw_a_failover_took_back_is_rebuilt_from_the_record() {
 /// another lapsed claim frees still goes to the next waiter.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_claim_that_cannot_be_settled_holds_up_only_its_own_unit() {
-    let app = spawn_app_with(|s| {
-        s.queue_tick = Duration::from_secs(3600);
-        s.queue_pass = Duration::from_millis(800);
-        s.gate_pending_ttl = Some(Duration::from_millis(200));
-    })
-    .await;
-    let product = queue_product(&app, 2, 1).await;
-    let who = customers(&app, 3);
-    join_all(&app, product, &who).await;
-    start_now(&app, product);
-    tick(&app).await;
-    let mut admitted = Vec::new();
-    for customer in &who {
-        if let Some(pass) = status(&app, *customer, product).await.pass {
-            admitted.push((*customer, pass));
-        }
-    }
-    let [(died, ref died_pass), (stuck, ref stuck_pass)] = admitted[..] else {
-        panic!("two passes: {admitted:?}")
-    };
-    let room = &app.shop.waiting_room;
-    for (customer, pass, key) in [
-        (died, died_pass, "claim-died"),
-        (stuck, stuck_pass, "claim-stuck"),
-    ] {
-        assert!(matches!(
-            room.claim(product, customer, pass, key).await.unwrap(),
-            flashsale::queue::Claim::Claimed { .. }
-        ));
-    }
-    // The stuck claim's purchase committed, but its admission row is gone,
-    // so it can be marked neither used nor lapsed.
-    let other = ProductId(app.product(5, None).await);
-    let line = Line {
-        product: other,
-        quantity: Quantity::new(1).unwrap(),
-    };
-    let PurchaseOutcome::Purchased(order) =
-        purchase(&app.shop, stuck, vec![line], None).await.unwrap()
-    else {
-        panic!("an open sale sells")
-    };
-    sql(
-        &app,
-        &format!("UPDATE orders SET gate_key = 'claim-stuck' WHERE id = {order}"),
-    );
+    // The committed claim's admission row goes, so it can be marked
+    // neither used nor lapsed.
+    let ClaimsLeftBehind {
+        app,
+        product,
+        who,
+        died,
+        committed: (stuck, stuck_pass),
+        ..
+    } = claims_left_behind().await;
     tick(&app).await;
     sql(
         &app,

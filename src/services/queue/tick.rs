@@ -432,7 +432,9 @@ async fn draw(shop: &Shop, sale: &QueueSale, report: &mut TickReport) -> Result<
         local(&shop.redis_prefix).revealed.remove(&product);
     }
     let pre = room.pre_queue(product).await?;
-    if !pre.drawn {
+    let drawn = if pre.drawn {
+        pre
+    } else {
         let (seed, revealed) = read_draw(shop, product).await?;
         if revealed {
             // Redis lost writes (a failover to a replica that was behind):
@@ -456,14 +458,16 @@ async fn draw(shop: &Shop, sale: &QueueSale, report: &mut TickReport) -> Result<
             Drawn::Already => {}
             Drawn::Changed | Drawn::Missing => return Ok(Drew::Kept),
         }
-    }
-    // The places drawn, read after the draw: `Already` means another
-    // instance drew, perhaps a pre-queue this read had not seen yet. Once
-    // drawn, `:pre` no longer changes (a place confirmed later is TooLate).
-    let drawn = room.pre_queue(product).await?;
-    if !drawn.drawn {
-        return Ok(Drew::Kept);
-    }
+        // The places drawn, read after the draw: `Already` means another
+        // instance drew, perhaps a pre-queue this read had not seen yet.
+        // Once drawn, `:pre` no longer changes (a place confirmed later is
+        // TooLate).
+        let drawn = room.pre_queue(product).await?;
+        if !drawn.drawn {
+            return Ok(Drew::Kept);
+        }
+        drawn
+    };
     reveal(shop, product, &drawn.tickets).await?;
     local(&shop.redis_prefix).revealed.insert(product);
     Ok(Drew::Kept)
