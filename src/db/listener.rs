@@ -66,7 +66,9 @@ impl Listener {
         channel: &'static str,
         connect_timeout: Duration,
     ) -> Result<Listener, AppError> {
-        let url = CString::new(url)
+        // Its reconnecting thread is the one most likely to be inside libpq
+        // as the process ends: see `db::without_gss_probe`.
+        let url = CString::new(super::without_gss_probe(url))
             .map_err(|_| AppError::Internal(anyhow::anyhow!("DATABASE_URL contains NUL")))?;
         let timeout =
             CString::new(connect_timeout.as_secs().max(1).to_string()).expect("digits have no NUL");

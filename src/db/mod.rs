@@ -50,6 +50,32 @@ impl std::ops::DerefMut for PooledPg {
 /// Diesel's connection manager, discarding connections found lost.
 pub struct PgManager(ConnectionManager<PgConnection>);
 
+impl PgManager {
+    fn new(database_url: &str) -> PgManager {
+        PgManager(ConnectionManager::new(without_gss_probe(database_url)))
+    }
+}
+
+/// The URL with libpq's GSSAPI-encryption probe turned off, unless the
+/// operator asked for a `gssencmode` of their own. Left at its default
+/// (`prefer`), libpq asks Kerberos for credentials on every connect, and
+/// Kerberos's exit handlers destroy the mutex it takes for that: a pool
+/// thread still connecting as the process ends (a database that just went
+/// away keeps it trying) then aborts the process in `k5_mutex_lock`, which
+/// CI saw after a passing `database_unreachable_answers_503`. The shop's
+/// connections never use Kerberos.
+pub fn without_gss_probe(database_url: &str) -> String {
+    if database_url.contains("gssencmode") {
+        return database_url.to_string();
+    }
+    if database_url.starts_with("postgres://") || database_url.starts_with("postgresql://") {
+        let separator = if database_url.contains('?') { '&' } else { '?' };
+        format!("{database_url}{separator}gssencmode=disable")
+    } else {
+        format!("{database_url} gssencmode=disable")
+    }
+}
+
 impl ManageConnection for PgManager {
     type Connection = PooledPg;
     type Error = diesel::r2d2::Error;
@@ -156,7 +182,7 @@ pub fn build_one_shot_pool(
             statement_timeout,
             wait_for_flush: true,
         }))
-        .build_unchecked(PgManager(ConnectionManager::new(database_url)))
+        .build_unchecked(PgManager::new(database_url))
 }
 
 /// The pool for request bookkeeping (idempotency keys), whose commits do not
@@ -199,7 +225,7 @@ fn pool_of(
         }))
         // build_unchecked: the shop starts even while Postgres is still coming
         // up, and answers 503 until it is reachable.
-        .build_unchecked(PgManager(ConnectionManager::new(database_url)))
+        .build_unchecked(PgManager::new(database_url))
 }
 
 /// Runs blocking Diesel work on the blocking thread pool with a pooled connection.
@@ -318,4 +344,31 @@ pub async fn redis_namespace(pool: &PgPool) -> Result<String, AppError> {
             .first(conn)?)
     })
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::without_gss_probe;
+
+    #[test]
+    fn the_gss_probe_is_turned_off_in_every_form_of_connection_string() {
+        assert_eq!(
+            without_gss_probe("postgres://u@h:5432/shop"),
+            "postgres://u@h:5432/shop?gssencmode=disable"
+        );
+        assert_eq!(
+            without_gss_probe("postgresql://u@h/shop?sslmode=require"),
+            "postgresql://u@h/shop?sslmode=require&gssencmode=disable"
+        );
+        assert_eq!(
+            without_gss_probe("host=h dbname=shop"),
+            "host=h dbname=shop gssencmode=disable"
+        );
+    }
+
+    #[test]
+    fn an_operators_own_gssencmode_is_kept() {
+        let url = "postgres://u@h/shop?gssencmode=require";
+        assert_eq!(without_gss_probe(url), url);
+    }
 }

@@ -87,8 +87,9 @@ struct Pending {
 /// The batches waiting for this process's next purchase transaction.
 pub struct CommitGroup {
     pending: Mutex<Pending>,
-    /// Products per transaction at most: a statement each, all while their
-    /// locks are held.
+    /// Products per transaction at most: every one of them holds its lock
+    /// (and its row lock) until the shared commit, so a larger group makes
+    /// each product wait on the others' checks and writes.
     max_products: usize,
 }
 
