@@ -69,7 +69,13 @@ pub fn without_gss_probe(database_url: &str) -> String {
         return database_url.to_string();
     }
     if database_url.starts_with("postgres://") || database_url.starts_with("postgresql://") {
-        let separator = if database_url.contains('?') { '&' } else { '?' };
+        // libpq refuses an empty parameter, so a URL that already ends in
+        // its separator gets none added.
+        let separator = match database_url.rfind('?') {
+            None => "?",
+            Some(_) if database_url.ends_with(['?', '&']) => "",
+            Some(_) => "&",
+        };
         format!("{database_url}{separator}gssencmode=disable")
     } else {
         format!("{database_url} gssencmode=disable")
@@ -359,6 +365,10 @@ mod tests {
         assert_eq!(
             without_gss_probe("postgresql://u@h/shop?sslmode=require"),
             "postgresql://u@h/shop?sslmode=require&gssencmode=disable"
+        );
+        assert_eq!(
+            without_gss_probe("postgres://u@h/shop?"),
+            "postgres://u@h/shop?gssencmode=disable"
         );
         assert_eq!(
             without_gss_probe("host=h dbname=shop"),
