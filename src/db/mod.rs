@@ -77,8 +77,12 @@ pub fn without_gss_probe(database_url: &str) -> String {
             Some(_) => "&",
         };
         format!("{database_url}{separator}gssencmode=disable")
-    } else {
+    } else if database_url.contains('=') {
         format!("{database_url} gssencmode=disable")
+    } else {
+        // A bare database name (the listener passes the URL as `dbname`):
+        // anything appended would make libpq read it as key=value pairs.
+        database_url.to_string()
     }
 }
 
@@ -374,6 +378,11 @@ mod tests {
             without_gss_probe("host=h dbname=shop"),
             "host=h dbname=shop gssencmode=disable"
         );
+    }
+
+    #[test]
+    fn a_bare_database_name_is_left_as_it_is() {
+        assert_eq!(without_gss_probe("shop"), "shop");
     }
 
     #[test]
