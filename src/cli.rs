@@ -80,6 +80,11 @@ struct BenchArgs {
     /// pgbench client counts, comma-separated; the ceiling is the best of them.
     #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16,32,64")]
     pgbench_clients: Vec<usize>,
+    /// Only the crowd's cheap answers (`/healthz`, pages, status polls,
+    /// sold-out buys): no pgbench, purchases or joins. For working on those
+    /// answers; the report's other targets then read "not measured".
+    #[arg(long)]
+    crowd_only: bool,
     /// Signed-in customers the requests rotate over.
     #[arg(long, default_value_t = 256)]
     customers: usize,
@@ -446,6 +451,7 @@ async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
         customers: args.customers.max(1),
         join_customers: args.join_customers.max(1),
         hot_repeats: args.hot_repeats.unwrap_or(if args.quick { 1 } else { 3 }),
+        crowd_only: args.crowd_only,
         output: args.output,
         chart: args.chart,
     };

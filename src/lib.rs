@@ -23,7 +23,9 @@
 //!   `payment`: payment providers (the sandbox). `db`: the pool, the one
 //!   helper that runs blocking Diesel, migrations, schema, row types, how
 //!   Diesel errors become `AppError`, and the connection that listens for
-//!   revoked sessions. `redis_node`: kept Redis connections, one per thread.
+//!   revoked sessions. `redis_node`: kept Redis connections, one per thread;
+//!   `redis_batch`: calls of one script on one product gathered into one
+//!   Redis call while an earlier one is in flight.
 //!   `queue`: the waiting rooms' Redis side (places, the line, passes).
 //! - `domain`: types valid by construction (ids, money, quantities, emails,
 //!   card numbers, order states, sale states and refusals), and the waiting
@@ -45,6 +47,7 @@ pub mod metrics;
 pub mod payment;
 pub mod qa;
 pub mod queue;
+pub mod redis_batch;
 pub mod redis_node;
 pub mod services;
 pub mod startup;

@@ -29,6 +29,7 @@ struct Metrics {
     lock_hold: Histogram,
     transactions: HistogramVec,
     batch_size: Histogram,
+    redis_batch: HistogramVec,
     gate_decisions: IntCounterVec,
     drift_products: IntGauge,
     drift_units: IntGauge,
@@ -44,6 +45,7 @@ const LOCK_WAIT: &str = "flashsale_lock_wait_seconds";
 const LOCK_HOLD: &str = "flashsale_lock_hold_seconds";
 const TRANSACTIONS: &str = "flashsale_db_transaction_seconds";
 const BATCH_SIZE: &str = "flashsale_purchase_batch_size";
+const REDIS_BATCH: &str = "flashsale_redis_batch_calls";
 const GATE_DECISIONS: &str = "flashsale_gate_decisions_total";
 const DRIFT_PRODUCTS: &str = "flashsale_gate_drift_products";
 const DRIFT_UNITS: &str = "flashsale_gate_drift_units";
@@ -90,6 +92,17 @@ impl Metrics {
                 BATCH_SIZE,
                 "Buyers served by one combined purchase transaction.",
                 BATCH_SIZE_BUCKETS,
+            ),
+            redis_batch: registered(
+                &registry,
+                HistogramVec::new(
+                    HistogramOpts::new(
+                        REDIS_BATCH,
+                        "Calls of one script sent to Redis together (see redis_batch), by script.",
+                    )
+                    .buckets(BATCH_SIZE_BUCKETS.to_vec()),
+                    &["script"],
+                ),
             ),
             gate_decisions: counters(
                 GATE_DECISIONS,
@@ -172,6 +185,14 @@ pub fn transaction_time(kind: &'static str, took: Duration) {
 
 pub fn batch_size(buyers: usize) {
     METRICS.batch_size.observe(buyers as f64);
+}
+
+/// script: `admit` or `status`.
+pub fn redis_batch(script: &'static str, calls: usize) {
+    METRICS
+        .redis_batch
+        .with_label_values(&[script])
+        .observe(calls as f64);
 }
 
 /// decision: admitted, sold_out, limit_reached, unknown, repeat or error.

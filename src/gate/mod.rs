@@ -16,6 +16,7 @@ mod scripts;
 use crate::domain::{CustomerId, ProductId, Quantity, Refusal};
 use crate::error::AppError;
 use crate::metrics;
+use crate::redis_batch::{self, answer_of, Batches, Call, DriverGuard, Queue};
 use crate::redis_node::{RedisConnection, RedisNode};
 
 /// What a resync found and did.
@@ -95,7 +96,9 @@ struct Inner {
     marker_ttl: Duration,
     /// Longer than any live admission can take to be written or given back.
     pending_ttl: Duration,
-    admit: Script,
+    /// ADMIT for a batch of calls (`redis_batch`).
+    admit_many: Script,
+    admissions: Batches<Call, AdmitReply>,
     record_refusal: Script,
     forget_admission: Script,
     give_back: Script,
@@ -106,6 +109,12 @@ struct Inner {
 }
 
 const TIMEOUT: Duration = Duration::from_secs(1);
+/// Admissions one script call takes at most: a few hundred microseconds of
+/// Redis's time, so a batch never holds up other callers for long.
+const MAX_BATCH: usize = 64;
+
+/// ADMIT's answer: code, two numbers and a text.
+type AdmitReply = (i64, i64, i64, String);
 
 /// Runs one gate call, once more on a fresh connection if the first lost its connection.
 macro_rules! with_retry {
@@ -146,7 +155,8 @@ impl StockGate {
                 prefix: prefix.to_string(),
                 marker_ttl,
                 pending_ttl,
-                admit: Script::new(scripts::ADMIT),
+                admit_many: Script::new(&redis_batch::many(scripts::ADMIT)),
+                admissions: Batches::default(),
                 record_refusal: Script::new(scripts::RECORD_REFUSAL),
                 forget_admission: Script::new(scripts::FORGET_ADMISSION),
                 give_back: Script::new(scripts::GIVE_BACK),
@@ -217,27 +227,31 @@ impl StockGate {
         admission: &str,
         answer: Option<&AnswerRecord<'_>>,
     ) -> Result<Admission, AppError> {
-        let mut invocation = self.inner.admit.prepare_invoke();
-        invocation
-            .key(self.key(product, "stock"))
-            .key(self.key(product, "limit"))
-            .key(self.key(product, &format!("adm:{admission}")))
-            .key(self.key(product, "held"))
-            .key(self.key(product, "pending"))
-            .key(self.key(product, &format!("ret:{admission}")))
-            .arg(quantity.get())
-            .arg(customer.get())
-            .arg(self.inner.marker_ttl.as_millis() as u64)
-            .arg(admission);
+        let mut keys = vec![
+            self.key(product, "stock"),
+            self.key(product, "limit"),
+            self.key(product, &format!("adm:{admission}")),
+            self.key(product, "held"),
+            self.key(product, "pending"),
+            self.key(product, &format!("ret:{admission}")),
+        ];
+        let mut args = vec![
+            quantity.get().to_string(),
+            customer.get().to_string(),
+            (self.inner.marker_ttl.as_millis() as u64).to_string(),
+            admission.to_string(),
+        ];
         if let Some(answer) = answer {
-            invocation
-                .key(self.answer_key(product, customer, answer.key))
-                .arg(answer.fingerprint)
-                .arg(answer.refusal_retention.as_millis().max(1) as u64)
-                .arg(self.inner.marker_ttl.as_millis() as u64);
+            keys.push(self.answer_key(product, customer, answer.key));
+            args.push(answer.fingerprint.to_string());
+            args.push((answer.refusal_retention.as_millis().max(1) as u64).to_string());
+            args.push((self.inner.marker_ttl.as_millis() as u64).to_string());
         }
-        let answer: Result<(i64, i64, i64, String), AppError> =
-            with_retry!(self, connection => invocation.invoke_async(&mut connection));
+        let queued = self.inner.admissions.enqueue(product, Call { keys, args });
+        if let Some(queue) = queued.drive {
+            tokio::spawn(self.clone().send_admissions(queue));
+        }
+        let answer = answer_of(queued.answer, "stock gate").await;
         let admission = answer.and_then(|(code, value, limit, text)| match code {
             0 => Ok(Admission::Admitted),
             1 => Ok(Admission::Repeat),
@@ -260,6 +274,22 @@ impl StockGate {
             Err(_) => "error",
         });
         admission
+    }
+
+    /// Sends a product's queued admissions, a batch at a time, until none
+    /// wait (see `redis_batch`).
+    async fn send_admissions(self, queue: Arc<Queue<Call, AdmitReply>>) {
+        let _driver = DriverGuard(queue.clone());
+        while let Some(batch) = queue.next_batch(MAX_BATCH) {
+            metrics::redis_batch("admit", batch.items.len());
+            let calls: Vec<&Call> = batch.items.iter().collect();
+            let invocation = redis_batch::invocation(&self.inner.admit_many, &calls);
+            let answers = async {
+                with_retry!(self, connection => invocation.invoke_async::<Vec<AdmitReply>>(&mut connection))
+            }
+            .await;
+            batch.answer(answers);
+        }
     }
 
     fn answer_key(&self, product: ProductId, customer: CustomerId, key: &str) -> String {

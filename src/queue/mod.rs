@@ -21,6 +21,8 @@ mod scripts;
 use crate::domain::draw::Ticket;
 use crate::domain::{CustomerId, ProductId};
 use crate::error::AppError;
+use crate::metrics;
+use crate::redis_batch::{answer_of, Batches, DriverGuard, Queue};
 use crate::redis_node::{RedisConnection, RedisNode};
 
 /// Where a queue stands as a whole.
@@ -339,9 +341,13 @@ struct Inner {
     counts: Script,
     rebuild: Script,
     discard_undrawn: Script,
+    /// Polls of a product waiting to be sent together (`send_views`).
+    views: Batches<CustomerId, redis::Value>,
 }
 
 const TIMEOUT: Duration = Duration::from_secs(1);
+/// Views one STATUS call reads at most.
+const MAX_VIEWS: usize = 64;
 /// A rebuild is one script; the key only has to outlive a caller's read of
 /// Postgres racing another's.
 const REBUILD_LOCK: Duration = Duration::from_secs(30);
@@ -419,6 +425,7 @@ impl WaitingRoom {
                 counts: Script::new(scripts::COUNTS),
                 rebuild: Script::new(scripts::REBUILD),
                 discard_undrawn: Script::new(scripts::DISCARD_UNDRAWN),
+                views: Batches::default(),
             }),
         }
     }
@@ -952,16 +959,35 @@ impl WaitingRoom {
         })
     }
 
+    /// Sends a product's queued views, a batch at a time, until none wait
+    /// (see `redis_batch`): a crowd's polls cost Redis one script each batch.
+    async fn send_views(self, queue: Arc<Queue<CustomerId, redis::Value>>) {
+        let _driver = DriverGuard(queue.clone());
+        while let Some(batch) = queue.next_batch(MAX_VIEWS) {
+            metrics::redis_batch("status", batch.items.len());
+            let customers: Vec<String> = batch.items.iter().map(|c| c.get().to_string()).collect();
+            let answers = self
+                .run(&self.inner.status, queue.product(), &customers)
+                .await;
+            batch.answer(answers);
+        }
+    }
+
     /// `status`, with None for a queue Redis does not have (never
-    /// prepared, or lost): one read-only round trip.
+    /// prepared, or lost): one read-only round trip, shared with the other
+    /// polls of the product in flight.
     pub async fn view(
         &self,
         product: ProductId,
         customer: CustomerId,
     ) -> Result<Option<QueueView>, AppError> {
-        let values: Vec<redis::Value> = self
-            .run(&self.inner.status, product, &[customer.get().to_string()])
-            .await?;
+        let queued = self.inner.views.enqueue(product, customer);
+        if let Some(queue) = queued.drive {
+            tokio::spawn(self.clone().send_views(queue));
+        }
+        let values: Vec<redis::Value> =
+            redis::from_redis_value(answer_of(queued.answer, "waiting room").await?)
+                .map_err(|_| broken("status"))?;
         if values.len() == 1 {
             return Ok(None);
         }

@@ -124,19 +124,25 @@
       }
     }
     // The server renders each phase's section; fetch it rather than build it here.
+    // Resolves false when the shop could not answer (busy, briefly down): the
+    // page stays as it is and the next poll tries again, since a reload then
+    // would show the customer an error page instead of their place.
     function swap() {
       return fetch(location.href, { credentials: "same-origin", cache: "no-store" })
         .then(function (response) {
-          if (!response.ok) throw new Error("page answered " + response.status);
-          return response.text();
-        })
+          return response.ok ? response.text() : null;
+        }, function () { return null; })
         .then(function (html) {
+          if (html === null) return false;
           var fresh = new DOMParser().parseFromString(html, "text/html").getElementById("waiting-room");
-          if (!fresh) throw new Error("no waiting room in the page");
+          // An answer that is not a waiting page (the customer signed out
+          // elsewhere, the sale is gone): only the whole page can show it.
+          if (!fresh) { location.reload(); return true; }
           room.replaceWith(fresh);
           update();
           openAt(fresh);
           waitingRoom(fresh);
+          return true;
         });
     }
     function nextPoll(phase, status) {
@@ -169,8 +175,11 @@
           if (status.phase !== room.getAttribute("data-phase") ||
               (status.phase === "waiting" &&
                status.availability !== room.getAttribute("data-availability"))) {
-            clearInterval(ticking);
-            return swap().catch(function () { location.reload(); });
+            return swap().then(function (swapped) {
+              if (swapped) { clearInterval(ticking); return; }
+              failures += 1;
+              schedule(Math.min(30000, 1000 * Math.pow(2, Math.min(failures, 4))));
+            });
           }
           show(status);
           if (FINAL.indexOf(status.phase) < 0) schedule(nextPoll(status.phase, status));

@@ -214,3 +214,94 @@ async fn a_key_an_order_named_is_not_reused_for_another_product() {
     );
     app.db.assert_audit_clean();
 }
+
+/// `flashsale_redis_batch_calls` for `script`: (calls, script calls).
+async fn batched(app: &TestApp, script: &str) -> (f64, f64) {
+    let (_, text) = app.browser().get_text("/metrics").await;
+    let read = |part: &str| {
+        text.lines()
+            .find_map(|line| {
+                line.strip_prefix(&format!(
+                    "flashsale_redis_batch_calls_{part}{{script=\"{script}\"}} "
+                ))
+            })
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (read("sum"), read("count"))
+}
+
+/// A sold-out crowd's buys go to Redis together (`redis_batch`): fewer
+/// script calls than buys, and still every buy its own answer, recorded
+/// under its own key and replayed as such; a resend with another request is
+/// still a reused key. Postgres hears of none of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_crowds_refusals_share_script_calls_and_keep_their_own_answers() {
+    if !alone_in_process(
+        "gate_answers::a_crowds_refusals_share_script_calls_and_keep_their_own_answers",
+    ) {
+        return;
+    }
+    const CROWD: usize = 64;
+    let app = spawn_app().await;
+    let product = app.product(1, None).await;
+    let winner = app.customer("winner@example.com").await;
+    assert_eq!(
+        winner.buy_with_key(product, "1", "w").await.status(),
+        StatusCode::SEE_OTHER
+    );
+    let late = app.customer("late@example.com").await;
+    let late_id = customer_id(&app, "late@example.com");
+    let token = late.csrf().await;
+    let (calls_before, _) = batched(&app, "admit").await;
+
+    let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(CROWD));
+    let buys: Vec<_> = (0..CROWD)
+        .map(|i| {
+            let (late, token, barrier) = (late.clone(), token.clone(), barrier.clone());
+            tokio::spawn(async move {
+                barrier.wait().await;
+                late.post(
+                    &format!("/products/{product}/buy"),
+                    &[
+                        ("quantity", "1"),
+                        ("csrf_token", &token),
+                        ("idempotency_key", &format!("crowd-{i}")),
+                    ],
+                )
+                .await
+            })
+        })
+        .collect();
+    for buy in buys {
+        let refused = buy.await.unwrap();
+        assert!(!replayed(&refused));
+        expect_page(refused, StatusCode::CONFLICT, "sold out").await;
+    }
+    for i in 0..CROWD {
+        let (record, _) = answer_record(&app, product, late_id, &format!("crowd-{i}"));
+        assert!(
+            record.as_deref().is_some_and(|r| r.starts_with("R|h1:")),
+            "crowd-{i} has its own refusal: {record:?}"
+        );
+    }
+    let (calls, script_calls) = batched(&app, "admit").await;
+    assert_eq!(calls - calls_before, CROWD as f64, "one admission each");
+    assert!(
+        script_calls < calls,
+        "{calls} admissions went to Redis in {script_calls} script calls"
+    );
+
+    let resend = late.buy_with_key(product, "1", "crowd-7").await;
+    assert!(replayed(&resend));
+    expect_page(resend, StatusCode::CONFLICT, "sold out").await;
+    let reused = late.buy_with_key(product, "2", "crowd-8").await;
+    expect_page(reused, StatusCode::CONFLICT, "Conflicting reuse of key").await;
+    assert_eq!(app.db.count("SELECT count(*) AS n FROM orders"), 1);
+    assert_eq!(
+        app.db.count("SELECT count(*) AS n FROM idempotency_keys"),
+        1
+    );
+    assert_eq!(gate_stock(&app, product).await, Some(0));
+    app.db.assert_audit_clean();
+}

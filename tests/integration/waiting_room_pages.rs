@@ -1053,3 +1053,80 @@ async fn when_the_sale_ends_the_waiting_room_says_it_is_closed() {
     assert!(text.contains("waiting room is closed"), "{text}");
     assert_eq!(entries(&app, product), before);
 }
+
+/// Polls of one waiting room in flight together go to Redis as one script
+/// call (`redis_batch`), and each poller still gets their own place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn polls_in_flight_together_share_a_script_call_and_keep_their_own_places() {
+    if !alone_in_process(
+        "waiting_room_pages::polls_in_flight_together_share_a_script_call_and_keep_their_own_places",
+    ) {
+        return;
+    }
+    const WAITERS: usize = 6;
+    const POLLS: usize = 12;
+    let app = spawn_app().await;
+    let product = queue_sale(&app, 1, 1, Duration::seconds(3), None).await;
+    let mut waiters = Vec::new();
+    for n in 0..WAITERS {
+        let who = app.customer(&format!("poller-{n}@example.com")).await;
+        expect_redirect(
+            &join(&who, product).await,
+            &format!("/products/{product}/queue"),
+        );
+        waiters.push(who);
+    }
+    let placed = |status: &Value| !status["position"].is_null();
+    let mut positions = Vec::new();
+    for who in &waiters {
+        let status = wait_for(who, product, StdDuration::from_secs(15), placed).await;
+        positions.push(status["position"].as_i64().unwrap());
+    }
+    let mut sorted = positions.clone();
+    sorted.sort();
+    assert_eq!(sorted, (1..=WAITERS as i64).collect::<Vec<_>>());
+
+    let metric = |text: &str, part: &str| {
+        text.lines()
+            .find_map(|line| {
+                line.strip_prefix(&format!(
+                    "flashsale_redis_batch_calls_{part}{{script=\"status\"}} "
+                ))
+            })
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    let (_, before) = app.browser().get_text("/metrics").await;
+    let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(WAITERS * POLLS));
+    let polls: Vec<_> = waiters
+        .iter()
+        .zip(&positions)
+        .flat_map(|(who, &position)| {
+            (0..POLLS).map({
+                let barrier = barrier.clone();
+                move |_| {
+                    let (who, barrier) = (who.clone(), barrier.clone());
+                    tokio::spawn(async move {
+                        barrier.wait().await;
+                        (position, queue_json(&who, product).await)
+                    })
+                }
+            })
+        })
+        .collect();
+    for poll in polls {
+        let (position, status) = poll.await.unwrap();
+        assert_eq!(status["position"], position, "{status}");
+    }
+    let (_, after) = app.browser().get_text("/metrics").await;
+    let calls = metric(&after, "sum") - metric(&before, "sum");
+    let script_calls = metric(&after, "count") - metric(&before, "count");
+    assert!(
+        calls >= (WAITERS * POLLS) as f64,
+        "every poll was a view: {calls}"
+    );
+    assert!(
+        script_calls < calls,
+        "{calls} polls went to Redis in {script_calls} script calls"
+    );
+}

@@ -329,7 +329,11 @@ pub async fn run_bench(config: &BenchConfig) -> anyhow::Result<BenchReport> {
         "scratch files (scripts, shop logs) in {}",
         scratch.display()
     );
-    let (pgbench_hot, pgbench_spread) = ceilings(config, &scratch).await?;
+    let (pgbench_hot, pgbench_spread) = if config.crowd_only {
+        (Vec::new(), Vec::new())
+    } else {
+        ceilings(config, &scratch).await?
+    };
 
     let db = ScratchDb::create(&config.database_url, "bench")?;
     let pool = pool(&db.url);
@@ -438,6 +442,16 @@ pub async fn run_bench(config: &BenchConfig) -> anyhow::Result<BenchReport> {
             )
             .await?,
     );
+    if config.crowd_only {
+        drop(bench);
+        return Ok(BenchReport {
+            machine: machine(),
+            shop: shop_settings(config),
+            pgbench_hot,
+            pgbench_spread,
+            runs,
+        });
+    }
 
     // Twice per process, in fresh processes: a mode fixed at start-up shows
     // as runs that agree within a process and differ across processes. One
