@@ -54,10 +54,11 @@ impl<I, O> Default for Batches<I, O> {
 }
 
 /// A queued call's answer, and the queue to drive when nobody drives it yet
-/// (the caller then spawns the driver, `Queue::next_batch` in a loop).
+/// (the caller then spawns a task that calls `Driver::next_batch` in a loop
+/// and sends each batch).
 pub struct Queued<I, O> {
     pub answer: oneshot::Receiver<Result<O, AppError>>,
-    pub drive: Option<Arc<Queue<I, O>>>,
+    pub drive: Option<Driver<I, O>>,
 }
 
 impl<I, O> Batches<I, O> {
@@ -82,7 +83,10 @@ impl<I, O> Batches<I, O> {
         state.waiting.push((item, reply));
         let drive = (!state.driven).then(|| {
             state.driven = true;
-            queue.clone()
+            Driver {
+                queue: queue.clone(),
+                finished: false,
+            }
         });
         drop(state);
         Queued { answer, drive }
@@ -94,13 +98,9 @@ impl<I, O> Queue<I, O> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub fn product(&self) -> ProductId {
-        self.product
-    }
-
     /// Everything waiting, in arrival order, at most `max` calls; None
     /// (and the queue undriven) when nothing waits.
-    pub fn next_batch(&self, max: usize) -> Option<Batch<I, O>> {
+    fn next_batch(&self, max: usize) -> Option<Batch<I, O>> {
         let mut state = self.state();
         if state.waiting.is_empty() {
             state.driven = false;
@@ -114,20 +114,41 @@ impl<I, O> Queue<I, O> {
     }
 }
 
+/// The right to drive a queue, taken by the call that found it undriven
+/// (`Queued::drive`) and moved into the driver's task before it is spawned.
 /// A driver that ends in any way other than finding its queue empty (its
-/// runtime shut down, a panic) must not leave the queue marked driven, or
-/// every later call would wait for a driver that is gone: the calls still
-/// waiting fail (their callers treat that as a failed call, which may or may
-/// not have run) and the next call starts a new driver.
-pub struct DriverGuard<I, O>(pub Arc<Queue<I, O>>);
+/// task dropped unpolled by a runtime shutting down, a panic) must not leave
+/// the queue marked driven, or every later call would wait for a driver that
+/// is gone: the calls still waiting fail (their callers treat that as a
+/// failed call, which may or may not have run) and the next call starts a
+/// new driver.
+pub struct Driver<I, O> {
+    queue: Arc<Queue<I, O>>,
+    finished: bool,
+}
 
-impl<I, O> Drop for DriverGuard<I, O> {
+impl<I, O> Driver<I, O> {
+    pub fn product(&self) -> ProductId {
+        self.queue.product
+    }
+
+    /// Everything waiting, in arrival order, at most `max` calls; None once
+    /// nothing waits, and from then on the queue is another driver's to take.
+    pub fn next_batch(&mut self, max: usize) -> Option<Batch<I, O>> {
+        let batch = self.queue.next_batch(max);
+        self.finished = batch.is_none();
+        batch
+    }
+}
+
+impl<I, O> Drop for Driver<I, O> {
     fn drop(&mut self) {
-        let mut state = self.0.state();
-        if state.driven {
-            state.driven = false;
-            state.waiting.clear();
+        if self.finished {
+            return;
         }
+        let mut state = self.queue.state();
+        state.driven = false;
+        state.waiting.clear();
     }
 }
 
@@ -248,7 +269,7 @@ mod tests {
         let batches: Batches<u32, u32> = Batches::default();
         let product = ProductId(7);
         let first = batches.enqueue(product, 1);
-        let queue = first.drive.expect("the first call drives");
+        let mut queue = first.drive.expect("the first call drives");
         let second = batches.enqueue(product, 2);
         let third = batches.enqueue(product, 3);
         assert!(second.drive.is_none() && third.drive.is_none());
@@ -263,7 +284,7 @@ mod tests {
     #[test]
     fn a_batch_takes_at_most_max_calls() {
         let batches: Batches<u32, u32> = Batches::default();
-        let queue = batches.enqueue(ProductId(1), 0).drive.unwrap();
+        let mut queue = batches.enqueue(ProductId(1), 0).drive.unwrap();
         for n in 1..5 {
             batches.enqueue(ProductId(1), n);
         }
@@ -276,10 +297,25 @@ mod tests {
     fn a_driver_that_is_dropped_fails_the_waiting_calls_and_frees_the_queue() {
         let batches: Batches<u32, u32> = Batches::default();
         let mut first = batches.enqueue(ProductId(2), 1);
-        let queue = first.drive.take().unwrap();
-        drop(DriverGuard(queue));
+        let driver = first.drive.take().unwrap();
+        drop(driver);
         assert!(first.answer.try_recv().is_err(), "its answer is gone");
         assert!(batches.enqueue(ProductId(2), 2).drive.is_some());
+    }
+
+    #[test]
+    fn a_driver_that_found_its_queue_empty_leaves_the_next_driver_alone() {
+        let batches: Batches<u32, u32> = Batches::default();
+        let mut old = batches.enqueue(ProductId(4), 1).drive.unwrap();
+        old.next_batch(8).unwrap().answer(Ok(vec![1]));
+        assert!(old.next_batch(8).is_none());
+        // Another thread's call takes the queue before the old driver is dropped.
+        let mut waiting = batches.enqueue(ProductId(4), 2);
+        let mut new = waiting.drive.take().expect("undriven again");
+        drop(old);
+        assert!(waiting.answer.try_recv().is_err(), "not answered yet");
+        let batch = new.next_batch(8).expect("the call still waits");
+        assert_eq!(batch.items, vec![2]);
     }
 
     #[test]

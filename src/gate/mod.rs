@@ -16,7 +16,7 @@ mod scripts;
 use crate::domain::{CustomerId, ProductId, Quantity, Refusal};
 use crate::error::AppError;
 use crate::metrics;
-use crate::redis_batch::{self, answer_of, Batches, Call, DriverGuard, Queue};
+use crate::redis_batch::{self, answer_of, Batches, Call, Driver};
 use crate::redis_node::{RedisConnection, RedisNode};
 
 /// What a resync found and did.
@@ -248,8 +248,8 @@ impl StockGate {
             args.push((self.inner.marker_ttl.as_millis() as u64).to_string());
         }
         let queued = self.inner.admissions.enqueue(product, Call { keys, args });
-        if let Some(queue) = queued.drive {
-            tokio::spawn(self.clone().send_admissions(queue));
+        if let Some(driver) = queued.drive {
+            tokio::spawn(self.clone().send_admissions(driver));
         }
         let answer = answer_of(queued.answer, "stock gate").await;
         let admission = answer.and_then(|(code, value, limit, text)| match code {
@@ -278,9 +278,8 @@ impl StockGate {
 
     /// Sends a product's queued admissions, a batch at a time, until none
     /// wait (see `redis_batch`).
-    async fn send_admissions(self, queue: Arc<Queue<Call, AdmitReply>>) {
-        let _driver = DriverGuard(queue.clone());
-        while let Some(batch) = queue.next_batch(MAX_BATCH) {
+    async fn send_admissions(self, mut driver: Driver<Call, AdmitReply>) {
+        while let Some(batch) = driver.next_batch(MAX_BATCH) {
             metrics::redis_batch("admit", batch.items.len());
             let calls: Vec<&Call> = batch.items.iter().collect();
             let invocation = redis_batch::invocation(&self.inner.admit_many, &calls);

@@ -22,7 +22,7 @@ use crate::domain::draw::Ticket;
 use crate::domain::{CustomerId, ProductId};
 use crate::error::AppError;
 use crate::metrics;
-use crate::redis_batch::{answer_of, Batches, DriverGuard, Queue};
+use crate::redis_batch::{answer_of, Batches, Driver};
 use crate::redis_node::{RedisConnection, RedisNode};
 
 /// Where a queue stands as a whole.
@@ -961,13 +961,12 @@ impl WaitingRoom {
 
     /// Sends a product's queued views, a batch at a time, until none wait
     /// (see `redis_batch`): a crowd's polls cost Redis one script each batch.
-    async fn send_views(self, queue: Arc<Queue<CustomerId, redis::Value>>) {
-        let _driver = DriverGuard(queue.clone());
-        while let Some(batch) = queue.next_batch(MAX_VIEWS) {
+    async fn send_views(self, mut driver: Driver<CustomerId, redis::Value>) {
+        while let Some(batch) = driver.next_batch(MAX_VIEWS) {
             metrics::redis_batch("status", batch.items.len());
             let customers: Vec<String> = batch.items.iter().map(|c| c.get().to_string()).collect();
             let answers = self
-                .run(&self.inner.status, queue.product(), &customers)
+                .run(&self.inner.status, driver.product(), &customers)
                 .await;
             batch.answer(answers);
         }
@@ -982,8 +981,8 @@ impl WaitingRoom {
         customer: CustomerId,
     ) -> Result<Option<QueueView>, AppError> {
         let queued = self.inner.views.enqueue(product, customer);
-        if let Some(queue) = queued.drive {
-            tokio::spawn(self.clone().send_views(queue));
+        if let Some(driver) = queued.drive {
+            tokio::spawn(self.clone().send_views(driver));
         }
         let values: Vec<redis::Value> =
             redis::from_redis_value(answer_of(queued.answer, "waiting room").await?)

@@ -77,7 +77,7 @@
   function waitingRoom(room) {
     var url = room.getAttribute("data-status-url");
     var skew = skewOf(room);
-    var timer = null, failures = 0;
+    var timer = null, failures = 0, swapFailures = 0;
     var FINAL = ["bought", "lapsed", "sold_out", "closed"];
     function clock(seconds) {
       var h = Math.floor(seconds / 3600), m = Math.floor((seconds % 3600) / 60), s = seconds % 60;
@@ -138,6 +138,9 @@
           // An answer that is not a waiting page (the customer signed out
           // elsewhere, the sale is gone): only the whole page can show it.
           if (!fresh) { location.reload(); return true; }
+          // This room's timers end with it; the fresh room starts its own.
+          clearInterval(ticking);
+          if (timer !== null) { clearTimeout(timer); timer = null; }
           room.replaceWith(fresh);
           update();
           openAt(fresh);
@@ -161,6 +164,8 @@
     }
     function poll() {
       timer = null;
+      // A page swapped out leaves this closure behind: it stops here.
+      if (!room.isConnected) return;
       fetch(url, { credentials: "same-origin", cache: "no-store", headers: { Accept: "application/json" } })
         .then(function (response) {
           if (!response.ok) throw new Error("queue.json answered " + response.status);
@@ -176,11 +181,15 @@
               (status.phase === "waiting" &&
                status.availability !== room.getAttribute("data-availability"))) {
             return swap().then(function (swapped) {
-              if (swapped) { clearInterval(ticking); return; }
-              failures += 1;
-              schedule(Math.min(30000, 1000 * Math.pow(2, Math.min(failures, 4))));
+              if (swapped) return;
+              // Keep the numbers current meanwhile, and ask for the page
+              // less often the longer it fails.
+              show(status);
+              swapFailures += 1;
+              schedule(Math.min(30000, 2000 * Math.pow(2, Math.min(swapFailures, 4))));
             });
           }
+          swapFailures = 0;
           show(status);
           if (FINAL.indexOf(status.phase) < 0) schedule(nextPoll(status.phase, status));
         })
