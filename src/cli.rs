@@ -80,9 +80,9 @@ struct BenchArgs {
     /// pgbench client counts, comma-separated; the ceiling is the best of them.
     #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16,32,64")]
     pgbench_clients: Vec<usize>,
-    /// Only the crowd's cheap answers (`/healthz`, pages, status polls,
-    /// sold-out buys): no pgbench, purchases or joins. For working on those
-    /// answers; the report's other targets then read "not measured".
+    /// Only the crowd's answers (`/healthz`, pages, status polls, sold-out
+    /// buys, joins): no pgbench and no purchases. For working on those
+    /// answers; the report's purchase targets then read "–" and fail.
     #[arg(long)]
     crowd_only: bool,
     /// Signed-in customers the requests rotate over.

@@ -50,16 +50,17 @@ local function now_ms()
   local now = redis.call('TIME')
   return tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 end
--- One read for everything a first attempt looks at: the limit, the stock
--- and, with a key, its answer record (the script is atomic, so reading them
--- together changes nothing; the fewer calls, the cheaper a refusal).
+-- One read for everything a first attempt looks at: the limit, the stock,
+-- the admission's return and admission markers and, with a key, its answer
+-- record (the script is atomic, so reading them together changes nothing;
+-- each call costs a refusal more than the key it reads).
 local counts
 if recorded then
   if request == nil or request == '' or refusal_ttl == nil or refusal_ttl < 1 or admitted_ttl == nil or admitted_ttl < 1 then
     return {-1, 0, 0, ''}
   end
-  counts = redis.call('MGET', KEYS[2], KEYS[1], KEYS[7])
-  local record = counts[3]
+  counts = redis.call('MGET', KEYS[2], KEYS[1], KEYS[6], KEYS[3], KEYS[7])
+  local record = counts[5]
   if record then
     local kind, fingerprint, rest = string.match(record, '^(%a)|([^|]*)|(.*)$')
     if fingerprint ~= request then return {6, 0, 0, ''} end
@@ -71,23 +72,20 @@ if recorded then
     return {8, now - (tonumber(at) or now), 0, earlier or ''}
   end
 else
-  counts = redis.call('MGET', KEYS[2], KEYS[1])
+  counts = redis.call('MGET', KEYS[2], KEYS[1], KEYS[6], KEYS[3])
 end
 -- The admission marker's text, built only where it is compared or written:
 -- a refusal does without it.
 local function marker() return customer .. ':' .. qty end
--- A first attempt finds neither of its admission's markers: one call says
--- so, and only a resent admission looks closer.
-if redis.call('EXISTS', KEYS[6], KEYS[3]) > 0 then
-  -- A give-back that overtook its own admission (the admission's reply
-  -- timed out, so it was given back on another connection) left a
-  -- tombstone: the late admission must not take units nobody will return.
-  if redis.call('EXISTS', KEYS[6]) == 1 then return {4, 0, 0, ''} end
-  local earlier = redis.call('GET', KEYS[3])
-  if earlier then
-    if earlier == marker() then return {1, 0, 0, ''} end
-    return {4, 0, 0, ''}
-  end
+-- A first attempt finds neither of its admission's markers.
+-- A give-back that overtook its own admission (the admission's reply timed
+-- out, so it was given back on another connection) left a tombstone: the
+-- late admission must not take units nobody will return.
+if counts[3] then return {4, 0, 0, ''} end
+local earlier = counts[4]
+if earlier then
+  if earlier == marker() then return {1, 0, 0, ''} end
+  return {4, 0, 0, ''}
 end
 local limit = tonumber(counts[1] or '0')
 if limit > 0 then

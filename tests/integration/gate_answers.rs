@@ -217,18 +217,8 @@ async fn a_key_an_order_named_is_not_reused_for_another_product() {
 
 /// `flashsale_redis_batch_calls` for `script`: (calls, script calls).
 async fn batched(app: &TestApp, script: &str) -> (f64, f64) {
-    let (_, text) = app.browser().get_text("/metrics").await;
-    let read = |part: &str| {
-        text.lines()
-            .find_map(|line| {
-                line.strip_prefix(&format!(
-                    "flashsale_redis_batch_calls_{part}{{script=\"{script}\"}} "
-                ))
-            })
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    (read("sum"), read("count"))
+    let (_, metrics) = app.browser().get_text("/metrics").await;
+    redis_batches(&metrics, script)
 }
 
 /// A sold-out crowd's buys go to Redis together (`redis_batch`): fewer

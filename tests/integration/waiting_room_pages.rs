@@ -1086,16 +1086,6 @@ async fn polls_in_flight_together_share_a_script_call_and_keep_their_own_places(
     sorted.sort();
     assert_eq!(sorted, (1..=WAITERS as i64).collect::<Vec<_>>());
 
-    let metric = |text: &str, part: &str| {
-        text.lines()
-            .find_map(|line| {
-                line.strip_prefix(&format!(
-                    "flashsale_redis_batch_calls_{part}{{script=\"status\"}} "
-                ))
-            })
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
     let (_, before) = app.browser().get_text("/metrics").await;
     let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(WAITERS * POLLS));
     let polls: Vec<_> = waiters
@@ -1119,8 +1109,11 @@ async fn polls_in_flight_together_share_a_script_call_and_keep_their_own_places(
         assert_eq!(status["position"], position, "{status}");
     }
     let (_, after) = app.browser().get_text("/metrics").await;
-    let calls = metric(&after, "sum") - metric(&before, "sum");
-    let script_calls = metric(&after, "count") - metric(&before, "count");
+    let ((calls_before, scripts_before), (calls_after, scripts_after)) = (
+        redis_batches(&before, "status"),
+        redis_batches(&after, "status"),
+    );
+    let (calls, script_calls) = (calls_after - calls_before, scripts_after - scripts_before);
     assert!(
         calls >= (WAITERS * POLLS) as f64,
         "every poll was a view: {calls}"

@@ -43,7 +43,8 @@ pub struct BenchConfig {
     pub join_customers: usize,
     /// How many times the hot product at 64 buyers is measured.
     pub hot_repeats: usize,
-    /// Stop after the sold-out buys, with no pgbench ceilings.
+    /// Only `/healthz`, the pages, the polls, sold-out buys and joins: no
+    /// pgbench ceilings and no purchases.
     pub crowd_only: bool,
     pub output: Option<PathBuf>,
     pub chart: Option<PathBuf>,

@@ -442,73 +442,66 @@ pub async fn run_bench(config: &BenchConfig) -> anyhow::Result<BenchReport> {
             )
             .await?,
     );
-    if config.crowd_only {
-        drop(bench);
-        return Ok(BenchReport {
-            machine: machine(),
-            shop: shop_settings(config),
-            pgbench_hot,
-            pgbench_spread,
-            runs,
-        });
-    }
 
-    // Twice per process, in fresh processes: a mode fixed at start-up shows
-    // as runs that agree within a process and differ across processes. One
-    // customer's 64 concurrent buys run between the two, so each has a
-    // 64-customer run on either side under the same conditions.
-    for process in 1..=config.hot_repeats.max(1) {
-        if process > 1 {
-            bench.restart().await?;
+    // Purchases, unless only the crowd's cheap answers and joins are wanted.
+    if !config.crowd_only {
+        // Twice per process, in fresh processes: a mode fixed at start-up shows
+        // as runs that agree within a process and differ across processes. One
+        // customer's 64 concurrent buys run between the two, so each has a
+        // 64-customer run on either side under the same conditions.
+        for process in 1..=config.hot_repeats.max(1) {
+            if process > 1 {
+                bench.restart().await?;
+            }
+            bench.warm(&buy(vec![hot], signed, "warm"), 64).await?;
+            let note = |run: usize| format!("shop process {process}, run {run}");
+            runs.push(
+                bench
+                    .measure(HOT_64, buy(vec![hot], signed, "hot"), 64, 303, note(1))
+                    .await?,
+            );
+            runs.push(
+                bench
+                    .measure(
+                        ONE_CUSTOMER,
+                        buy(vec![hot], &signed[..1], "one"),
+                        64,
+                        303,
+                        note(2),
+                    )
+                    .await?,
+            );
+            runs.push(
+                bench
+                    .measure(HOT_64, buy(vec![hot], signed, "hot"), 64, 303, note(3))
+                    .await?,
+            );
         }
-        bench.warm(&buy(vec![hot], signed, "warm"), 64).await?;
-        let note = |run: usize| format!("shop process {process}, run {run}");
-        runs.push(
-            bench
-                .measure(HOT_64, buy(vec![hot], signed, "hot"), 64, 303, note(1))
-                .await?,
-        );
         runs.push(
             bench
                 .measure(
-                    ONE_CUSTOMER,
-                    buy(vec![hot], &signed[..1], "one"),
-                    64,
+                    HOT_256,
+                    buy(vec![hot], signed, "hot256"),
+                    256,
                     303,
-                    note(2),
+                    String::new(),
                 )
                 .await?,
         );
+        let spread = products(&pool, "spread", SPREAD_PRODUCTS, BOTTOMLESS).await?;
+        bench.warm(&buy(spread.clone(), signed, "warm"), 64).await?;
         runs.push(
             bench
-                .measure(HOT_64, buy(vec![hot], signed, "hot"), 64, 303, note(3))
+                .measure(
+                    SPREAD,
+                    buy(spread, signed, "spread"),
+                    64,
+                    303,
+                    String::new(),
+                )
                 .await?,
         );
     }
-    runs.push(
-        bench
-            .measure(
-                HOT_256,
-                buy(vec![hot], signed, "hot256"),
-                256,
-                303,
-                String::new(),
-            )
-            .await?,
-    );
-    let spread = products(&pool, "spread", SPREAD_PRODUCTS, BOTTOMLESS).await?;
-    bench.warm(&buy(spread.clone(), signed, "warm"), 64).await?;
-    runs.push(
-        bench
-            .measure(
-                SPREAD,
-                buy(spread, signed, "spread"),
-                64,
-                303,
-                String::new(),
-            )
-            .await?,
-    );
     // Last, as its waiting rooms stay live (ticking) from here on.
     let room_count =
         ((config.seconds * JOIN_PAIRS_PER_SECOND) / joiners.len() as f64).ceil() as usize;

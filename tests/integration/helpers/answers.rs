@@ -73,3 +73,16 @@ pub fn metric_sample(metrics: &str, series: &str) -> Option<f64> {
         value.trim().parse().ok()
     })
 }
+
+/// `flashsale_redis_batch_calls` of `script` in `metrics`: the calls sent,
+/// and the script calls they went in.
+pub fn redis_batches(metrics: &str, script: &str) -> (f64, f64) {
+    let sample = |part: &str| {
+        metric_sample(
+            metrics,
+            &format!("flashsale_redis_batch_calls_{part}{{script=\"{script}\"}}"),
+        )
+        .unwrap_or(0.0)
+    };
+    (sample("sum"), sample("count"))
+}
