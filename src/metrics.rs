@@ -98,7 +98,7 @@ impl Metrics {
                 HistogramVec::new(
                     HistogramOpts::new(
                         REDIS_BATCH,
-                        "Calls of one script sent to Redis together (see redis_batch), by script.",
+                        "Calls of one script sent to Redis together (see redis_batch; `confirm`: places whose rows committed, a commit's joins together), by script.",
                     )
                     .buckets(BATCH_SIZE_BUCKETS.to_vec()),
                     &["script"],
@@ -187,7 +187,8 @@ pub fn batch_size(buyers: usize) {
     METRICS.batch_size.observe(buyers as f64);
 }
 
-/// script: `admit` or `status`.
+/// script: `admit`, `status`, or `confirm` (places whose rows committed:
+/// a commit's joins together, or the tick's).
 pub fn redis_batch(script: &'static str, calls: usize) {
     METRICS
         .redis_batch

@@ -355,7 +355,7 @@ const REBUILD_LOCK: Duration = Duration::from_secs(30);
 /// issue again on every give-back and sweep.
 const ISSUE_BATCH: usize = 1000;
 /// Places one CONFIRM call takes (a reconcile may hand it a whole queue).
-const CONFIRM_BATCH: usize = 500;
+pub const CONFIRM_BATCH: usize = 500;
 
 /// Runs one call, once more on a fresh connection if the first lost its
 /// connection: every script here is idempotent or, like ISSUE, only does
@@ -584,6 +584,7 @@ impl WaitingRoom {
             for entry in batch {
                 args.extend(entry_args(entry));
             }
+            crate::metrics::redis_batch("confirm", batch.len());
             let codes: Vec<i64> = self.run(&self.inner.confirm, product, &args).await?;
             if codes == [-1] {
                 answers.extend(batch.iter().map(|_| Confirmed::Missing));

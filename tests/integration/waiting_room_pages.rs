@@ -1123,3 +1123,76 @@ async fn polls_in_flight_together_share_a_script_call_and_keep_their_own_places(
         "{calls} polls went to Redis in {script_calls} script calls"
     );
 }
+
+/// Joins that share a commit are confirmed in Redis in one script call for
+/// the commit, not one per joiner, and every joiner still holds a confirmed
+/// place with a ticket of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn joins_sharing_a_commit_are_confirmed_in_one_script_call() {
+    if !alone_in_process(
+        "waiting_room_pages::joins_sharing_a_commit_are_confirmed_in_one_script_call",
+    ) {
+        return;
+    }
+    const JOINERS: usize = 32;
+    let app = spawn_app().await;
+    let product = queue_sale(&app, 1, 1, Duration::minutes(10), None).await;
+    let mut joiners = Vec::new();
+    for n in 0..JOINERS {
+        joiners.push(app.customer(&format!("joiner-{n}@example.com")).await);
+    }
+    let (_, before) = app.browser().get_text("/metrics").await;
+    let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(JOINERS));
+    let joins: Vec<_> = joiners
+        .iter()
+        .map(|who| {
+            let (who, barrier) = (who.clone(), barrier.clone());
+            tokio::spawn(async move {
+                barrier.wait().await;
+                join(&who, product).await
+            })
+        })
+        .collect();
+    for joined in joins {
+        expect_redirect(
+            &joined.await.unwrap(),
+            &format!("/products/{product}/queue"),
+        );
+    }
+    let (_, after) = app.browser().get_text("/metrics").await;
+    let ((calls_before, scripts_before), (calls_after, scripts_after)) = (
+        redis_batches(&before, "confirm"),
+        redis_batches(&after, "confirm"),
+    );
+    let (calls, script_calls) = (calls_after - calls_before, scripts_after - scripts_before);
+    assert!(
+        calls >= JOINERS as f64,
+        "every place was confirmed: {calls}"
+    );
+    assert!(
+        script_calls < calls,
+        "{calls} places were confirmed in {script_calls} script calls"
+    );
+
+    assert_eq!(entries(&app, product), JOINERS as i64);
+    let pre = app
+        .shop
+        .waiting_room
+        .pre_queue(flashsale::domain::ProductId(product))
+        .await
+        .unwrap();
+    assert_eq!(pre.tickets.len(), JOINERS, "{pre:?}");
+    assert_eq!(pre.unconfirmed, 0, "{pre:?}");
+    let mut tickets = std::collections::HashSet::new();
+    for who in &joiners {
+        let status = queue_json(who, product).await;
+        let ticket = status["ticket"].as_str().unwrap_or_default().to_string();
+        assert!(!ticket.is_empty(), "{status}");
+        tickets.insert(ticket);
+    }
+    assert_eq!(
+        tickets.len(),
+        JOINERS,
+        "each joiner has a ticket of its own"
+    );
+}

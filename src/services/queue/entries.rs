@@ -3,9 +3,13 @@
 //! rate. So the joins of a process queue here, and whichever finds nobody
 //! writing becomes a writer: it takes everything queued (up to
 //! `QUEUE_JOIN_MAX`), inserts it in one multi-row `INSERT ... ON CONFLICT
-//! DO NOTHING`, commits once, and answers each joiner; joins that arrive
-//! meanwhile go in the next commit. Two writers at most, so one's statement
-//! runs while the other waits for its flush (as purchases' `group` does).
+//! DO NOTHING` and commits once; joins that arrive meanwhile go in the next
+//! commit. Two writers at most, so one's statement runs while the other
+//! waits for its flush (as purchases' `group` does). A committed batch's
+//! places are confirmed in Redis together (a CONFIRM per product, not one
+//! per joiner) by a task of its own, so a slow Redis never holds up the
+//! next commit (the tick's `longest_join` counts on rows committing
+//! promptly), and then each joiner is answered.
 //!
 //! A row that did not go in because the customer's row is already there
 //! (the tick wrote it for a joiner that looked dead, or the same customer
@@ -24,7 +28,7 @@ use crate::db::{self, PgConn, PgPool};
 use crate::domain::draw::Ticket;
 use crate::domain::{CustomerId, ProductId};
 use crate::error::AppError;
-use crate::queue::Entry;
+use crate::queue::{Confirmed, Entry, WaitingRoom, CONFIRM_BATCH};
 use crate::services::Shop;
 
 /// Insert transactions a process runs at once.
@@ -33,10 +37,12 @@ const WRITERS: usize = 2;
 type Answer = Result<Written, AppError>;
 
 /// What became of a place's row.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug)]
 pub enum Written {
-    /// It is there, with this ticket.
-    Written,
+    /// It is there, with this ticket, and this is what Redis answered when
+    /// the writer confirmed it (an error leaves the place unconfirmed, for
+    /// the tick to confirm).
+    Written(Result<Confirmed, AppError>),
     /// Another row stands in its way: the customer's own from before (Redis
     /// lost that place), or another's with the same seq or ticket.
     Blocked,
@@ -102,6 +108,7 @@ pub async fn write_entry(shop: &Shop, product: ProductId, entry: Entry) -> Answe
         // other joiners wait for.
         tokio::spawn(write_queued(
             shop.pool.clone(),
+            shop.waiting_room.clone(),
             writing,
             shop.settings.queue_join_max,
         ));
@@ -153,7 +160,7 @@ impl Drop for Writing {
     }
 }
 
-async fn write_queued(pool: PgPool, mut writing: Writing, max: usize) {
+async fn write_queued(pool: PgPool, room: WaitingRoom, mut writing: Writing, max: usize) {
     loop {
         let batch = writing.next(max.max(1));
         if batch.is_empty() {
@@ -164,18 +171,25 @@ async fn write_queued(pool: PgPool, mut writing: Writing, max: usize) {
             .map(|q| ((q.product, q.entry), q.answer))
             .unzip();
         let written = db::run(&pool, move |conn| {
-            db::transaction(conn, |conn| insert_entries(conn, &rows))
+            let written = db::transaction(conn, |conn| insert_entries(conn, &rows))?;
+            Ok((rows, written))
         })
         .await;
         match written {
-            Ok(written) => {
-                for (answer, ok) in answers.into_iter().zip(written) {
-                    let _ = answer.send(Ok(if ok {
-                        Written::Written
-                    } else {
-                        Written::Blocked
-                    }));
-                }
+            Ok((rows, written)) => {
+                // The rows are committed whatever becomes of this task: a
+                // joiner whose answer is lost with it hears the outcome is
+                // unknown, and the tick confirms the place.
+                let room = room.clone();
+                tokio::spawn(async move {
+                    let confirmed = confirm_committed(&room, &rows, &written).await;
+                    for (answer, confirmed) in answers.into_iter().zip(confirmed) {
+                        let _ = answer.send(Ok(match confirmed {
+                            Some(confirmed) => Written::Written(confirmed),
+                            None => Written::Blocked,
+                        }));
+                    }
+                });
             }
             Err(error) => {
                 for answer in answers {
@@ -184,6 +198,62 @@ async fn write_queued(pool: PgPool, mut writing: Writing, max: usize) {
             }
         }
     }
+}
+
+/// Confirms in Redis the places of `rows` whose row is now committed (where
+/// `written`), one CONFIRM per product and chunk, the products at once;
+/// `None` for the rest (their rows are blocked). Each place gets its own
+/// code from the script, as a lone confirm would, and a failed call fails
+/// only the places it carried.
+async fn confirm_committed(
+    room: &WaitingRoom,
+    rows: &[(ProductId, Entry)],
+    written: &[bool],
+) -> Vec<Option<Result<Confirmed, AppError>>> {
+    let mut calls: Vec<(ProductId, Vec<usize>)> = Vec::new();
+    for (i, (product, _)) in rows.iter().enumerate() {
+        if !written[i] {
+            continue;
+        }
+        match calls
+            .iter_mut()
+            .find(|(p, places)| p == product && places.len() < CONFIRM_BATCH)
+        {
+            Some((_, places)) => places.push(i),
+            None => calls.push((*product, vec![i])),
+        }
+    }
+    let answered =
+        futures::future::join_all(calls.into_iter().map(|(product, places)| async move {
+            let entries: Vec<Entry> = places.iter().map(|&i| rows[i].1.clone()).collect();
+            let codes = room.confirm_all(product, &entries).await;
+            (places, codes)
+        }))
+        .await;
+    let mut answers: Vec<Option<Result<Confirmed, AppError>>> =
+        std::iter::repeat_with(|| None).take(rows.len()).collect();
+    for (places, codes) in answered {
+        match codes {
+            Ok(codes) if codes.len() == places.len() => {
+                for (i, code) in places.into_iter().zip(codes) {
+                    answers[i] = Some(Ok(code));
+                }
+            }
+            Ok(_) => {
+                for i in places {
+                    answers[i] = Some(Err(AppError::Internal(anyhow::anyhow!(
+                        "the waiting room's confirm answered a different number of places"
+                    ))));
+                }
+            }
+            Err(error) => {
+                for i in places {
+                    answers[i] = Some(Err(error.duplicate()));
+                }
+            }
+        }
+    }
+    answers
 }
 
 #[derive(QueryableByName)]

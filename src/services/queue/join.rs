@@ -58,7 +58,7 @@ pub async fn join(
     };
     let ticket = entry.ticket.clone();
     match write_entry(shop, product, entry.clone()).await {
-        Ok(Written::Written) => confirm_written(shop, product, entry).await,
+        Ok(Written::Written(confirmed)) => settle(shop, product, entry, confirmed).await,
         Ok(Written::Blocked) => {
             // The customer's row from before Redis lost their place is
             // their place: confirming it puts it back (this fresh one gives way).
@@ -109,7 +109,19 @@ async fn confirm_written(
     product: ProductId,
     entry: Entry,
 ) -> Result<Ticket, AppError> {
-    match shop.waiting_room.confirm(product, &entry).await {
+    let confirmed = shop.waiting_room.confirm(product, &entry).await;
+    settle(shop, product, entry, confirmed).await
+}
+
+/// The answer to a joiner whose place's row is committed, from what Redis
+/// said when told so.
+async fn settle(
+    shop: &Shop,
+    product: ProductId,
+    entry: Entry,
+    confirmed: Result<Confirmed, AppError>,
+) -> Result<Ticket, AppError> {
+    match confirmed {
         Ok(Confirmed::Confirmed | Confirmed::PutBack | Confirmed::Missing) => Ok(entry.ticket),
         Ok(Confirmed::TooLate) => {
             // The queue was rebuilt, then drawn, while this row committed:

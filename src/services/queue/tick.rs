@@ -350,7 +350,8 @@ async fn confirm_orphans(
 }
 
 /// A rebuild reads Postgres once, and a join's row may commit just after:
-/// its joiner then puts its place back itself (`confirm`), unless it died.
+/// the commit's writer then puts its place back (`confirm`), unless the
+/// process died.
 /// So once every join that could have been in flight has ended
 /// (`longest_join` after the rebuild, on Redis's clock), every row is
 /// confirmed in Redis, the missing ones put back. Until then the draw and
