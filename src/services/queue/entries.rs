@@ -7,9 +7,11 @@
 //! commit. Two writers at most, so one's statement runs while the other
 //! waits for its flush (as purchases' `group` does). A committed batch's
 //! places are confirmed in Redis together (a CONFIRM per product, not one
-//! per joiner) by a task of its own, so a slow Redis never holds up the
-//! next commit (the tick's `longest_join` counts on rows committing
-//! promptly), and then each joiner is answered.
+//! per joiner) by a task of its own, and then each joiner is answered. The
+//! writer waits for that confirm, so the joins arriving meanwhile make the
+//! next commit larger, but at most `JOIN_CONFIRM_WAIT`: a slow Redis must
+//! not hold rows back (the tick's `longest_join` counts on them committing
+//! promptly).
 //!
 //! A row that did not go in because the customer's row is already there
 //! (the tick wrote it for a joiner that looked dead, or the same customer
@@ -23,6 +25,7 @@ use diesel::prelude::*;
 use diesel::sql_types::{Array, BigInt, Bool, Text, Timestamptz};
 use tokio::sync::oneshot;
 
+use crate::config::JOIN_CONFIRM_WAIT;
 use crate::db::schema::queue_entries;
 use crate::db::{self, PgConn, PgPool};
 use crate::domain::draw::Ticket;
@@ -181,7 +184,7 @@ async fn write_queued(pool: PgPool, room: WaitingRoom, mut writing: Writing, max
                 // joiner whose answer is lost with it hears the outcome is
                 // unknown, and the tick confirms the place.
                 let room = room.clone();
-                tokio::spawn(async move {
+                let confirming = tokio::spawn(async move {
                     let confirmed = confirm_committed(&room, &rows, &written).await;
                     for (answer, confirmed) in answers.into_iter().zip(confirmed) {
                         let _ = answer.send(Ok(match confirmed {
@@ -190,6 +193,7 @@ async fn write_queued(pool: PgPool, room: WaitingRoom, mut writing: Writing, max
                         }));
                     }
                 });
+                let _ = tokio::time::timeout(JOIN_CONFIRM_WAIT, confirming).await;
             }
             Err(error) => {
                 for answer in answers {
