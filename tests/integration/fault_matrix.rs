@@ -159,7 +159,9 @@ async fn redis_killed_mid_sale_answers_503_writes_nothing_and_sales_resume_after
         started.elapsed()
     );
     let left = STOCK - sold - 1;
-    let resumed = tally(&burst(buyers, product, left as usize + 20).await);
+    // Buyers resend on a 503 (a loaded machine can keep one past the lock
+    // wait): the counts below are then the sale's, not the machine's speed.
+    let resumed = tally(&burst_resending(buyers, product, left as usize + 20).await);
     eprintln!("after the restart, {left} units left: {resumed:?}");
     assert_eq!(resumed.get(&303), Some(&(left as usize)), "{resumed:?}");
     assert_eq!(resumed.get(&409), Some(&20), "no oversell: {resumed:?}");
