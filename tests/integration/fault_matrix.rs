@@ -159,8 +159,9 @@ async fn redis_killed_mid_sale_answers_503_writes_nothing_and_sales_resume_after
         started.elapsed()
     );
     let left = STOCK - sold - 1;
-    // Buyers resend on a 503 (a loaded machine can keep one past the lock
+    // Buyers resend a busy 503 (a loaded machine can keep one past the lock
     // wait): the counts below are then the sale's, not the machine's speed.
+    // A 503 for Redis or Postgres still counts, and fails the test.
     let resumed = tally(&burst_resending(buyers, product, left as usize + 20).await);
     eprintln!("after the restart, {left} units left: {resumed:?}");
     assert_eq!(resumed.get(&303), Some(&(left as usize)), "{resumed:?}");
