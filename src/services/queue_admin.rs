@@ -18,6 +18,7 @@ use crate::error::AppError;
 use crate::queue::{QueueCounts, QueueState};
 use crate::services::action_log::{self, ActionKind, AdminAction};
 use crate::services::catalog::{find_product, queue_opening};
+use crate::services::queue::entries_in_record;
 use crate::services::Shop;
 
 /// What Postgres has recorded of a sale's waiting room.
@@ -96,10 +97,12 @@ pub async fn queue_overviews(shop: &Shop) -> Result<Vec<QueueOverview>, AppError
             .into_iter()
             .map(|product| {
                 let id = product.id;
+                let draw = draw_summary(conn, id)?;
+                let revealed = draw.as_ref().is_some_and(|d| d.drawn_at.is_some());
                 Ok((
                     product,
-                    recorded_counts(conn, id)?,
-                    draw_summary(conn, id)?,
+                    recorded_counts(conn, id, revealed)?,
+                    draw,
                     last_admin_change(conn, id)?,
                 ))
             })
@@ -135,9 +138,14 @@ async fn live_queue(shop: &Shop, product: ProductId) -> LiveQueue {
         .unwrap_or_else(|error| LiveQueue::Unreadable(error.to_string()))
 }
 
-fn recorded_counts(conn: &mut PgConn, product: i64) -> Result<RecordedCounts, AppError> {
-    let entries: i64 = queue_entries::table
-        .filter(queue_entries::product_id.eq(product))
+/// Entries as the draw's record counts them (`entries_in_record`), so the
+/// dashboard never lists a place that `draw.json` leaves out.
+fn recorded_counts(
+    conn: &mut PgConn,
+    product: i64,
+    revealed: bool,
+) -> Result<RecordedCounts, AppError> {
+    let entries: i64 = entries_in_record(ProductId(product), revealed)
         .count()
         .get_result(conn)?;
     let late: i64 = queue_entries::table

@@ -1411,6 +1411,18 @@ async fn a_claim_that_cannot_be_settled_holds_up_only_its_own_unit() {
     assert!(status(&app, *waiting, product).await.pass.is_some());
 }
 
+/// The entries `/admin/queues` shows for `product`.
+async fn dashboard_entries(app: &TestApp, product: ProductId) -> i64 {
+    flashsale::services::queue_admin::queue_overviews(&app.shop)
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|overview| overview.product.id == product.get())
+        .expect("the sale is on the dashboard")
+        .recorded
+        .entries
+}
+
 /// A pre-queue join whose row commits only after the draw went ahead
 /// without it: the draw's reveal recorded which places it took, so when
 /// Redis then loses the queue (and its note to forget that row), the
@@ -1438,6 +1450,11 @@ async fn a_place_the_draw_went_without_stays_out_of_the_line_after_redis_is_lost
         record_of(&app, product).await.entries.len(),
         4,
         "the record leaves it out"
+    );
+    assert_eq!(
+        dashboard_entries(&app, product).await,
+        4,
+        "the admin dashboard counts the record's entries, as draw.json lists them"
     );
 
     lose_the_queues(&app).await;

@@ -470,9 +470,12 @@ async fn the_dashboard_shows_what_postgres_recorded_and_the_draw() {
     );
 
     sql(&app.db, &format!("INSERT INTO queue_draws (product_id, seed, seed_sha256, committed_at, drawn_at) VALUES ({id}, decode(repeat('11', 32), 'hex'), decode(repeat('ab', 32), 'hex'), '2030-01-01T08:00:00Z', '2030-01-01T09:00:00Z')"));
+    // As the draw's reveal leaves them: the pre-queue places it took are
+    // marked drawn, the late one is not.
     for (n, customer) in customers.iter().enumerate() {
         let late = n == 3;
-        sql(&app.db, &format!("INSERT INTO queue_entries (product_id, customer_id, ticket, seq, joined_at, late) VALUES ({id}, {customer}, '000000000{n}', {}, '2030-01-01T08:1{n}:00Z', {late})", n + 1));
+        let drawn = !late;
+        sql(&app.db, &format!("INSERT INTO queue_entries (product_id, customer_id, ticket, seq, joined_at, late, drawn) VALUES ({id}, {customer}, '000000000{n}', {}, '2030-01-01T08:1{n}:00Z', {late}, {drawn})", n + 1));
     }
     for (number, state, order_id, ended) in [
         (1, "used", order.to_string(), "now()"),

@@ -405,9 +405,16 @@ pub fn record_entries(
     product: ProductId,
     revealed: bool,
 ) -> queue_entries::BoxedQuery<'static, diesel::pg::Pg> {
+    entries_in_record(product, revealed).order(queue_entries::seq.asc())
+}
+
+/// The same places in no order, for counting them.
+pub fn entries_in_record(
+    product: ProductId,
+    revealed: bool,
+) -> queue_entries::BoxedQuery<'static, diesel::pg::Pg> {
     let entries = queue_entries::table
         .filter(queue_entries::product_id.eq(product.get()))
-        .order(queue_entries::seq.asc())
         .into_boxed();
     match revealed {
         true => entries.filter(queue_entries::late.or(queue_entries::drawn)),

@@ -26,7 +26,7 @@ mod standing;
 mod tick;
 
 pub use admissions::{drain_log, order_under_claim, record_used, resolve_stale, Resolved};
-pub use entries::record_entries;
+pub use entries::{entries_in_record, record_entries};
 pub use join::{join, queue_sale};
 pub use opening::{ensure_queue, ensure_seed, read_record, snapshot, QueueRecord, Readied};
 pub use passes::{claim, unclaim};
