@@ -74,14 +74,12 @@ const BUSY: &str = "Too many buyers right now";
 /// times); every 503 is logged with its page's heading.
 async fn buy_until_served(buyer: &Browser, product: i64, token: &str) -> StatusCode {
     let key = uuid::Uuid::new_v4().to_string();
-    let path = format!("/products/{product}/buy");
-    let fields = [
-        ("quantity", "1"),
-        ("csrf_token", token),
-        ("idempotency_key", key.as_str()),
-    ];
     for attempt in 0.. {
-        let response = buyer.post(&path, &fields).await;
+        let response = buyer
+            .web
+            .buy(product, "1", token, Some(&key))
+            .await
+            .unwrap();
         if response.status() != StatusCode::SERVICE_UNAVAILABLE {
             return checked_status(response);
         }
