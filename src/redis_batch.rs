@@ -209,57 +209,6 @@ pub async fn answer_of<O>(
         .unwrap_or_else(|_| Err(AppError::Unavailable(format!("{what}: no answer"))))
 }
 
-/// The script that runs `one` (a script body, returning a value for each
-/// call) once per call. ARGV[1] is the number of calls, then each call's key
-/// and argument counts, then every call's arguments in order; KEYS are every
-/// call's keys in order. Inside `one`, KEYS and ARGV are that call's own.
-pub fn many(one: &str) -> String {
-    format!(
-        r#"local function one(KEYS, ARGV)
-{one}
-end
-local n = tonumber(ARGV[1])
-local out, k, a = {{}}, 0, 1 + 2 * n
-for i = 1, n do
-  local nk, na = tonumber(ARGV[2 * i]), tonumber(ARGV[2 * i + 1])
-  local keys, args = {{}}, {{}}
-  for j = 1, nk do keys[j] = KEYS[k + j] end
-  for j = 1, na do args[j] = ARGV[a + j] end
-  k, a = k + nk, a + na
-  -- A nil would end the reply's array early: every call keeps its place.
-  local answer = one(keys, args)
-  if answer == nil then answer = false end
-  out[i] = answer
-end
-return out
-"#
-    )
-}
-
-/// One call of a batched script: its keys and arguments.
-pub struct Call {
-    pub keys: Vec<String>,
-    pub args: Vec<String>,
-}
-
-/// The invocation of `script` (made by `many`) for `calls`.
-pub fn invocation<'a>(script: &'a redis::Script, calls: &[&Call]) -> redis::ScriptInvocation<'a> {
-    let mut invocation = script.prepare_invoke();
-    invocation.arg(calls.len());
-    for call in calls {
-        invocation.arg(call.keys.len()).arg(call.args.len());
-    }
-    for call in calls {
-        for key in &call.keys {
-            invocation.key(key);
-        }
-        for arg in &call.args {
-            invocation.arg(arg);
-        }
-    }
-    invocation
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -16,7 +16,7 @@ mod scripts;
 use crate::domain::{CustomerId, ProductId, Quantity, Refusal};
 use crate::error::AppError;
 use crate::metrics;
-use crate::redis_batch::{self, answer_of, Batches, Call, Driver};
+use crate::redis_batch::{answer_of, Batches, Driver};
 use crate::redis_node::{RedisConnection, RedisNode};
 
 /// What a resync found and did.
@@ -96,9 +96,9 @@ struct Inner {
     marker_ttl: Duration,
     /// Longer than any live admission can take to be written or given back.
     pending_ttl: Duration,
-    /// ADMIT for a batch of calls (`redis_batch`).
-    admit_many: Script,
-    admissions: Batches<Call, AdmitReply>,
+    /// ADMIT, for the buyers of one product gathered by `redis_batch`.
+    admit: Script,
+    admissions: Batches<Buyer, AdmitReply>,
     record_refusal: Script,
     forget_admission: Script,
     give_back: Script,
@@ -113,8 +113,20 @@ const TIMEOUT: Duration = Duration::from_secs(1);
 /// Redis's time, so a batch never holds up other callers for long.
 const MAX_BATCH: usize = 64;
 
-/// ADMIT's answer: code, two numbers and a text.
+/// One buyer's answer from ADMIT: code, two numbers and a text.
 type AdmitReply = (i64, i64, i64, String);
+
+/// One buyer's part of an ADMIT call: what is not the product's.
+struct Buyer {
+    marker_key: String,
+    return_key: String,
+    /// The request's answer record, with its fingerprint and how long a
+    /// refusal is kept (ms); None for a request without an idempotency key.
+    answer: Option<(String, String, u64)>,
+    quantity: i32,
+    customer: i64,
+    admission: String,
+}
 
 /// Runs one gate call, once more on a fresh connection if the first lost its connection.
 macro_rules! with_retry {
@@ -155,7 +167,7 @@ impl StockGate {
                 prefix: prefix.to_string(),
                 marker_ttl,
                 pending_ttl,
-                admit_many: Script::new(&redis_batch::many(scripts::ADMIT)),
+                admit: Script::new(scripts::ADMIT),
                 admissions: Batches::default(),
                 record_refusal: Script::new(scripts::RECORD_REFUSAL),
                 forget_admission: Script::new(scripts::FORGET_ADMISSION),
@@ -227,27 +239,21 @@ impl StockGate {
         admission: &str,
         answer: Option<&AnswerRecord<'_>>,
     ) -> Result<Admission, AppError> {
-        let mut keys = vec![
-            self.key(product, "stock"),
-            self.key(product, "limit"),
-            self.key(product, &format!("adm:{admission}")),
-            self.key(product, "held"),
-            self.key(product, "pending"),
-            self.key(product, &format!("ret:{admission}")),
-        ];
-        let mut args = vec![
-            quantity.get().to_string(),
-            customer.get().to_string(),
-            (self.inner.marker_ttl.as_millis() as u64).to_string(),
-            admission.to_string(),
-        ];
-        if let Some(answer) = answer {
-            keys.push(self.answer_key(product, customer, answer.key));
-            args.push(answer.fingerprint.to_string());
-            args.push((answer.refusal_retention.as_millis().max(1) as u64).to_string());
-            args.push((self.inner.marker_ttl.as_millis() as u64).to_string());
-        }
-        let queued = self.inner.admissions.enqueue(product, Call { keys, args });
+        let buyer = Buyer {
+            marker_key: self.key(product, &format!("adm:{admission}")),
+            return_key: self.key(product, &format!("ret:{admission}")),
+            answer: answer.map(|answer| {
+                (
+                    self.answer_key(product, customer, answer.key),
+                    answer.fingerprint.to_string(),
+                    answer.refusal_retention.as_millis().max(1) as u64,
+                )
+            }),
+            quantity: quantity.get(),
+            customer: customer.get(),
+            admission: admission.to_string(),
+        };
+        let queued = self.inner.admissions.enqueue(product, buyer);
         if let Some(driver) = queued.drive {
             tokio::spawn(self.clone().send_admissions(driver));
         }
@@ -278,17 +284,50 @@ impl StockGate {
 
     /// Sends a product's queued admissions, a batch at a time, until none
     /// wait (see `redis_batch`).
-    async fn send_admissions(self, mut driver: Driver<Call, AdmitReply>) {
+    async fn send_admissions(self, mut driver: Driver<Buyer, AdmitReply>) {
+        let product = driver.product();
         while let Some(batch) = driver.next_batch(MAX_BATCH) {
             metrics::redis_batch("admit", batch.items.len());
-            let calls: Vec<&Call> = batch.items.iter().collect();
-            let invocation = redis_batch::invocation(&self.inner.admit_many, &calls);
+            let invocation = self.admit_invocation(product, &batch.items);
             let answers = async {
-                with_retry!(self, connection => invocation.invoke_async::<Vec<AdmitReply>>(&mut connection))
+                with_retry!(self, connection => invocation.invoke_async::<Vec<String>>(&mut connection))
             }
-            .await;
+            .await
+            .and_then(|texts| texts.iter().map(|text| admit_reply(text)).collect());
             batch.answer(answers);
         }
+    }
+
+    fn admit_invocation<'a>(
+        &'a self,
+        product: ProductId,
+        buyers: &[Buyer],
+    ) -> redis::ScriptInvocation<'a> {
+        let mut invocation = self.inner.admit.prepare_invoke();
+        invocation
+            .key(self.key(product, "stock"))
+            .key(self.key(product, "limit"))
+            .key(self.key(product, "held"))
+            .key(self.key(product, "pending"))
+            .arg(buyers.len())
+            .arg(self.inner.marker_ttl.as_millis() as u64)
+            .arg(self.inner.marker_ttl.as_millis() as u64);
+        for buyer in buyers {
+            let (record_key, fingerprint, refusal_ttl) = match &buyer.answer {
+                Some((key, fingerprint, ttl)) => (key, fingerprint.as_str(), *ttl),
+                None => (&buyer.marker_key, "", 1),
+            };
+            invocation
+                .key(&buyer.marker_key)
+                .key(&buyer.return_key)
+                .key(record_key)
+                .arg(buyer.quantity)
+                .arg(buyer.customer)
+                .arg(&buyer.admission)
+                .arg(fingerprint)
+                .arg(refusal_ttl);
+        }
+        invocation
     }
 
     fn answer_key(&self, product: ProductId, customer: CustomerId, key: &str) -> String {
@@ -473,6 +512,21 @@ pub struct AnswerRecord<'a> {
     pub key: &'a str,
     pub fingerprint: &'a str,
     pub refusal_retention: Duration,
+}
+
+/// One buyer's `code|a|b|text` from ADMIT.
+fn admit_reply(text: &str) -> Result<AdmitReply, AppError> {
+    let broken = || AppError::Internal(anyhow::anyhow!("unreadable gate answer {text:?}"));
+    let mut parts = text.splitn(4, '|');
+    let mut number = || -> Result<i64, AppError> {
+        parts
+            .next()
+            .and_then(|part| part.parse().ok())
+            .ok_or_else(broken)
+    };
+    let (code, a, b) = (number()?, number()?, number()?);
+    let text = parts.next().ok_or_else(broken)?;
+    Ok((code, a, b, text.to_string()))
 }
 
 /// The refusal part of an answer record, as `ADMIT` and `RECORD_REFUSAL` write it.

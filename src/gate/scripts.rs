@@ -2,125 +2,139 @@
 //! a script touches carries the product's hash tag), so an admission, a
 //! give-back or a resync is never seen half done by another instance.
 
-/// Admit, in this order. First the request's answer record, when the
-/// request carries an idempotency key: a key used for a different request is
-/// refused; a key whose request was refused gets that refusal again; a key
-/// whose request was admitted says so (its purchase is on its way to
-/// Postgres, or there). Then: a repeat of an admitted admission gets its
-/// earlier answer (before any stock check, so a repeat never takes stock);
-/// the customer's limit; an unknown stock key means no; too little stock
-/// means no; else take the units, remember the admission with its
-/// fingerprint, and list it as pending (admitted, not yet written to
-/// Postgres nor given back) with the time it was admitted. Pending members
-/// read `admission|customer|units`, so a resync can tell whose units are
-/// still on their way. A refusal here is recorded under the request's key in
-/// the same step, so its replay needs nothing but this script.
+/// Admit a batch of buyers of one product, one after another in the order
+/// given, each exactly as if it had been sent alone: the script is atomic,
+/// so the product's stock and limit are read once and the stock is then
+/// followed here as the batch takes units. Each buyer, in this order: first
+/// the request's answer record, when the request carries an idempotency
+/// key: a key used for a different request is refused; a key whose request
+/// was refused gets that refusal again; a key whose request was admitted
+/// says so (its purchase is on its way to Postgres, or there). Then a
+/// repeat of an admitted admission gets its earlier answer (before any
+/// stock check, so a repeat never takes stock); an unknown stock key means
+/// no; too little stock means no; then the customer's limit (the order
+/// Postgres checks them in, so both give a buyer the same refusal); else
+/// take the units, remember the admission with its fingerprint, and list it
+/// as pending (admitted, not yet written to Postgres nor given back) with
+/// the time it was admitted. Pending members read
+/// `admission|customer|units`, so a resync can tell whose units are still
+/// on their way. A refusal here is recorded under the request's key in the
+/// same step, so its replay needs nothing but this script.
 ///
 /// Answer records read `R|fingerprint|S|available` (sold out),
 /// `R|fingerprint|L|held|limit` (limit reached), `R|fingerprint|J|json` (a
 /// refusal decided in Postgres, see RECORD_REFUSAL) and
 /// `A|fingerprint|admission|admitted at (ms)`.
 ///
-/// KEYS: stock, limit, the admission's marker, the per-customer holdings
-/// hash, the pending set, the admission's return marker, and optionally the
-/// request's answer record.
-/// ARGV: units, customer, marker TTL, admission, and with an answer record:
-/// the request's fingerprint, how long a refusal is kept, how long an
-/// admission is kept (ms).
-/// Returns {code, a, b, text}: 0 admitted, 1 repeat, 2 sold out (a =
-/// available), 3 limit reached (a = held, b = limit), 4 admission conflict,
-/// 5 unknown product, 6 key used for another request, 7 refused before
-/// (text = the record's refusal part), 8 admitted before (a = age in ms,
-/// text = that admission).
+/// What a sold-out crowd sends is mostly this script's arguments, and
+/// Redis's cost per argument and per reply element is most of a refusal's:
+/// so what all buyers share goes once, and each buyer's answer is one text.
+///
+/// KEYS: stock, limit, the per-customer holdings hash, the pending set,
+/// then for each buyer: the admission's marker, its return marker and its
+/// answer record (the marker again for a request without a key, unused).
+/// ARGV: the number of buyers, the marker TTL (ms), how long an admission
+/// is kept (ms), then for each buyer: units, customer, admission, the
+/// request's fingerprint (empty without a key) and how long a refusal is
+/// kept (ms).
+/// Returns one `code|a|b|text` per buyer: 0 admitted, 1 repeat, 2 sold out
+/// (a = available), 3 limit reached (a = held, b = limit), 4 admission
+/// conflict, 5 unknown product, 6 key used for another request, 7 refused
+/// before (text = the record's refusal part), 8 admitted before (a = age in
+/// ms, text = that admission); -1 for arguments it cannot read.
 pub(super) const ADMIT: &str = r#"
-local qty = tonumber(ARGV[1])
-local customer = ARGV[2]
-local ttl = tonumber(ARGV[3])
-local admission = ARGV[4]
-if qty == nil or qty < 1 or qty ~= math.floor(qty) or ttl == nil or ttl < 1 or customer == nil or customer == '' or admission == nil or admission == '' then
-  return {-1, 0, 0, ''}
+local n = tonumber(ARGV[1])
+local ttl = tonumber(ARGV[2])
+local admitted_ttl = tonumber(ARGV[3])
+local out = {}
+if n == nil or ttl == nil or ttl < 1 or admitted_ttl == nil or admitted_ttl < 1 then
+  return out
 end
-local recorded = #KEYS >= 7
-local request = ARGV[5]
-local refusal_ttl = tonumber(ARGV[6])
-local admitted_ttl = tonumber(ARGV[7])
--- Only an admission, or a repeat of one, needs the clock: a refusal, what
--- a sold-out crowd gets, does not ask for it.
-local function now_ms()
-  local now = redis.call('TIME')
-  return tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-end
--- One read for everything a first attempt looks at: the limit, the stock,
--- the admission's return and admission markers and, with a key, its answer
--- record (the script is atomic, so reading them together changes nothing;
--- each call costs a refusal more than the key it reads).
-local counts
-if recorded then
-  if request == nil or request == '' or refusal_ttl == nil or refusal_ttl < 1 or admitted_ttl == nil or admitted_ttl < 1 then
-    return {-1, 0, 0, ''}
-  end
-  counts = redis.call('MGET', KEYS[2], KEYS[1], KEYS[6], KEYS[3], KEYS[7])
-  local record = counts[5]
-  if record then
-    local kind, fingerprint, rest = string.match(record, '^(%a)|([^|]*)|(.*)$')
-    if fingerprint ~= request then return {6, 0, 0, ''} end
-    if kind == 'R' then return {7, 0, 0, rest} end
-    local earlier, at = string.match(rest, '^([^|]*)|(%d+)$')
-    -- This very admission, sent again because its reply was lost.
-    if earlier == admission then return {1, 0, 0, ''} end
-    local now = now_ms()
-    return {8, now - (tonumber(at) or now), 0, earlier or ''}
-  end
-else
-  counts = redis.call('MGET', KEYS[2], KEYS[1], KEYS[6], KEYS[3])
-end
--- The admission marker's text, built only where it is compared or written:
--- a refusal does without it.
-local function marker() return customer .. ':' .. qty end
--- A first attempt finds neither of its admission's markers.
--- A give-back that overtook its own admission (the admission's reply timed
--- out, so it was given back on another connection) left a tombstone: the
--- late admission must not take units nobody will return.
-if counts[3] then return {4, 0, 0, ''} end
-local earlier = counts[4]
-if earlier then
-  if earlier == marker() then return {1, 0, 0, ''} end
-  return {4, 0, 0, ''}
-end
-local limit = tonumber(counts[1] or '0')
-if limit > 0 then
-  local held = tonumber(redis.call('HGET', KEYS[4], customer) or '0')
-  if held + qty > limit then
-    if recorded then
-      redis.call('SET', KEYS[7], 'R|' .. request .. '|L|' .. held .. '|' .. limit, 'PX', refusal_ttl)
-    end
-    return {3, held, limit, ''}
-  end
-end
-local stock_text = counts[2]
-if not stock_text then return {5, 0, 0, ''} end
+local product = redis.call('MGET', KEYS[1], KEYS[2])
+-- Redis's own integer text until the batch takes units: formatting the
+-- number again costs more than the rest of a refusal.
+local stock_text = product[1]
 local stock = tonumber(stock_text)
-if stock < qty then
-  if recorded then
-    -- Redis's own integer text: formatting the number again costs more
-    -- than the rest of a refusal.
-    redis.call('SET', KEYS[7], 'R|' .. request .. '|S|' .. stock_text, 'PX', refusal_ttl)
+local limit = tonumber(product[2] or '0') or 0
+-- Only an admission, or a repeat of one, needs the clock, once per batch
+-- (the batch is one atomic step): a refusal does not ask for it.
+local now
+local function now_ms()
+  if not now then
+    local time = redis.call('TIME')
+    now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
   end
-  return {2, stock, 0, ''}
+  return now
 end
-local now = now_ms()
-redis.call('DECRBY', KEYS[1], qty)
-redis.call('SET', KEYS[3], marker(), 'PX', ttl)
-redis.call('ZADD', KEYS[5], now, admission .. '|' .. customer .. '|' .. qty)
-redis.call('PEXPIRE', KEYS[5], ttl)
-if limit > 0 then
-  redis.call('HINCRBY', KEYS[4], customer, qty)
+local function one(marker_key, return_key, record_key, qty, customer, admission, request, refusal_ttl)
+  if qty == nil or qty < 1 or qty ~= math.floor(qty) or customer == nil or customer == '' or admission == nil or admission == '' or request == nil then
+    return '-1|0|0|'
+  end
+  local recorded = request ~= ''
+  local got
+  if recorded then
+    if refusal_ttl == nil or refusal_ttl < 1 then return '-1|0|0|' end
+    got = redis.call('MGET', return_key, marker_key, record_key)
+    local record = got[3]
+    if record then
+      local kind, fingerprint, rest = string.match(record, '^(%a)|([^|]*)|(.*)$')
+      if fingerprint ~= request then return '6|0|0|' end
+      if kind == 'R' then return '7|0|0|' .. rest end
+      local earlier, at = string.match(rest, '^([^|]*)|(%d+)$')
+      -- This very admission, sent again because its reply was lost.
+      if earlier == admission then return '1|0|0|' end
+      local age = now_ms() - (tonumber(at) or now_ms())
+      return '8|' .. string.format('%d', age) .. '|0|' .. (earlier or '')
+    end
+  else
+    got = redis.call('MGET', return_key, marker_key)
+  end
+  -- A first attempt finds neither of its admission's markers.
+  -- A give-back that overtook its own admission (the admission's reply
+  -- timed out, so it was given back on another connection) left a
+  -- tombstone: the late admission must not take units nobody will return.
+  if got[1] then return '4|0|0|' end
+  local marker = customer .. ':' .. qty
+  if got[2] then
+    if got[2] == marker then return '1|0|0|' end
+    return '4|0|0|'
+  end
+  if not stock then return '5|0|0|' end
+  if stock < qty then
+    if recorded then
+      redis.call('SET', record_key, 'R|' .. request .. '|S|' .. stock_text, 'PX', refusal_ttl)
+    end
+    return '2|' .. stock_text .. '|0|'
+  end
+  if limit > 0 then
+    local held = tonumber(redis.call('HGET', KEYS[3], customer) or '0')
+    if held + qty > limit then
+      if recorded then
+        redis.call('SET', record_key, 'R|' .. request .. '|L|' .. held .. '|' .. limit, 'PX', refusal_ttl)
+      end
+      return '3|' .. held .. '|' .. limit .. '|'
+    end
+  end
+  local at = now_ms()
+  stock = redis.call('DECRBY', KEYS[1], qty)
+  stock_text = tostring(stock)
+  redis.call('SET', marker_key, marker, 'PX', ttl)
+  redis.call('ZADD', KEYS[4], at, admission .. '|' .. customer .. '|' .. qty)
   redis.call('PEXPIRE', KEYS[4], ttl)
+  if limit > 0 then
+    redis.call('HINCRBY', KEYS[3], customer, qty)
+    redis.call('PEXPIRE', KEYS[3], ttl)
+  end
+  if recorded then
+    redis.call('SET', record_key, 'A|' .. request .. '|' .. admission .. '|' .. string.format('%d', at), 'PX', admitted_ttl)
+  end
+  return '0|' .. stock_text .. '|0|'
 end
-if recorded then
-  redis.call('SET', KEYS[7], 'A|' .. request .. '|' .. admission .. '|' .. now, 'PX', admitted_ttl)
+for i = 1, n do
+  local k, a = 4 + 3 * (i - 1), 3 + 5 * (i - 1)
+  out[i] = one(KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], tonumber(ARGV[a + 1]), ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], tonumber(ARGV[a + 5]))
 end
-return {0, stock - qty, 0, ''}
+return out
 "#;
 
 /// A request admitted under its key was refused in Postgres (the sale not

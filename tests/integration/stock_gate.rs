@@ -133,9 +133,11 @@ async fn scripts_follow_their_rules(gate: StockGate) {
         .unwrap();
     assert_eq!((resynced.after, resynced.pending), (0, 2));
     assert_eq!(resynced.customers_corrected, 0);
+    // Stock is checked before the limit, as Postgres checks them: with
+    // nothing free, alice is told it is sold out, not that she is at her limit.
     assert_eq!(
         gate.admit(product, alice, two, "k6", None).await.unwrap(),
-        Admission::LimitReached { held: 1, limit: 2 }
+        Admission::SoldOut { available: 0 }
     );
     // k5 is given back: its 2 units are free, and nothing is pending.
     assert_eq!(gate.give_back(product, "k5").await.unwrap(), 2);
@@ -148,17 +150,24 @@ async fn scripts_follow_their_rules(gate: StockGate) {
         (Some(2), 2, 0)
     );
     assert_eq!(resynced.customers_corrected, 0);
+    // With units free, the limit speaks: alice still holds 1 of her 2.
+    assert_eq!(
+        gate.admit(product, alice, two, "k6b", None).await.unwrap(),
+        Admission::LimitReached { held: 1, limit: 2 }
+    );
     // While bob's admission may still be on its way, a resync keeps both
     // its units and his allowance taken.
     assert_eq!(
         gate.admit(product, bob, two, "k7", None).await.unwrap(),
         Admission::Admitted
     );
+    // (Postgres holds 3 now, say, so a unit is free and the limit is what
+    // refuses bob.)
     let resynced = gate
-        .overwrite(product, 2, Some(2), &[(alice, 1)])
+        .overwrite(product, 3, Some(2), &[(alice, 1)])
         .await
         .unwrap();
-    assert_eq!((resynced.after, resynced.pending), (0, 2));
+    assert_eq!((resynced.after, resynced.pending), (1, 2));
     assert_eq!(
         gate.admit(product, bob, one, "k8", None).await.unwrap(),
         Admission::LimitReached { held: 2, limit: 2 }
@@ -167,7 +176,7 @@ async fn scripts_follow_their_rules(gate: StockGate) {
     // data) are learned from Postgres.
     let carol = CustomerId(3);
     let resynced = gate
-        .overwrite(product, 2, Some(2), &[(alice, 1), (carol, 2)])
+        .overwrite(product, 3, Some(2), &[(alice, 1), (carol, 2)])
         .await
         .unwrap();
     assert_eq!(resynced.customers_corrected, 1);
