@@ -554,3 +554,30 @@ fn recorded_refusal(text: &str) -> Result<Refusal, AppError> {
 fn unavailable(reason: &str) -> AppError {
     AppError::Unavailable(format!("stock gate: {reason}"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn admit_replies_keep_the_bars_of_their_text() {
+        assert_eq!(admit_reply("2|0|0|").unwrap(), (2, 0, 0, String::new()));
+        assert_eq!(admit_reply("3|1|2|").unwrap(), (3, 1, 2, String::new()));
+        assert_eq!(admit_reply("-1|0|0|").unwrap(), (-1, 0, 0, String::new()));
+        assert_eq!(
+            admit_reply(r#"7|0|0|J|{"why":"a|b"}"#).unwrap(),
+            (7, 0, 0, r#"J|{"why":"a|b"}"#.to_string())
+        );
+        assert_eq!(
+            admit_reply("8|1500|0|adm-1").unwrap(),
+            (8, 1500, 0, "adm-1".to_string())
+        );
+    }
+
+    #[test]
+    fn a_short_or_unreadable_admit_reply_is_an_error() {
+        for broken in ["2|1", "", "x|0|0|", "2|0|0"] {
+            assert!(admit_reply(broken).is_err(), "{broken:?}");
+        }
+    }
+}

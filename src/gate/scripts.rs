@@ -41,14 +41,15 @@
 /// (a = available), 3 limit reached (a = held, b = limit), 4 admission
 /// conflict, 5 unknown product, 6 key used for another request, 7 refused
 /// before (text = the record's refusal part), 8 admitted before (a = age in
-/// ms, text = that admission); -1 for arguments it cannot read.
+/// ms, text = that admission); -1 for a buyer's arguments it cannot read,
+/// and an error for the whole call when the batch's own are unreadable.
 pub(super) const ADMIT: &str = r#"
 local n = tonumber(ARGV[1])
 local ttl = tonumber(ARGV[2])
 local admitted_ttl = tonumber(ARGV[3])
 local out = {}
 if n == nil or ttl == nil or ttl < 1 or admitted_ttl == nil or admitted_ttl < 1 then
-  return out
+  return redis.error_reply('ADMIT: unreadable batch arguments')
 end
 local product = redis.call('MGET', KEYS[1], KEYS[2])
 -- Redis's own integer text until the batch takes units: formatting the

@@ -201,6 +201,67 @@ async fn scripts_follow_their_rules(gate: StockGate) {
     answer_records_follow_their_rules(&gate).await;
 }
 
+/// Buyers gathered into one ADMIT call are each answered as if they had been
+/// sent alone: a customer's second unit counts the first, a refusal after
+/// others took units records the stock they left, and the same admission
+/// sent twice is a repeat that takes nothing.
+#[tokio::test(flavor = "current_thread")]
+async fn buyers_gathered_into_one_admit_call_are_answered_as_if_alone() {
+    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+    let node = RedisNode::single(url.split(',').next().unwrap()).unwrap();
+    let minute = Duration::from_secs(60);
+    let gate = StockGate::new(node, &unique_prefix(), minute, minute);
+    let (product, alice, bob) = (ProductId(11), CustomerId(1), CustomerId(2));
+    let (one, two) = (Quantity::new(1).unwrap(), Quantity::new(2).unwrap());
+    assert!(gate.seed_if_absent(product, 3, Some(2)).await.unwrap());
+    let bobs_click = AnswerRecord {
+        key: "bobs-click",
+        fingerprint: "h1:b2",
+        refusal_retention: minute,
+    };
+    // One thread: the first call goes alone while the others queue behind
+    // it, and they all go in the driver's first batch.
+    let answers = tokio::join!(
+        gate.admit(product, alice, one, "a1", None),
+        gate.admit(product, alice, one, "a2", None),
+        gate.admit(product, alice, one, "a3", None),
+        gate.admit(product, bob, two, "b1", Some(&bobs_click)),
+        gate.admit(product, bob, one, "b2", None),
+        gate.admit(product, bob, one, "b2", None),
+    );
+    let (calls, script_calls) = redis_batches(&flashsale::metrics::render(), "admit");
+    assert!(
+        calls >= 6.0 && script_calls < calls,
+        "{calls} admissions went in {script_calls} script calls"
+    );
+    assert_eq!(answers.0.unwrap(), Admission::Admitted);
+    assert_eq!(answers.1.unwrap(), Admission::Admitted);
+    assert_eq!(
+        answers.2.unwrap(),
+        Admission::LimitReached { held: 2, limit: 2 },
+        "alice's third unit counts the two this batch gave her"
+    );
+    assert_eq!(
+        answers.3.unwrap(),
+        Admission::SoldOut { available: 1 },
+        "bob's two units meet the one the batch left"
+    );
+    assert_eq!(answers.4.unwrap(), Admission::Admitted);
+    assert_eq!(answers.5.unwrap(), Admission::Repeat);
+    assert_eq!(gate.stock(product).await.unwrap(), Some(0));
+    // Bob's click sent again (another admission, the same request) gets the
+    // refusal with the stock it was refused at.
+    assert_eq!(
+        gate.admit(product, bob, two, "b3", Some(&bobs_click))
+            .await
+            .unwrap(),
+        Admission::RefusedBefore(Refusal::SoldOut {
+            product: None,
+            available: 1
+        })
+    );
+}
+
 /// A request's answer record lives in its product's slot, beside the stock,
 /// so this holds on a cluster too.
 async fn answer_records_follow_their_rules(gate: &StockGate) {
