@@ -1025,7 +1025,7 @@ impl WaitingRoom {
             .ok()
             .or_else(|| mirror_stock.parse::<i64>().ok());
         Ok(Some(QueueView {
-            queue: state_from(state)?,
+            queue: state_from(&state)?,
             drawn,
             entry,
             position,
