@@ -382,6 +382,20 @@ macro_rules! with_retry {
 }
 
 type EntryRow = (String, String, i64, i64, i64, i64);
+type StatusRow = (
+    i64,
+    String,
+    i64,
+    i64,
+    i64,
+    i64,
+    String,
+    String,
+    i64,
+    Vec<redis::Value>,
+    i64,
+    Vec<redis::Value>,
+);
 
 impl WaitingRoom {
     pub fn new(node: RedisNode, prefix: &str) -> WaitingRoom {
@@ -971,35 +985,34 @@ impl WaitingRoom {
         if let Some(driver) = queued.drive {
             tokio::spawn(self.clone().send_views(driver));
         }
-        let text: String = redis::from_redis_value(answer_of(queued.answer, "waiting room").await?)
-            .map_err(|_| broken("status"))?;
-        if text == "0" {
+        let values: Vec<redis::Value> =
+            redis::from_redis_value(answer_of(queued.answer, "waiting room").await?)
+                .map_err(|_| broken("status"))?;
+        if values.len() == 1 {
             return Ok(None);
         }
-        let fields: Vec<&str> = text.split('|').collect();
-        let [_, state, drawn, pre_count, cursor, outstanding, gate_stock, mirror_stock, unpaid, ticket, entry_customer, seq, joined, late, confirmed, line_position, pass_number, pass_state, pass_expires] =
-            fields[..]
-        else {
-            return Err(broken("status"));
-        };
-        let number = |field: &str| field.parse::<i64>().map_err(|_| broken("status"));
-        let (drawn, pre_count, cursor) = (number(drawn)? == 1, number(pre_count)?, number(cursor)?);
-        let (outstanding, unpaid, line_position) = (
-            number(outstanding)?,
-            number(unpaid)?,
-            number(line_position)?,
-        );
-        let entry = if ticket.is_empty() {
+        let row: StatusRow =
+            redis::from_redis_value(redis::Value::Array(values)).map_err(|_| broken("status"))?;
+        let (
+            _,
+            state,
+            drawn,
+            pre_count,
+            cursor,
+            outstanding,
+            gate_stock,
+            mirror_stock,
+            unpaid,
+            entry,
+            line_position,
+            pass,
+        ) = row;
+        let drawn = drawn == 1;
+        let entry = if entry.is_empty() {
             None
         } else {
-            let row: EntryRow = (
-                ticket.to_string(),
-                entry_customer.to_string(),
-                number(seq)?,
-                number(joined)?,
-                number(late)?,
-                number(confirmed)?,
-            );
+            let row: EntryRow = redis::from_redis_value(redis::Value::Array(entry))
+                .map_err(|_| broken("status entry"))?;
             Some(entry_from(row)?)
         };
         // Before the draw a late arrival's place is behind the whole
@@ -1009,15 +1022,20 @@ impl WaitingRoom {
             _ => None,
         };
         let ahead = position.map(|p| (p - cursor).max(0));
-        let pass = match (&entry, pass_number.is_empty()) {
-            (Some(entry), false) => Some((
-                PassRef {
-                    ticket: entry.ticket.clone(),
-                    number: number(pass_number)?,
-                },
-                pass_state_from(pass_state)?,
-                time_from(number(pass_expires)?)?,
-            )),
+        let pass = match (&entry, pass.is_empty()) {
+            (Some(entry), false) => {
+                let (number, state, expires): (i64, String, i64) =
+                    redis::from_redis_value(redis::Value::Array(pass))
+                        .map_err(|_| broken("status pass"))?;
+                Some((
+                    PassRef {
+                        ticket: entry.ticket.clone(),
+                        number,
+                    },
+                    pass_state_from(&state)?,
+                    time_from(expires)?,
+                ))
+            }
             _ => None,
         };
         let bound = gate_stock

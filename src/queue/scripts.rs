@@ -456,35 +456,28 @@ return 1
 );
 
 /// ARGV: base, then one customer per view wanted (a batch of polls, see
-/// `redis_batch`). Returns one view per customer, in order, each one text
-/// of 19 fields joined by `|` (a reply element costs Redis more than the
-/// commands a view reads, and no field can hold a `|`): `0` alone when the
-/// queue is missing, else `1`, state, drawn, pre_count, cursor,
-/// outstanding, gate stock or '', mirror stock or '', unpaid, then the
-/// entry (ticket, customer, seq, joined_ms, late, confirmed; all '' without
-/// one), position or 0, and the pass (number, state, expires_ms; all ''
-/// without one). Read-only; the queue's own numbers are read once for the
-/// whole batch. An issued pass past its deadline reads as lapsed (the sweep
-/// lapses it).
+/// `redis_batch`). Returns one view per customer, in order: {0} when the
+/// queue is missing, else {1, state, drawn, pre_count, cursor, outstanding,
+/// gate stock or '', mirror stock or '', unpaid, entry (a list or empty),
+/// position or 0, pass {number, state, expires_ms} or empty}. Read-only;
+/// the queue's own numbers are read once for the whole batch. An issued
+/// pass past its deadline reads as lapsed (the sweep lapses it).
 pub(super) const STATUS: &str = script!(
     r#"
 local meta = redis.call('HMGET', K_META, 'state', 'drawn')
 local out = {}
 if not meta[1] then
-  for i = 2, #ARGV do out[i - 1] = '0' end
+  for i = 2, #ARGV do out[i - 1] = {0} end
   return out
 end
 local numbers = redis.call('MGET', K_CURSOR, K_OUTSTANDING, K_GATE_STOCK, K_MIRROR_STOCK, K_MIRROR_UNPAID)
-local head = table.concat({'1', meta[1], tonumber(meta[2]) or 0, redis.call('ZCARD', K_PRE),
-  tonumber(numbers[1]) or 1, tonumber(numbers[2]) or 0, numbers[3] or '', numbers[4] or '',
-  tonumber(numbers[5]) or 0}, '|')
+local pre_count = redis.call('ZCARD', K_PRE)
 local now
 for i = 2, #ARGV do
-  local entry, position, pass = '|||||', 0, '||'
+  local entry, position, pass = {}, 0, {}
   local t = redis.call('HGET', K_BY_CUSTOMER, ARGV[i])
   if t then
-    local e = entry_of(t)
-    entry = table.concat(e, '|')
+    entry = entry_of(t)
     position = tonumber(redis.call('ZSCORE', K_LINE, t)) or 0
     local p = redis.call('HMGET', pass_key(t), 'n', 'state', 'expires_ms')
     if p[1] then
@@ -493,10 +486,12 @@ for i = 2, #ARGV do
         now = now or now_ms()
         if now >= tonumber(p[3]) then state = 'lapsed' end
       end
-      pass = table.concat({tonumber(p[1]), state, tonumber(p[3])}, '|')
+      pass = {tonumber(p[1]), state, tonumber(p[3])}
     end
   end
-  out[i - 1] = head .. '|' .. entry .. '|' .. string.format('%d', position) .. '|' .. pass
+  out[i - 1] = {1, meta[1], tonumber(meta[2]), pre_count, tonumber(numbers[1]) or 1,
+    tonumber(numbers[2]) or 0, numbers[3] or '', numbers[4] or '', tonumber(numbers[5]) or 0,
+    entry, position, pass}
 end
 return out
 "#
