@@ -9,8 +9,10 @@
 //! - `startup`, `cli`: build the application (`Application::build`) and the
 //!   command line; `main.rs` only calls `cli::main`.
 //! - `web`: thin handlers per area (parse the form into domain types, call a
-//!   service, render a template or redirect), the session and CSRF
-//!   extractors, and `web::error`, where an `AppError` becomes a page.
+//!   service, render a template or redirect), the session cookie
+//!   (`web::session_cookie`: sealed entries, opened once per thread) and
+//!   the session and CSRF extractors, and `web::error`, where an
+//!   `AppError` becomes a page.
 //! - `services`: the use cases, each taking the `Shop` (the shop's parts).
 //!   `services::checkout` serves purchases: gate admission, one batch per
 //!   lock hold for a hot product, a lone transaction for a cart, the rules

@@ -3,10 +3,7 @@
 
 use std::net::TcpListener;
 
-use actix_session::config::CookieContentSecurity;
-use actix_session::storage::CookieSessionStore;
-use actix_session::SessionMiddleware;
-use actix_web::cookie::{Key, SameSite};
+use crate::web::session_cookie::SessionCookies;
 use actix_web::dev::Server;
 use actix_web::middleware::{from_fn, DefaultHeaders};
 use actix_web::{web, App, HttpServer};
@@ -77,25 +74,20 @@ impl Application {
 }
 
 fn serve(listener: TcpListener, shop: Shop) -> anyhow::Result<Server> {
-    let key = Key::from(&shop.settings.session_key);
-    let secure_cookies = shop.settings.cookie_secure;
+    let cookies = web::Data::new(SessionCookies::new(
+        &shop.settings.session_key,
+        shop.settings.cookie_secure,
+    ));
     let shop = web::Data::new(shop);
     let server = HttpServer::new(move || {
         App::new()
             .wrap(from_fn(crate::web::session::check_session))
             .wrap(security_headers())
-            .wrap(
-                SessionMiddleware::builder(CookieSessionStore::default(), key.clone())
-                    .cookie_name("flashsale_session".into())
-                    .cookie_content_security(CookieContentSecurity::Private)
-                    .cookie_http_only(true)
-                    .cookie_same_site(SameSite::Lax)
-                    .cookie_secure(secure_cookies)
-                    .build(),
-            )
+            .wrap(from_fn(crate::web::session_cookie::carry))
             // Outermost, so the id covers the session middleware and every page.
             .wrap(from_fn(crate::web::request_id::tag_request))
             .app_data(shop.clone())
+            .app_data(cookies.clone())
             .configure(crate::web::routes)
     })
     .workers(

@@ -1,7 +1,7 @@
 //! The admin action log: who refunded, adjusted, resynced, created or edited
 //! what. Its address stays `/admin/audit-log`.
 
-use actix_session::Session;
+use crate::web::session_cookie::Session;
 use actix_web::http::StatusCode;
 use actix_web::{get, web, HttpResponse};
 

@@ -2,7 +2,7 @@
 //! and refunds, creating and editing sales, stock adjustments and history,
 //! and the waiting rooms (counts, pause and resume, the draw).
 
-use actix_session::Session;
+use crate::web::session_cookie::Session;
 use actix_web::http::StatusCode;
 use actix_web::{get, post, web, HttpRequest, HttpResponse, ResponseError};
 use chrono::Utc;

@@ -1,6 +1,6 @@
 use std::net::{IpAddr, Ipv4Addr};
 
-use actix_session::Session;
+use crate::web::session_cookie::Session;
 use actix_web::http::StatusCode;
 use actix_web::{get, post, web, HttpRequest, HttpResponse, ResponseError};
 

@@ -1,7 +1,7 @@
 //! The cart: several products, one order. It lives in the session until
 //! checkout, which buys every line or none.
 
-use actix_session::Session;
+use crate::web::session_cookie::Session;
 use actix_web::http::StatusCode;
 use actix_web::{get, post, web, HttpRequest, HttpResponse};
 use chrono::Utc;

@@ -9,8 +9,9 @@
 //! - `forms` holds every form and query string the shop accepts, and their
 //!   parsers;
 //! - `error` turns an `AppError` into a status and a worded page;
-//! - `session`, `idempotency` and `request_id` are what handlers and
-//!   middleware share: who is asking, run-at-most-once, the request's id.
+//! - `session_cookie`, `session`, `idempotency` and `request_id` are what
+//!   handlers and middleware share: the cookie that carries the session,
+//!   who is asking, run-at-most-once, the request's id.
 //!
 //! Calls go one way: web → services/domain/db. Nothing below `web` imports it.
 
@@ -29,6 +30,7 @@ pub mod orders;
 pub mod queue;
 pub mod request_id;
 pub mod session;
+pub mod session_cookie;
 pub mod shop;
 pub mod views;
 

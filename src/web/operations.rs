@@ -1,7 +1,7 @@
 //! The admin "Operations" page: this process's metrics as tables for people
 //! (`views::operations` lays them out).
 
-use actix_session::Session;
+use crate::web::session_cookie::Session;
 use actix_web::http::StatusCode;
 use actix_web::{get, web, HttpResponse};
 

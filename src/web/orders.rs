@@ -1,4 +1,4 @@
-use actix_session::Session;
+use crate::web::session_cookie::Session;
 use actix_web::http::StatusCode;
 use actix_web::{get, post, web, HttpRequest, HttpResponse};
 

@@ -6,7 +6,7 @@
 //! (and this process's revocation list), the sale comes from the sale
 //! cache, and the standing is one Redis read. No Postgres, no template.
 
-use actix_session::{Session, SessionStatus};
+use crate::web::session_cookie::{Session, SessionStatus};
 use actix_web::http::header::{self, HeaderValue};
 use actix_web::http::StatusCode;
 use actix_web::{get, post, web, HttpResponse};

@@ -6,7 +6,7 @@
 //! `sessions` table when that list is not known to be fresh. A signed-out or
 //! revoked cookie signs in no one, wherever a copy of it turns up.
 
-use actix_session::{Session, SessionExt};
+use crate::web::session_cookie::{session_of, Session};
 use actix_web::body::MessageBody;
 use actix_web::dev::{Payload, ServiceRequest, ServiceResponse};
 use actix_web::middleware::Next;
@@ -154,7 +154,7 @@ async fn verified_account(req: &HttpRequest) -> Result<Option<Account>, AppError
     if let Some(Verified(account)) = req.extensions().get::<Verified>() {
         return Ok(account.clone());
     }
-    let session = req.get_session();
+    let session = session_of(req);
     let stored = stored_claim(&session);
     let live = match session_token(&session) {
         Some(token) => {

@@ -1,6 +1,6 @@
 use std::future::Future;
 
-use actix_session::{Session, SessionStatus};
+use crate::web::session_cookie::{Session, SessionStatus};
 use actix_web::http::header::{self, HeaderValue};
 use actix_web::http::StatusCode;
 use actix_web::{get, post, web, HttpRequest, HttpResponse, ResponseError};

@@ -515,3 +515,55 @@ async fn a_revocation_committed_long_after_it_began_is_still_found() {
     eprintln!("refused {:?} after the late commit", started.elapsed());
     assert!(app.shop.revocations.is_fresh(), "refused by the list");
 }
+
+/// Each worker keeps the cookies it opened (`web::session_cookie`): a kept
+/// copy must never answer for a cookie that differs from it, however
+/// slightly, nor outlive the session's sign-out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_altered_copy_of_a_served_cookie_signs_in_no_one() {
+    let app = spawn_app().await;
+    let (browser, cookie) = signed_up_cookie(&app, "kept@example.com").await;
+    for _ in 0..20 {
+        assert_eq!(
+            get_with_cookie(&app, "/orders", &cookie).await.status(),
+            StatusCode::OK
+        );
+    }
+    let value_starts = "flashsale_session=".len();
+    let mut altered = Vec::new();
+    for at in [value_starts + 5, cookie.len() / 2, cookie.len() - 5] {
+        let mut bytes = cookie.clone().into_bytes();
+        bytes[at] = if bytes[at] == b'A' { b'B' } else { b'A' };
+        altered.push(String::from_utf8(bytes).unwrap());
+    }
+    altered.push(cookie[..cookie.len() - 1].to_string());
+    altered.push(format!("{cookie}A"));
+    for forged in &altered {
+        let refused = get_with_cookie(&app, "/orders", forged).await;
+        assert_eq!(refused.status(), StatusCode::SEE_OTHER, "{forged}");
+        assert_eq!(refused.headers()["location"], "/login");
+        let page = get_with_cookie(&app, "/", forged)
+            .await
+            .text()
+            .await
+            .unwrap();
+        assert!(!page.contains("kept@example.com"), "{forged}: {page}");
+    }
+    assert_eq!(
+        get_with_cookie(&app, "/orders", &cookie).await.status(),
+        StatusCode::OK,
+        "the real cookie still works"
+    );
+
+    let signed_out = browser.post_form("/logout", &[]).await;
+    expect_redirect(&signed_out, "/");
+    let removal = signed_out
+        .headers()
+        .get_all("set-cookie")
+        .iter()
+        .map(|v| v.to_str().unwrap().to_string())
+        .find(|v| v.starts_with("flashsale_session="))
+        .expect("signing out removes the cookie");
+    assert!(removal.contains("Max-Age=0"), "{removal}");
+    until_refused(&app, "/orders", &cookie).await;
+}

@@ -13,7 +13,7 @@ pub mod queue;
 pub mod queue_admin;
 pub mod shop;
 
-use actix_session::Session;
+use crate::web::session_cookie::Session;
 use askama::Template;
 
 use super::session::{csrf_token, current_account};
