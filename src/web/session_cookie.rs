@@ -18,6 +18,7 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use actix_web::body::MessageBody;
 use actix_web::cookie::{Cookie, CookieJar, Key, SameSite};
@@ -37,13 +38,21 @@ pub const COOKIE_NAME: &str = "flashsale_session";
 const KEPT_PER_THREAD: usize = 4096;
 
 type Entries = HashMap<String, String>;
+/// An opened cookie's entries, and the `SessionCookies::id` that opened it.
+type Kept = (u64, Rc<Entries>);
 
 /// How the shop seals its cookies; one per process, in app data.
 #[derive(Clone)]
 pub struct SessionCookies {
     key: Key,
     secure: bool,
+    /// Which `SessionCookies` a kept copy was opened with: a test process
+    /// runs several shops, each with its own key, on the same threads, and
+    /// a text one key opened must not sign anyone in under another.
+    id: u64,
 }
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(0);
 
 impl SessionCookies {
     /// `key` as `Key::from` takes it (64 bytes or more).
@@ -51,6 +60,7 @@ impl SessionCookies {
         SessionCookies {
             key: Key::from(key),
             secure,
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
         }
     }
 
@@ -102,32 +112,37 @@ impl SessionCookies {
 
     /// `text`'s entries, from this thread's kept copies or opened now.
     fn entries_of(&self, text: &str) -> Option<Rc<Entries>> {
-        if let Some(kept) = OPENED.with(|opened| opened.borrow().get(text).cloned()) {
-            return Some(kept);
+        let kept = OPENED.with(|opened| match opened.borrow().get(text) {
+            Some((id, entries)) if *id == self.id => Some(entries.clone()),
+            _ => None,
+        });
+        if kept.is_some() {
+            return kept;
         }
         let entries = Rc::new(self.open(text)?);
-        keep(text, entries.clone());
+        self.keep(text, entries.clone());
         Some(entries)
+    }
+
+    /// Keeps `entries` as what `text` opens to: a cookie just opened, or one
+    /// a response just sealed (so the browser's next request with it is no
+    /// opening either).
+    fn keep(&self, text: &str, entries: Rc<Entries>) {
+        OPENED.with(|opened| {
+            let mut opened = opened.borrow_mut();
+            if opened.len() >= KEPT_PER_THREAD {
+                opened.clear();
+            }
+            opened.insert(text.into(), (self.id, entries));
+        });
     }
 }
 
 thread_local! {
     // Per thread, so a lookup takes no lock; keyed by the whole text, never
-    // a part of it, so no two cookies share an entry.
-    static OPENED: RefCell<HashMap<Box<str>, Rc<Entries>>> = RefCell::new(HashMap::new());
-}
-
-/// Keeps `entries` as what `text` opens to: a cookie just opened, or one a
-/// response just sealed (so the browser's next request with it is no
-/// opening either).
-fn keep(text: &str, entries: Rc<Entries>) {
-    OPENED.with(|opened| {
-        let mut opened = opened.borrow_mut();
-        if opened.len() >= KEPT_PER_THREAD {
-            opened.clear();
-        }
-        opened.insert(text.into(), entries);
-    });
+    // a part of it, so no two cookies share an entry; each copy names the
+    // `SessionCookies` (the key) that opened it, and counts for no other.
+    static OPENED: RefCell<HashMap<Box<str>, Kept>> = RefCell::new(HashMap::new());
 }
 
 /// What became of a request's session, for the response.
@@ -233,13 +248,13 @@ pub fn session_of(req: &HttpRequest) -> Session {
 }
 
 /// The session cookie's text in `req`: the first `flashsale_session` of
-/// its `Cookie` headers that this key opens.
-fn cookie_texts(req: &ServiceRequest) -> impl Iterator<Item = &str> {
+/// its `Cookie` headers, as actix's own cookie lookup picks it.
+fn cookie_text(req: &ServiceRequest) -> Option<&str> {
     req.headers()
         .get_all(COOKIE)
         .filter_map(|value| value.to_str().ok())
         .flat_map(|value| value.split(';'))
-        .filter_map(|pair| pair.trim().strip_prefix(COOKIE_NAME)?.strip_prefix('='))
+        .find_map(|pair| pair.trim().strip_prefix(COOKIE_NAME)?.strip_prefix('='))
 }
 
 /// Middleware: opens the session cookie before the handlers and seals what
@@ -252,7 +267,7 @@ pub async fn carry(
         .app_data::<web::Data<SessionCookies>>()
         .cloned()
         .ok_or_else(|| actix_web::error::ErrorInternalServerError("no SessionCookies"))?;
-    let opened = cookie_texts(&req).find_map(|text| cookies.entries_of(text));
+    let opened = cookie_text(&req).and_then(|text| cookies.entries_of(text));
     let had_cookie = opened.is_some();
     let session = Session::new(opened.unwrap_or_default());
     req.extensions_mut().insert(session.clone());
@@ -270,7 +285,7 @@ pub async fn carry(
         // Emptied: nothing is left to keep, so the browser drops it too.
         _ if entries.is_empty() => had_cookie.then(|| cookies.removal()),
         _ => Some(cookies.seal(&entries).map(|(header, text)| {
-            keep(&text, entries.clone());
+            cookies.keep(&text, entries.clone());
             header
         })),
     };
@@ -322,6 +337,18 @@ mod tests {
         let forged = String::from_utf8(forged).unwrap();
         assert_eq!(cookies.entries_of(&forged), None);
         assert_eq!(cookies.entries_of(&text[..text.len() - 1]), None);
+    }
+
+    #[test]
+    fn a_copy_kept_under_one_key_opens_nothing_under_another() {
+        let one = cookies();
+        let (_, text) = one.seal(&entries(&[("csrf", "\"abc\"")])).unwrap();
+        assert!(one.entries_of(&text).is_some(), "kept on this thread now");
+        let other = SessionCookies::new(&[8u8; 64], false);
+        assert_eq!(other.entries_of(&text), None);
+        // Nor does a second `SessionCookies` of the same key see the first's
+        // copies: it opens the text itself.
+        assert!(cookies().entries_of(&text).is_some());
     }
 
     #[test]

@@ -138,6 +138,11 @@
           // An answer that is not a waiting page (the customer signed out
           // elsewhere, the sale is gone): only the whole page can show it.
           if (!fresh) { location.reload(); return true; }
+          // DOMParser parses with scripting off, so the fresh room's
+          // <noscript> fallback (a refresh every few seconds) comes out as a
+          // live <meta http-equiv="refresh">: in this page it would reload
+          // the page it is meant to spare.
+          fresh.querySelectorAll("noscript").forEach(function (el) { el.remove(); });
           // This room's timers end with it; the fresh room starts its own.
           clearInterval(ticking);
           if (timer !== null) { clearTimeout(timer); timer = null; }

@@ -154,8 +154,7 @@ impl Chrome {
         }
     }
 
-    /// Whether the page is still the document `mark_document` marked: it
-    /// changed by itself, with no reload or navigation.
+    /// Marks the page's document, for `same_document`.
     async fn mark_document(&self) {
         self.client
             .execute("window.__markedDocument = true", vec![])
@@ -163,9 +162,19 @@ impl Chrome {
             .unwrap();
     }
 
+    /// Whether the page is still the document `mark_document` marked: it
+    /// changed by itself, with no reload or navigation.
+    /// A refresh the page has armed counts as a reload: a `<meta
+    /// http-equiv="refresh">` that reached the live document (parsed out of
+    /// a `<noscript>` in swapped-in markup, say) reloads it moments later,
+    /// so a check made before it fires must fail too.
     async fn same_document(&self) -> bool {
         self.client
-            .execute("return window.__markedDocument === true", vec![])
+            .execute(
+                "return window.__markedDocument === true && \
+                 document.querySelectorAll('meta[http-equiv=\"refresh\" i]').length === 0",
+                vec![],
+            )
             .await
             .unwrap()
             == serde_json::Value::Bool(true)
