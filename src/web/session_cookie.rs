@@ -248,7 +248,11 @@ pub fn session_of(req: &HttpRequest) -> Session {
 }
 
 /// The session cookie's text in `req`: the first `flashsale_session` of
-/// its `Cookie` headers, as actix's own cookie lookup picks it.
+/// its `Cookie` headers, as actix's own cookie lookup picks it. Only the
+/// first: a request pays at most one opening whatever it sends. A stray
+/// copy a browser sends first (one set for a narrower path by someone
+/// else) hides the shop's own, as it did under actix-session; the shop
+/// sets its cookie only for `/`.
 fn cookie_text(req: &ServiceRequest) -> Option<&str> {
     req.headers()
         .get_all(COOKIE)

@@ -41,6 +41,12 @@ pub fn render(report: &BenchReport, config: &BenchConfig, command: &str) -> Stri
            and the same key as `Idempotency-Key` header) carries a key of its own. Each script \
            counts answers by status. `/healthz` through wrk's own request loop is the yardstick; \
            `/healthz` through the rotating script shows what the script itself can send.\n\
+         - **Beside `/healthz`**: on a shared machine the speed on offer drifts within a minute, \
+           so every crowd scenario (pages, status polls, sold-out buys) runs between two \
+           `/healthz` runs of the same length and connections, one just before its counters \
+           settle and one just after they are read (each about 10 s from it), and its ratio \
+           divides by their mean. Those runs sit outside the scenario's counters, samples and \
+           CPU readings.\n\
          - **Purchases** are the orders in the database whose transaction began during the run, \
            not wrk's status codes. **Latency** percentiles are wrk's.\n\
          - **Joins** (`POST /products/{id}/queue` with the session's CSRF token) pair each of \
@@ -133,6 +139,29 @@ pub fn render(report: &BenchReport, config: &BenchConfig, command: &str) -> Stri
             run.cpu.load_average,
             other.join(", ")
         );
+    }
+
+    let beside: Vec<&Measured> = report
+        .runs
+        .iter()
+        .filter(|r| r.healthz_beside.is_some())
+        .collect();
+    if !beside.is_empty() {
+        out.push_str(
+            "\n## The crowd beside `/healthz`\n\n\
+             | scenario | answers/s | `/healthz` just before | just after | ratio to their mean |\n\
+             |---|---:|---:|---:|---:|\n",
+        );
+        for run in beside {
+            let (before, after) = run.healthz_beside.unwrap_or_default();
+            let _ = writeln!(
+                out,
+                "| {} | {:.0} | {before:.0} | {after:.0} | {} |",
+                run.scenario,
+                run.per_second(),
+                ms(run.ratio_to_healthz_beside())
+            );
+        }
     }
 
     let hot: Vec<&Measured> = report

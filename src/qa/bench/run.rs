@@ -142,6 +142,18 @@ async fn ceilings(
     Ok((hot, spread))
 }
 
+/// What a run's answers per second are compared with. The crowd's cheap
+/// answers are held to a fraction of `/healthz`, and on a shared machine
+/// the speed available drifts within a minute: those runs take `/healthz`
+/// just before and just after themselves, so the ratio divides figures
+/// measured side by side.
+#[derive(Clone, Copy)]
+enum Yardstick {
+    Beside,
+    /// Purchases are held to pgbench; `/healthz` runs are their own.
+    RunsOwn,
+}
+
 /// The shop under test and what measuring it needs.
 struct Bench<'a> {
     config: &'a BenchConfig,
@@ -198,6 +210,28 @@ impl Bench<'_> {
         self.probe.as_mut().expect("a running shop").vacuum()
     }
 
+    /// `/healthz` through wrk's own loop, as long and as wide as a run: the
+    /// yardstick measured beside a crowd scenario. It touches neither
+    /// Postgres nor Redis, but the shop's background jobs do work meanwhile,
+    /// so no run's counters start before it ends: the next run settles and
+    /// reads its own baseline.
+    async fn healthz_now(&mut self, connections: usize) -> anyhow::Result<f64> {
+        let script = self.scratch.join("healthz-beside.lua");
+        let plain = Requests::Plain {
+            path: "/healthz".into(),
+        };
+        let run = wrk(
+            &self.address(),
+            &plain,
+            connections,
+            self.config.seconds,
+            &script,
+        )
+        .await?;
+        self.baseline = None;
+        Ok((run.requests - run.failing) as f64 / run.seconds.max(1e-9))
+    }
+
     async fn measure(
         &mut self,
         scenario: &'static str,
@@ -205,11 +239,18 @@ impl Bench<'_> {
         connections: usize,
         expect: u16,
         note: String,
+        yardstick: Yardstick,
     ) -> anyhow::Result<Measured> {
         self.runs += 1;
         let script = self.scratch.join(format!("run-{}.lua", self.runs));
         let address = self.address();
         let seconds = self.config.seconds;
+        // Just outside the run's counters and samples: before its settle
+        // and baseline, and (below) after its counters are read.
+        let healthz_before = match yardstick {
+            Yardstick::Beside => Some(self.healthz_now(connections).await?),
+            Yardstick::RunsOwn => None,
+        };
         let probe = self.probe.as_mut().expect("a running shop");
         let customers = match &requests {
             Requests::Plain { .. } => 0,
@@ -239,6 +280,10 @@ impl Bench<'_> {
         let transactions = probe.transactions()? - transactions;
         let (orders, places) = probe.committed_between(from, to)?;
         self.baseline = Some(probe.transactions()?);
+        let healthz_beside = match healthz_before {
+            Some(before) => Some((before, self.healthz_now(connections).await?)),
+            None => None,
+        };
         let counted = !matches!(
             requests,
             Requests::Plain { .. } | Requests::Get { count: false, .. }
@@ -286,6 +331,7 @@ impl Bench<'_> {
                 .map(|s| s * 1000.0),
             activity: activity.averages().into_iter().take(6).collect(),
             cpu,
+            healthz_beside,
         };
         eprintln!(
             "{scenario:<48} c={connections:<3} {:>9.0} answers/s  {:>7.0} orders/s  p50 {:>6.1} ms  p99 {:>7.1} ms  {:.4} tx/answer  {:.4} stmt/answer  cpu: machine {:.2} shop {:.2} load {:.1}{}",
@@ -303,6 +349,14 @@ impl Bench<'_> {
                 .map(|b| format!("  batch {b:.1}"))
                 .unwrap_or_default(),
         );
+        if let (Some((before, after)), Some(ratio)) =
+            (measured.healthz_beside, measured.ratio_to_healthz_beside())
+        {
+            eprintln!(
+                "{:>48} /healthz beside: {before:.0} before, {after:.0} after; ratio {ratio:.2}",
+                ""
+            );
+        }
         if measured.places > 0 {
             eprintln!(
                 "{:>48} {:.0} places committed/s",
@@ -384,6 +438,7 @@ pub async fn run_bench(config: &BenchConfig) -> anyhow::Result<BenchReport> {
                 64,
                 200,
                 String::new(),
+                Yardstick::RunsOwn,
             )
             .await?,
     );
@@ -399,6 +454,7 @@ pub async fn run_bench(config: &BenchConfig) -> anyhow::Result<BenchReport> {
                 64,
                 200,
                 String::new(),
+                Yardstick::RunsOwn,
             )
             .await?,
     );
@@ -412,7 +468,14 @@ pub async fn run_bench(config: &BenchConfig) -> anyhow::Result<BenchReport> {
         check_page(&bench.address(), &path, who.first()).await?;
         runs.push(
             bench
-                .measure(scenario, get(path, who), 64, 200, String::new())
+                .measure(
+                    scenario,
+                    get(path, who),
+                    64,
+                    200,
+                    String::new(),
+                    Yardstick::Beside,
+                )
                 .await?,
         );
     }
@@ -427,6 +490,7 @@ pub async fn run_bench(config: &BenchConfig) -> anyhow::Result<BenchReport> {
                 64,
                 200,
                 String::new(),
+                Yardstick::Beside,
             )
             .await?,
     );
@@ -439,6 +503,7 @@ pub async fn run_bench(config: &BenchConfig) -> anyhow::Result<BenchReport> {
                 64,
                 409,
                 String::new(),
+                Yardstick::Beside,
             )
             .await?,
     );
@@ -457,7 +522,14 @@ pub async fn run_bench(config: &BenchConfig) -> anyhow::Result<BenchReport> {
             let note = |run: usize| format!("shop process {process}, run {run}");
             runs.push(
                 bench
-                    .measure(HOT_64, buy(vec![hot], signed, "hot"), 64, 303, note(1))
+                    .measure(
+                        HOT_64,
+                        buy(vec![hot], signed, "hot"),
+                        64,
+                        303,
+                        note(1),
+                        Yardstick::RunsOwn,
+                    )
                     .await?,
             );
             runs.push(
@@ -468,12 +540,20 @@ pub async fn run_bench(config: &BenchConfig) -> anyhow::Result<BenchReport> {
                         64,
                         303,
                         note(2),
+                        Yardstick::RunsOwn,
                     )
                     .await?,
             );
             runs.push(
                 bench
-                    .measure(HOT_64, buy(vec![hot], signed, "hot"), 64, 303, note(3))
+                    .measure(
+                        HOT_64,
+                        buy(vec![hot], signed, "hot"),
+                        64,
+                        303,
+                        note(3),
+                        Yardstick::RunsOwn,
+                    )
                     .await?,
             );
         }
@@ -485,6 +565,7 @@ pub async fn run_bench(config: &BenchConfig) -> anyhow::Result<BenchReport> {
                     256,
                     303,
                     String::new(),
+                    Yardstick::RunsOwn,
                 )
                 .await?,
         );
@@ -498,6 +579,7 @@ pub async fn run_bench(config: &BenchConfig) -> anyhow::Result<BenchReport> {
                     64,
                     303,
                     String::new(),
+                    Yardstick::RunsOwn,
                 )
                 .await?,
         );
@@ -524,6 +606,7 @@ pub async fn run_bench(config: &BenchConfig) -> anyhow::Result<BenchReport> {
             64,
             303,
             note,
+            Yardstick::RunsOwn,
         )
         .await?;
     if joins.answers > pairs as u64 {
