@@ -142,6 +142,30 @@ pub enum IssueBound {
     Mirror,
 }
 
+/// ISSUE's reply for one pass: number, ticket, customer, issued and
+/// expiry in Unix milliseconds.
+type IssuedRow = (i64, String, String, i64, i64);
+
+/// What `issue` did, told the admissions Postgres has recorded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Issue {
+    /// Passes issued (perhaps none: nobody confirmed at the cursor, nothing
+    /// left to admit, or the queue not open).
+    Issued(Vec<Issued>),
+    /// Postgres has recorded admissions this queue never made: Redis lost
+    /// writes, and nothing was issued (`discard_behind`).
+    Behind,
+}
+
+/// How a queue is behind the record, for `discard_behind`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Behind {
+    /// Postgres has the draw revealed; Redis has the queue undrawn.
+    Undrawn,
+    /// Postgres has `recorded` admissions.
+    Admissions { recorded: i64 },
+}
+
 /// A pass names its admission: `TICKET-NUMBER`. It is not a secret (a
 /// claim also checks the customer); a form's pass that names no pass of
 /// this queue is forged.
@@ -340,7 +364,7 @@ struct Inner {
     mark_reconciled: Script,
     counts: Script,
     rebuild: Script,
-    discard_undrawn: Script,
+    discard_behind: Script,
     /// Polls of a product waiting to be sent together (`send_views`).
     views: Batches<CustomerId, redis::Value>,
 }
@@ -424,7 +448,7 @@ impl WaitingRoom {
                 mark_reconciled: Script::new(scripts::MARK_RECONCILED),
                 counts: Script::new(scripts::COUNTS),
                 rebuild: Script::new(scripts::REBUILD),
-                discard_undrawn: Script::new(scripts::DISCARD_UNDRAWN),
+                discard_behind: Script::new(scripts::DISCARD_BEHIND),
                 views: Batches::default(),
             }),
         }
@@ -772,19 +796,28 @@ impl WaitingRoom {
         &self,
         product: ProductId,
         bound: IssueBound,
-    ) -> Result<Vec<Issued>, AppError> {
+        recorded: i64,
+    ) -> Result<Issue, AppError> {
         let which = match bound {
             IssueBound::Gate => "gate",
             IssueBound::Mirror => "mirror",
         };
-        let rows: Vec<(i64, String, String, i64, i64)> = self
+        let (behind, rows): (i64, Vec<IssuedRow>) = self
             .run(
                 &self.inner.issue,
                 product,
-                &[which.to_string(), ISSUE_BATCH.to_string()],
+                &[
+                    which.to_string(),
+                    ISSUE_BATCH.to_string(),
+                    recorded.to_string(),
+                ],
             )
             .await?;
-        rows.into_iter()
+        if behind == 1 {
+            return Ok(Issue::Behind);
+        }
+        let issued = rows
+            .into_iter()
             .map(|(number, ticket, customer, issued, expires)| {
                 Ok(Issued {
                     number,
@@ -794,7 +827,8 @@ impl WaitingRoom {
                     expires_at: time_from(expires)?,
                 })
             })
-            .collect()
+            .collect::<Result<_, AppError>>()?;
+        Ok(Issue::Issued(issued))
     }
 
     /// The log's oldest events (at most `max`), not removed.
@@ -1153,11 +1187,27 @@ impl WaitingRoom {
             .await
     }
 
-    /// Drops a queue Redis has undrawn while Postgres has its draw revealed
-    /// (Redis lost writes), so the next tick rebuilds it from the record; its
-    /// unrecorded log must be drained first. False if it is drawn after all.
-    pub async fn discard_undrawn(&self, product: ProductId) -> Result<bool, AppError> {
-        let dropped: i64 = self.run(&self.inner.discard_undrawn, product, &[]).await?;
+    /// Drops a queue that is behind the record (Redis lost writes): undrawn
+    /// while Postgres has its draw revealed (`Behind::Undrawn`), or with
+    /// fewer admissions than Postgres has recorded, so the next tick
+    /// rebuilds it from the record; its unrecorded log must be drained
+    /// first. False if it is not behind after all.
+    pub async fn discard_behind(
+        &self,
+        product: ProductId,
+        behind: Behind,
+    ) -> Result<bool, AppError> {
+        let (revealed, recorded) = match behind {
+            Behind::Undrawn => ("1", 0),
+            Behind::Admissions { recorded } => ("0", recorded),
+        };
+        let dropped: i64 = self
+            .run(
+                &self.inner.discard_behind,
+                product,
+                &[revealed.to_string(), recorded.to_string()],
+            )
+            .await?;
         Ok(dropped == 1)
     }
 

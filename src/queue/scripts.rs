@@ -278,15 +278,19 @@ return 0
 "#
 );
 
-/// ARGV: base, which bound (`gate` or `mirror`), at most how many.
+/// ARGV: base, which bound (`gate` or `mirror`), at most how many, the
+/// number of admissions Postgres has recorded.
 /// Issues passes at the cursor while the queue is open, the entry there is
 /// confirmed, and `outstanding + units <= bound`, the bound read in this
-/// same step. Returns the issued, each {number, ticket, customer,
-/// issued_ms, expires_ms}.
+/// same step. Returns {behind, issued}: behind is 1, and nothing issued,
+/// when Postgres has recorded admissions this queue never made (Redis lost
+/// writes: its cursor would hand out numbers, and places, again); each
+/// issued is {number, ticket, customer, issued_ms, expires_ms}.
 pub(super) const ISSUE: &str = script!(
     r#"
 local meta = redis.call('HMGET', K_META, 'state', 'units', 'pass_ms', 'admissions', 'last_issued_ms')
-if meta[1] ~= 'open' then return {} end
+if (tonumber(meta[4]) or 0) < tonumber(ARGV[4]) then return {1, {}} end
+if meta[1] ~= 'open' then return {0, {}} end
 -- An admission's time never precedes its ticket's join or the admission
 -- before it, whatever Redis's clock did meanwhile (a step back, a restart
 -- on another host): the published record is checked for that.
@@ -294,7 +298,7 @@ local floor = tonumber(meta[5]) or 0
 local bound_key = K_GATE_STOCK
 if ARGV[2] == 'mirror' then bound_key = K_MIRROR_STOCK end
 local bound = tonumber(redis.call('GET', bound_key))
-if not bound then return {} end
+if not bound then return {0, {}} end
 local units, pass_ms = tonumber(meta[2]), tonumber(meta[3])
 local admissions = tonumber(meta[4]) or 0
 local cursor = tonumber(redis.call('GET', K_CURSOR)) or 1
@@ -326,7 +330,7 @@ if #out > 0 then
   redis.call('SET', K_OUTSTANDING, outstanding)
   redis.call('HSET', K_META, 'admissions', admissions, 'last_issued_ms', now)
 end
-return out
+return {0, out}
 "#
 );
 
@@ -569,15 +573,20 @@ return {1, redis.call('HLEN', K_BY_CUSTOMER), waiting, tonumber(meta[2]) or 0,
 "#
 );
 
-/// ARGV: base. A queue Redis has undrawn though Postgres has its draw
-/// revealed: Redis lost writes (a failover to a replica that was behind),
-/// so its passes and line are older than the record. Every key of the
-/// queue but the rebuild key, the pending forgets and the gate's stock is
-/// dropped, so the next tick rebuilds it from Postgres. Returns 1 if it
-/// dropped the queue, 0 if the queue is drawn (or gone) after all.
-pub(super) const DISCARD_UNDRAWN: &str = script!(
+/// ARGV: base, whether Postgres has the draw revealed (1 or 0), the
+/// number of admissions Postgres has recorded. A queue Redis has
+/// undrawn though its draw is revealed, or with fewer admissions than the
+/// record, lost writes (a failover to a replica that was behind), so its
+/// passes and line are older than the record. Every key of the queue but
+/// the rebuild key, the pending forgets and the gate's stock is dropped,
+/// so the next tick rebuilds it from Postgres. Returns 1 if it dropped the
+/// queue, 0 if the queue is not behind (or gone) after all.
+pub(super) const DISCARD_BEHIND: &str = script!(
     r#"
-if redis.call('HGET', K_META, 'drawn') ~= '0' then return 0 end
+local meta = redis.call('HMGET', K_META, 'drawn', 'admissions')
+if not meta[1] then return 0 end
+local undrawn = ARGV[2] == '1' and meta[1] == '0'
+if not undrawn and (tonumber(meta[2]) or 0) >= tonumber(ARGV[3]) then return 0 end
 for _, t in ipairs(redis.call('HVALS', K_BY_CUSTOMER)) do
   redis.call('DEL', entry_key(t), pass_key(t))
 end

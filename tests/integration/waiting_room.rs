@@ -1376,6 +1376,89 @@ async fn a_draw_a_failover_took_back_is_rebuilt_from_the_record() {
     assert!(verdict.passed(), "{verdict:?}");
 }
 
+/// A failover to a replica from after the draw but before the next
+/// admissions: Redis has the line, and the first three passes as issued,
+/// but not the purchase with the first, the lapses of the other two, nor
+/// the passes that went to places 4 and 5. Its cursor would hand places 4
+/// and 5 their numbers again (which the record already has, so they would
+/// be dropped unrecorded) and lapse a used pass; the queue is rebuilt from
+/// Postgres instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn admissions_a_failover_took_back_are_rebuilt_from_the_record() {
+    let app = spawn_app_with(|s| {
+        s.queue_tick = Duration::from_secs(3600);
+        s.queue_pass = Duration::from_millis(600);
+        s.db_connect_timeout = Duration::from_millis(100);
+        s.db_statement_timeout = Duration::from_millis(400);
+    })
+    .await;
+    let product = queue_product(&app, 3, 1).await;
+    let who = customers(&app, 5);
+    join_all(&app, product, &who).await;
+    tick(&app).await;
+    start_now(&app, product);
+    let report = tick(&app).await;
+    assert_eq!((report.drawn, report.issued), (1, 3), "{report:?}");
+    let replica = dump_the_queues(&app).await;
+    let line = line_of(&app, product, &who).await;
+    let at = |place: usize| {
+        let (app, who) = (&app, &who);
+        async move {
+            for customer in who {
+                let status = status(app, *customer, product).await;
+                if status.position == Some(place as i64) {
+                    return (*customer, status);
+                }
+            }
+            panic!("nobody at place {place}")
+        }
+    };
+    let (first, first_status) = at(1).await;
+    assert!(matches!(
+        buy(&app, first, product, first_status.pass).await.unwrap(),
+        PurchaseOutcome::Purchased(_)
+    ));
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert_eq!(tick(&app).await.issued, 2, "places 2 and 3 lapsed");
+    assert_eq!(admissions(&app, product, "lapsed"), 2);
+    assert_eq!(admissions(&app, product, "issued"), 2);
+
+    fail_over_to(&app, &replica).await;
+    let report = tick(&app).await;
+    assert_eq!(
+        (report.discarded, report.issued),
+        (1, 0),
+        "the replica's cursor hands out nothing: {report:?}"
+    );
+    let report = tick(&app).await;
+    assert_eq!((report.rebuilt, report.issued), (1, 0), "{report:?}");
+    assert_eq!(line_of(&app, product, &who).await, line);
+    let states = [PassState::Used, PassState::Lapsed, PassState::Lapsed];
+    for (place, state) in (1..=3).zip(states) {
+        assert_eq!(at(place).await.1.pass_state, Some(state), "place {place}");
+    }
+    for place in 4..=5 {
+        assert!(
+            at(place).await.1.pass_state.is_some(),
+            "place {place} keeps its pass"
+        );
+    }
+    tokio::time::sleep(app.shop.settings.longest_join() + Duration::from_millis(100)).await;
+    assert_eq!(tick(&app).await.issued, 0, "nobody is admitted twice");
+    assert_eq!(at(1).await.1.pass_state, Some(PassState::Used));
+    assert_eq!(
+        count(
+            &app,
+            &format!("SELECT count(*) AS n FROM queue_admissions WHERE product_id = {product}")
+        ),
+        5
+    );
+    assert_eq!(admissions(&app, product, "used"), 1);
+    assert_eq!(count(&app, "SELECT count(*) AS n FROM orders"), 1);
+    let verdict = verify(&record_of(&app, product).await);
+    assert!(verdict.passed(), "{verdict:?}");
+}
+
 /// A stale claim that cannot be settled (its admission row is gone) is
 /// logged and tried again; it holds its own unit, not the line: the unit
 /// another lapsed claim frees still goes to the next waiter.

@@ -152,6 +152,14 @@ fn setup(starts_in_ms: i64, pass_ms: u64, units: i64) -> QueueSetup {
     }
 }
 
+/// Issues against a record that has nothing the queue does not.
+async fn issue(room: &WaitingRoom, product: ProductId, bound: IssueBound) -> Vec<Issued> {
+    match room.issue(product, bound, 0).await.unwrap() {
+        Issue::Issued(issued) => issued,
+        Issue::Behind => panic!("a queue cannot be behind an empty record"),
+    }
+}
+
 async fn join_new(room: &WaitingRoom, product: ProductId, customer: i64) -> Entry {
     match room
         .join(product, CustomerId(customer), &Ticket::generate())
@@ -459,7 +467,7 @@ async fn admission_times_never_go_back_when_the_clock_does() {
     let room = &f.room;
     drawn_queue(&f, PRODUCT, 3, 60_000, 1).await;
     f.set_stock(PRODUCT, 1).await;
-    let first = room.issue(PRODUCT, IssueBound::Gate).await.unwrap();
+    let first = issue(room, PRODUCT, IssueBound::Gate).await;
     assert_eq!(first.len(), 1);
     // As if the clock had run an hour ahead when the first pass was issued.
     let ahead = first[0].issued_at + chrono::Duration::hours(1);
@@ -472,7 +480,7 @@ async fn admission_times_never_go_back_when_the_clock_does() {
         .await
         .unwrap();
     f.add_stock(PRODUCT, 1).await;
-    let second = room.issue(PRODUCT, IssueBound::Gate).await.unwrap();
+    let second = issue(room, PRODUCT, IssueBound::Gate).await;
     assert_eq!(second.len(), 1);
     assert!(second[0].issued_at >= ahead, "{second:?}");
     // The pass still lasts its time from the real clock.
@@ -485,14 +493,11 @@ async fn passes_follow_the_line_within_the_gates_stock() {
     let room = &f.room;
     let entries = drawn_queue(&f, PRODUCT, 5, 60_000, 2).await;
     assert!(
-        room.issue(PRODUCT, IssueBound::Gate)
-            .await
-            .unwrap()
-            .is_empty(),
+        issue(room, PRODUCT, IssueBound::Gate).await.is_empty(),
         "no stock key: nothing issued"
     );
     f.set_stock(PRODUCT, 5).await;
-    let issued = room.issue(PRODUCT, IssueBound::Gate).await.unwrap();
+    let issued = issue(room, PRODUCT, IssueBound::Gate).await;
     assert_eq!(
         issued.len(),
         2,
@@ -513,11 +518,7 @@ async fn passes_follow_the_line_within_the_gates_stock() {
         60_000
     );
     assert_eq!(f.outstanding(PRODUCT).await, 4);
-    assert!(room
-        .issue(PRODUCT, IssueBound::Gate)
-        .await
-        .unwrap()
-        .is_empty());
+    assert!(issue(room, PRODUCT, IssueBound::Gate).await.is_empty());
     assert_eq!(
         room.log(PRODUCT, 10).await.unwrap(),
         issued
@@ -540,31 +541,56 @@ async fn passes_follow_the_line_within_the_gates_stock() {
     // Paused: nothing; resumed: on.
     f.set_stock(PRODUCT, 100).await;
     assert!(room.set_state(PRODUCT, QueueState::Paused).await.unwrap());
-    assert!(room
-        .issue(PRODUCT, IssueBound::Gate)
-        .await
-        .unwrap()
-        .is_empty());
+    assert!(issue(room, PRODUCT, IssueBound::Gate).await.is_empty());
     assert!(room.set_state(PRODUCT, QueueState::Open).await.unwrap());
 
     // A late, unconfirmed entry stops the line until it is confirmed.
     let late = join_new(room, PRODUCT, 6).await;
-    let more = room.issue(PRODUCT, IssueBound::Gate).await.unwrap();
+    let more = issue(room, PRODUCT, IssueBound::Gate).await;
     assert_eq!(
         more.len(),
         3,
         "customers 3, 4, 5; not past the unconfirmed 6"
     );
-    assert!(room
-        .issue(PRODUCT, IssueBound::Gate)
-        .await
-        .unwrap()
-        .is_empty());
+    assert!(issue(room, PRODUCT, IssueBound::Gate).await.is_empty());
     room.confirm(PRODUCT, &late).await.unwrap();
-    let last = room.issue(PRODUCT, IssueBound::Gate).await.unwrap();
+    let last = issue(room, PRODUCT, IssueBound::Gate).await;
     assert_eq!(last.len(), 1);
     assert_eq!((last[0].number, last[0].customer), (6, CustomerId(6)));
     assert_eq!(room.counts(PRODUCT).await.unwrap().admitted, 6);
+    f.cleanup().await;
+}
+
+/// A queue with fewer admissions than Postgres has recorded lost writes:
+/// it issues nothing (its cursor would hand the record's numbers out
+/// again), and only such a queue is dropped for a rebuild.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_behind_the_recorded_admissions_issues_nothing_and_is_dropped() {
+    let f = Fixture::new().await;
+    let room = &f.room;
+    drawn_queue(&f, PRODUCT, 4, 60_000, 1).await;
+    f.set_stock(PRODUCT, 4).await;
+    assert_eq!(
+        room.issue(PRODUCT, IssueBound::Gate, 3).await.unwrap(),
+        Issue::Behind
+    );
+    assert_eq!(room.counts(PRODUCT).await.unwrap().admitted, 0);
+    assert_eq!(f.outstanding(PRODUCT).await, 0);
+    let Issue::Issued(four) = room.issue(PRODUCT, IssueBound::Gate, 0).await.unwrap() else {
+        panic!("not behind an empty record");
+    };
+    assert_eq!(four.len(), 4);
+    assert!(!room
+        .discard_behind(PRODUCT, Behind::Admissions { recorded: 4 })
+        .await
+        .unwrap());
+    assert!(!room.discard_behind(PRODUCT, Behind::Undrawn).await.unwrap());
+    assert!(room.exists(PRODUCT).await.unwrap());
+    assert!(room
+        .discard_behind(PRODUCT, Behind::Admissions { recorded: 5 })
+        .await
+        .unwrap());
+    assert!(!room.exists(PRODUCT).await.unwrap());
     f.cleanup().await;
 }
 
@@ -574,17 +600,10 @@ async fn the_mirror_bounds_passes_when_the_gate_is_off() {
     let room = &f.room;
     drawn_queue(&f, PRODUCT, 3, 60_000, 1).await;
     f.set_stock(PRODUCT, 10).await;
-    assert!(room
-        .issue(PRODUCT, IssueBound::Mirror)
-        .await
-        .unwrap()
-        .is_empty());
+    assert!(issue(room, PRODUCT, IssueBound::Mirror).await.is_empty());
     room.mirror_stock(PRODUCT, 2, 0).await.unwrap();
     room.mirror_unpaid(PRODUCT, 7).await.unwrap();
-    assert_eq!(
-        room.issue(PRODUCT, IssueBound::Mirror).await.unwrap().len(),
-        2
-    );
+    assert_eq!(issue(room, PRODUCT, IssueBound::Mirror).await.len(), 2);
     // units_left reads the gate first, the mirror only without it.
     let view = room.status(PRODUCT, CustomerId(3)).await.unwrap();
     assert_eq!((view.units_left, view.unpaid), (8, 7));
@@ -630,11 +649,11 @@ async fn concurrent_issuers_never_cover_more_than_the_stock() {
                         f.add_stock(PRODUCT, 1 + (round % 3)).await;
                     }
                     1 => {
-                        issued.extend(f.room.issue(PRODUCT, IssueBound::Gate).await.unwrap());
+                        issued.extend(issue(&f.room, PRODUCT, IssueBound::Gate).await);
                     }
                     _ => {
                         // Buy under every pass issued so far that is still open.
-                        for mine in f.room.issue(PRODUCT, IssueBound::Gate).await.unwrap() {
+                        for mine in issue(&f.room, PRODUCT, IssueBound::Gate).await {
                             let admission = format!("adm-{}", mine.number);
                             let claim = f
                                 .room
@@ -680,7 +699,7 @@ async fn concurrent_issuers_never_cover_more_than_the_stock() {
         all.extend(handle.await.unwrap());
     }
     // Stock that arrived after the last issuer ran is issued now.
-    all.extend(f.room.issue(PRODUCT, IssueBound::Gate).await.unwrap());
+    all.extend(issue(&f.room, PRODUCT, IssueBound::Gate).await);
     let stock = f.get(&f.gate_stock_key(PRODUCT)).await.unwrap();
     let counts = f.room.counts(PRODUCT).await.unwrap();
     assert!(
@@ -708,7 +727,7 @@ async fn a_claim_checks_the_pass_and_takes_it_once() {
     let room = &f.room;
     let entries = drawn_queue(&f, PRODUCT, 3, 60_000, 1).await;
     f.set_stock(PRODUCT, 2).await;
-    let issued = room.issue(PRODUCT, IssueBound::Gate).await.unwrap();
+    let issued = issue(room, PRODUCT, IssueBound::Gate).await;
     let (alice, bob) = (CustomerId(1), CustomerId(2));
     let alices = pass_of(&issued[0]);
     let unknown = PassRef {
@@ -831,7 +850,7 @@ async fn passes_lapse_at_their_deadline_and_stale_claims_are_reported() {
     let room = &f.room;
     drawn_queue(&f, PRODUCT, 5, 300, 1).await;
     f.set_stock(PRODUCT, 4).await;
-    let issued = room.issue(PRODUCT, IssueBound::Gate).await.unwrap();
+    let issued = issue(room, PRODUCT, IssueBound::Gate).await;
     assert_eq!(issued.len(), 4);
     let [a, b, c, d] = [0, 1, 2, 3].map(|i| pass_of(&issued[i]));
     assert_eq!(
@@ -924,7 +943,7 @@ async fn passes_lapse_at_their_deadline_and_stale_claims_are_reported() {
     let counts = room.counts(PRODUCT).await.unwrap();
     assert_eq!((counts.lapsed, counts.open_passes), (4, 0));
     // The freed units admit the next in line.
-    let next = room.issue(PRODUCT, IssueBound::Gate).await.unwrap();
+    let next = issue(room, PRODUCT, IssueBound::Gate).await;
     assert_eq!((next.len(), next[0].customer), (1, CustomerId(5)));
     f.cleanup().await;
 }
@@ -938,7 +957,7 @@ async fn every_pass_hands_its_units_back_exactly_once() {
     let units = 3;
     drawn_queue(&f, PRODUCT, 40, 200, units).await;
     f.set_stock(PRODUCT, 40 * units).await;
-    let issued = f.room.issue(PRODUCT, IssueBound::Gate).await.unwrap();
+    let issued = issue(&f.room, PRODUCT, IssueBound::Gate).await;
     assert_eq!(issued.len(), 40);
     // Half claimed now; the deadline passes during the race.
     for mine in issued.iter().step_by(2) {
@@ -1027,13 +1046,13 @@ async fn two_drainers_of_the_log_never_drop_an_unrecorded_event() {
     let room = &f.room;
     drawn_queue(&f, PRODUCT, 5, 60_000, 1).await;
     f.set_stock(PRODUCT, 3).await;
-    room.issue(PRODUCT, IssueBound::Gate).await.unwrap();
+    issue(room, PRODUCT, IssueBound::Gate).await;
     let slow = room.log(PRODUCT, 2).await.unwrap();
     let fast = room.log(PRODUCT, 10).await.unwrap();
     assert_eq!((slow.len(), fast.len()), (2, 3));
     room.ack_log(PRODUCT, &fast[2]).await.unwrap();
     f.add_stock(PRODUCT, 1).await;
-    let fourth = room.issue(PRODUCT, IssueBound::Gate).await.unwrap();
+    let fourth = issue(room, PRODUCT, IssueBound::Gate).await;
     // The slow drainer's ack finds its event gone: nothing more goes.
     room.ack_log(PRODUCT, &slow[1]).await.unwrap();
     assert_eq!(
@@ -1089,7 +1108,7 @@ async fn status_and_counts_say_where_everyone_stands() {
     room.draw(PRODUCT, &order).await.unwrap();
     f.set_stock(PRODUCT, 2).await;
     room.mirror_unpaid(PRODUCT, 3).await.unwrap();
-    let issued = room.issue(PRODUCT, IssueBound::Gate).await.unwrap();
+    let issued = issue(room, PRODUCT, IssueBound::Gate).await;
     let view = room.status(PRODUCT, CustomerId(4)).await.unwrap();
     assert_eq!(
         view,
@@ -1140,7 +1159,7 @@ async fn every_key_of_a_queue_carries_the_products_hash_tag() {
     f.set_stock(product, 2).await;
     room.mirror_stock(product, 2, 0).await.unwrap();
     room.mirror_unpaid(product, 0).await.unwrap();
-    let issued = room.issue(product, IssueBound::Gate).await.unwrap();
+    let issued = issue(room, product, IssueBound::Gate).await;
     room.claim(product, CustomerId(1), &pass_of(&issued[0]), "x")
         .await
         .unwrap();
@@ -1189,7 +1208,7 @@ async fn a_rebuilt_queue_shows_everyone_what_they_saw_before() {
         entries.push(join_confirmed(room, PRODUCT, c).await);
     }
     f.set_stock(PRODUCT, 8).await;
-    let issued = room.issue(PRODUCT, IssueBound::Gate).await.unwrap();
+    let issued = issue(room, PRODUCT, IssueBound::Gate).await;
     assert_eq!(issued.len(), 4);
     // One used, one lapsed (a stale claim), two open.
     let used = pass_of(&issued[0]);
@@ -1203,7 +1222,7 @@ async fn a_rebuilt_queue_shows_everyone_what_they_saw_before() {
         .await
         .unwrap();
     room.lapse_claim(PRODUCT, &lapsed, "l").await.unwrap();
-    room.issue(PRODUCT, IssueBound::Gate).await.unwrap();
+    issue(room, PRODUCT, IssueBound::Gate).await;
     room.mirror_unpaid(PRODUCT, 1).await.unwrap();
 
     let customers: Vec<CustomerId> = (1..=12).map(CustomerId).collect();
@@ -1265,7 +1284,7 @@ async fn a_rebuilt_queue_shows_everyone_what_they_saw_before() {
     assert_eq!(room.counts(PRODUCT).await.unwrap(), counts_before);
     // And it goes on from there: the next pass is number 5+, to the next in line.
     f.add_stock(PRODUCT, 2).await;
-    let next = room.issue(PRODUCT, IssueBound::Gate).await.unwrap();
+    let next = issue(room, PRODUCT, IssueBound::Gate).await;
     assert_eq!(next.len(), 1);
     assert_eq!(next[0].number, counts_before.admitted + 1);
     let join = join_new(room, PRODUCT, 50).await;
@@ -1370,7 +1389,7 @@ async fn on_a_redis_cluster_every_script_runs_on_the_products_slot() {
             .unwrap()
             .is_empty());
         gate.seed_if_absent(product, 2, Some(1)).await.unwrap();
-        let issued = room.issue(product, IssueBound::Gate).await.unwrap();
+        let issued = issue(&room, product, IssueBound::Gate).await;
         assert_eq!(issued.len(), 2);
         assert_eq!(issued[0].customer, CustomerId(3));
         let used = pass_of(&issued[0]);
@@ -1601,7 +1620,7 @@ async fn with_the_gate_off_a_sale_under_a_pass_leaves_the_mirror_at_once() {
     let mirror_key = format!("{}mirror_stock", room.key_base(PRODUCT));
     let before = room.settled_units(PRODUCT).await.unwrap();
     assert_eq!(room.mirror_stock(PRODUCT, 2, before).await.unwrap(), 2);
-    let issued = room.issue(PRODUCT, IssueBound::Mirror).await.unwrap();
+    let issued = issue(room, PRODUCT, IssueBound::Mirror).await;
     assert_eq!(issued.len(), 2);
 
     // The first holder buys (Postgres's stock is 1 now) and the pass ends.
@@ -1612,10 +1631,7 @@ async fn with_the_gate_off_a_sale_under_a_pass_leaves_the_mirror_at_once() {
     assert!(room.settle(PRODUCT, &first, "a").await.unwrap());
     assert_eq!(f.get(&mirror_key).await, Some(1));
     assert!(
-        room.issue(PRODUCT, IssueBound::Mirror)
-            .await
-            .unwrap()
-            .is_empty(),
+        issue(room, PRODUCT, IssueBound::Mirror).await.is_empty(),
         "the one unit left is the second pass's"
     );
 
@@ -1631,18 +1647,11 @@ async fn with_the_gate_off_a_sale_under_a_pass_leaves_the_mirror_at_once() {
         room.mirror_stock(PRODUCT, 1, settled_before).await.unwrap(),
         0
     );
-    assert!(room
-        .issue(PRODUCT, IssueBound::Mirror)
-        .await
-        .unwrap()
-        .is_empty());
+    assert!(issue(room, PRODUCT, IssueBound::Mirror).await.is_empty());
     // A unit that comes back (a refund) admits the next waiter.
     let settled_now = room.settled_units(PRODUCT).await.unwrap();
     assert_eq!(room.mirror_stock(PRODUCT, 1, settled_now).await.unwrap(), 1);
-    assert_eq!(
-        room.issue(PRODUCT, IssueBound::Mirror).await.unwrap().len(),
-        1
-    );
+    assert_eq!(issue(room, PRODUCT, IssueBound::Mirror).await.len(), 1);
     f.cleanup().await;
 }
 

@@ -11,7 +11,8 @@
 //! 4. at the start, the draw: the pre-queue shuffled with the seed from
 //!    Postgres, put in that order, and the seed revealed (`drawn_at`); a
 //!    queue Redis has undrawn though its draw is revealed lost writes, and
-//!    is dropped to be rebuilt from Postgres, never drawn again;
+//!    is dropped to be rebuilt from Postgres, never drawn again (so is one
+//!    with fewer admissions than Postgres has recorded, at step 7);
 //! 5. passes past their deadline lapse; claims past it and the gate's grace
 //!    are settled by what Postgres says;
 //! 6. the queue closes as sold out when nothing is left and nothing can
@@ -37,7 +38,7 @@ use crate::db::schema::{queue_draws, queue_entries};
 use crate::domain::draw::{shuffle, DrawSeed, Ticket};
 use crate::domain::{CustomerId, ProductId};
 use crate::error::AppError;
-use crate::queue::{Confirmed, Drawn, IssueBound, QueueState, QueueView, Reconcile};
+use crate::queue::{Behind, Confirmed, Drawn, Issue, IssueBound, QueueState, QueueView, Reconcile};
 use crate::services::stock_gate::seed_if_absent;
 use crate::services::Shop;
 
@@ -68,8 +69,9 @@ pub struct TickReport {
     pub sold_out: usize,
     pub reopened: usize,
     pub closed: usize,
-    /// Queues Redis had undrawn though their draw was revealed (it lost
-    /// writes): dropped, to be rebuilt from Postgres.
+    /// Queues Redis had undrawn though their draw was revealed, or with
+    /// fewer admissions than Postgres recorded (it lost writes): dropped,
+    /// to be rebuilt from Postgres.
     pub discarded: usize,
     /// Queues whose tick failed (Redis or Postgres down); tried again next tick.
     pub failed: usize,
@@ -277,7 +279,26 @@ async fn tick_queue(
         None => IssueBound::Mirror,
     };
     let issued = if settled_since_rebuild {
-        room.issue(product, bound).await?
+        match room.issue(product, bound, numbers.admissions).await? {
+            Issue::Issued(issued) => issued,
+            Issue::Behind => {
+                // Redis lost writes (a failover to a replica that was
+                // behind): its cursor would hand the record's numbers, and
+                // places, out again, and its passes trail what was used or
+                // lapsed. The queue is dropped and rebuilt from the record.
+                drain_log(shop, product).await?;
+                let recorded = numbers.admissions;
+                if room
+                    .discard_behind(product, Behind::Admissions { recorded })
+                    .await?
+                {
+                    tracing::warn!(%product, recorded, "Redis lost admissions of this queue; rebuilding the queue from Postgres");
+                    report.discarded += 1;
+                }
+                recent.forget(product);
+                return Ok(());
+            }
+        }
     } else {
         Vec::new()
     };
@@ -443,7 +464,7 @@ async fn draw(shop: &Shop, sale: &QueueSale, report: &mut TickReport) -> Result<
             // hand out passes the record has as used or lapsed. The queue
             // is dropped and rebuilt from the record instead.
             drain_log(shop, product).await?;
-            if !room.discard_undrawn(product).await? {
+            if !room.discard_behind(product, Behind::Undrawn).await? {
                 return Ok(Drew::Kept);
             }
             tracing::warn!(%product, "Redis lost this queue's draw; rebuilding the queue from Postgres");
@@ -541,6 +562,10 @@ struct SaleNumbers {
     /// The latest deadline of an open pass.
     #[diesel(sql_type = Nullable<Timestamptz>)]
     passes_until: Option<DateTime<Utc>>,
+    /// Admissions recorded: Redis, which makes them, never has fewer
+    /// unless it lost writes.
+    #[diesel(sql_type = BigInt)]
+    admissions: i64,
 }
 
 async fn sale_numbers(shop: &Shop, product: ProductId) -> Result<SaleNumbers, AppError> {
@@ -550,7 +575,9 @@ async fn sale_numbers(shop: &Shop, product: ProductId) -> Result<SaleNumbers, Ap
                     COALESCE(unpaid.units, 0)::bigint AS unpaid,
                     unpaid.until AS unpaid_until,
                     (SELECT max(a.expires_at) FROM queue_admissions a
-                      WHERE a.product_id = p.id AND a.state = 'issued') AS passes_until
+                      WHERE a.product_id = p.id AND a.state = 'issued') AS passes_until,
+                    (SELECT count(*) FROM queue_admissions a
+                      WHERE a.product_id = p.id)::bigint AS admissions
              FROM products p
              LEFT JOIN LATERAL (
                  SELECT sum(i.quantity) AS units, max(o.payment_deadline) AS until
