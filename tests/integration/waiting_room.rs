@@ -1509,7 +1509,8 @@ async fn dashboard_entries(app: &TestApp, product: ProductId) -> i64 {
 /// A pre-queue join whose row commits only after the draw went ahead
 /// without it: the draw's reveal recorded which places it took, so when
 /// Redis then loses the queue (and its note to forget that row), the
-/// rebuilt line is the drawn one, not one with the late row shuffled in.
+/// rebuilt line is the drawn one, not one with the late row shuffled in,
+/// and the row goes, so its customer can join again (late) at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_place_the_draw_went_without_stays_out_of_the_line_after_redis_is_lost() {
     let app = quick_join_app().await;
@@ -1546,6 +1547,25 @@ async fn a_place_the_draw_went_without_stays_out_of_the_line_after_redis_is_lost
     tick(&app).await;
     assert_eq!(line_of(&app, product, &who[..4]).await, line);
     assert_eq!(status(&app, too_late, product).await.position, None);
+    let verdict = verify(&record_of(&app, product).await);
+    assert!(verdict.passed(), "{verdict:?}");
+    assert_eq!(
+        count(
+            &app,
+            &format!("SELECT count(*) AS n FROM queue_entries WHERE product_id = {product} AND customer_id = {too_late}")
+        ),
+        0,
+        "the row the draw went without is gone with the rebuild"
+    );
+    let ticket = queue::join(&app.shop, too_late, product)
+        .await
+        .expect("its customer joins again at once");
+    let joined = status(&app, too_late, product).await;
+    assert_eq!(
+        (joined.ticket, joined.position),
+        (Some(ticket), Some(5)),
+        "at the back, late"
+    );
     let verdict = verify(&record_of(&app, product).await);
     assert!(verdict.passed(), "{verdict:?}");
 }

@@ -415,10 +415,38 @@ async fn put_back_after_rebuild(
     if refused {
         return Ok(false);
     }
+    if record.drawn_at.is_some() {
+        report.undone += db::run(&shop.pool, move |conn| {
+            delete_places_the_draw_went_without(conn, product)
+        })
+        .await?;
+    }
     // The rows the draw went without are gone before anyone else is admitted.
     forget_entries(shop, product).await?;
     // False when rebuilt again since: that rebuild holds on its own.
     room.mark_reconciled(product, mark).await
+}
+
+/// Deletes the pre-queue rows a revealed draw went without (not `drawn`).
+/// Their joiners were told to join again, and undo the row, or the tick
+/// forgets it by Redis's note; a rebuild lost that note, and a row left
+/// behind would turn its customer's next join away. Only a revealed draw's:
+/// before the reveal, every pre-queue row is a place.
+fn delete_places_the_draw_went_without(
+    conn: &mut db::PgConn,
+    product: ProductId,
+) -> Result<usize, AppError> {
+    let revealed = queue_draws::table
+        .find(product.get())
+        .filter(queue_draws::drawn_at.is_not_null());
+    Ok(diesel::delete(
+        queue_entries::table
+            .filter(queue_entries::product_id.eq(product.get()))
+            .filter(diesel::dsl::not(queue_entries::late))
+            .filter(diesel::dsl::not(queue_entries::drawn))
+            .filter(diesel::dsl::exists(revealed)),
+    )
+    .execute(conn)?)
 }
 
 /// The state a drawn, unended queue moves to by these numbers, from the
