@@ -234,6 +234,10 @@ pub async fn paused_in_record(pool: &PgPool, product: ProductId) -> Result<bool,
 /// come back to life by a resume); asking for the state it is already in
 /// changes and logs nothing. Redis is changed first and the action logged
 /// right after it took effect, as a gate resync is; a refusal logs nothing.
+/// The log is what a rebuilt queue comes back with, so a change it could
+/// not log is undone (the admin is told it failed, and a rebuild would
+/// drop it anyway), and a logged one is put again if a rebuild from the
+/// record before it came in between.
 pub async fn set_admission_paused(
     shop: &Shop,
     product: ProductId,
@@ -291,7 +295,17 @@ pub async fn set_admission_paused(
         (ActionKind::QueueResume, "admission resumed")
     };
     let action = AdminAction::on_product(admin, kind, product, detail.to_string());
-    action_log::record_done(&shop.pool, action).await
+    if let Err(error) = action_log::record_done(&shop.pool, action).await {
+        if let Err(undo) = room.set_state_from(product, to, from).await {
+            tracing::error!(%product, ?to, %undo, "an admission change that could not be logged could not be undone either; a rebuild will drop it");
+        }
+        return Err(error);
+    }
+    // Only from `from`: a queue rebuilt meanwhile from the record without
+    // this change comes back in `from`; one that moved on (sold out, closed,
+    // another admin's word) stays.
+    room.set_state_from(product, from, to).await?;
+    Ok(())
 }
 
 /// The queue's API has no state-only read; a customer in no queue (no

@@ -616,3 +616,80 @@ async fn pause_and_resume_change_the_queue_and_are_logged() {
             .unwrap()
     );
 }
+
+/// The log holds the admission state a rebuilt queue comes back with, so a
+/// pause stands only as logged: one the log refuses is undone (and the
+/// admin told), and one whose queue a rebuild from the record before it
+/// reset meanwhile is put again once logged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_admission_change_stands_only_as_logged() {
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let id = id_from_saved(&admin.post_form("/admin/products", &queue_sale_form()).await);
+    let product = ProductId(id);
+    let room = &app.shop.waiting_room;
+    let setup = QueueSetup {
+        starts_at: chrono::Utc::now() - chrono::Duration::seconds(1),
+        pass: Duration::from_secs(120),
+        units: 1,
+    };
+    room.prepare(product, &setup).await.unwrap();
+    room.draw(product, &[]).await.unwrap();
+    let nobody = flashsale::domain::CustomerId(0);
+    let state = || async { room.status(product, nobody).await.unwrap().queue };
+    let pause = format!("/admin/products/{id}/queue/pause");
+    let logged = || {
+        app.db.count(&format!(
+            "SELECT count(*) AS n FROM admin_actions WHERE product_id = {id} AND action = 'queue_pause'"
+        ))
+    };
+
+    sql(
+        &app.db,
+        "CREATE FUNCTION refuse_pause() RETURNS trigger LANGUAGE plpgsql AS \
+         $$ BEGIN RAISE EXCEPTION 'the log is down'; END $$",
+    );
+    sql(
+        &app.db,
+        "CREATE TRIGGER refuse_pause BEFORE INSERT ON admin_actions FOR EACH ROW \
+         WHEN (NEW.action = 'queue_pause') EXECUTE FUNCTION refuse_pause()",
+    );
+    let refused = admin.post_form(&pause, &[]).await;
+    assert!(refused.status().is_server_error(), "{}", refused.status());
+    assert_eq!(
+        state().await,
+        QueueState::Open,
+        "the unlogged pause is undone"
+    );
+    assert_eq!(logged(), 0);
+
+    sql(&app.db, "DROP TRIGGER refuse_pause ON admin_actions");
+    sql(
+        &app.db,
+        "CREATE FUNCTION slow_pause() RETURNS trigger LANGUAGE plpgsql AS \
+         $$ BEGIN PERFORM pg_sleep(1); RETURN NEW; END $$",
+    );
+    sql(
+        &app.db,
+        "CREATE TRIGGER slow_pause BEFORE INSERT ON admin_actions FOR EACH ROW \
+         WHEN (NEW.action = 'queue_pause') EXECUTE FUNCTION slow_pause()",
+    );
+    let rebuilt_meanwhile = async {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert_eq!(state().await, QueueState::Paused, "Redis first");
+        // As REBUILD puts it from a record without the pause.
+        assert!(room
+            .set_state_from(product, QueueState::Paused, QueueState::Open)
+            .await
+            .unwrap());
+    };
+    let (paused, ()) = tokio::join!(admin.post_form(&pause, &[]), rebuilt_meanwhile);
+    expect_redirect(&paused, &format!("/admin/queues#queue-{id}"));
+    assert_eq!(logged(), 1);
+    assert_eq!(state().await, QueueState::Paused, "as logged");
+    assert!(
+        flashsale::services::queue_admin::paused_in_record(&app.shop.pool, product)
+            .await
+            .unwrap()
+    );
+}
