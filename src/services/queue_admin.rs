@@ -87,26 +87,33 @@ impl QueueOverview {
 
 /// Every queue-mode sale, newest start first, with its queue.
 pub async fn queue_overviews(shop: &Shop) -> Result<Vec<QueueOverview>, AppError> {
+    // One snapshot, so a sale's draw and its counts agree (a reveal
+    // committing between them would count entries it left out).
     let recorded = db::run(&shop.pool, |conn| {
-        let sales: Vec<Product> = products::table
-            .filter(products::queue_mode.eq(true))
-            .order((products::sale_starts_at.desc(), products::id.desc()))
-            .select(Product::as_select())
-            .load(conn)?;
-        sales
-            .into_iter()
-            .map(|product| {
-                let id = product.id;
-                let draw = draw_summary(conn, id)?;
-                let revealed = draw.as_ref().is_some_and(|d| d.drawn_at.is_some());
-                Ok((
-                    product,
-                    recorded_counts(conn, id, revealed)?,
-                    draw,
-                    last_admin_change(conn, id)?,
-                ))
+        conn.build_transaction()
+            .repeatable_read()
+            .read_only()
+            .run(|conn| {
+                let sales: Vec<Product> = products::table
+                    .filter(products::queue_mode.eq(true))
+                    .order((products::sale_starts_at.desc(), products::id.desc()))
+                    .select(Product::as_select())
+                    .load(conn)?;
+                sales
+                    .into_iter()
+                    .map(|product| {
+                        let id = product.id;
+                        let draw = draw_summary(conn, id)?;
+                        let revealed = draw.as_ref().is_some_and(|d| d.drawn_at.is_some());
+                        Ok((
+                            product,
+                            recorded_counts(conn, id, revealed)?,
+                            draw,
+                            last_admin_change(conn, id)?,
+                        ))
+                    })
+                    .collect::<Result<Vec<_>, AppError>>()
             })
-            .collect::<Result<Vec<_>, AppError>>()
     })
     .await?;
     let mut overviews = Vec::with_capacity(recorded.len());
