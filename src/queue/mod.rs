@@ -922,8 +922,9 @@ impl WaitingRoom {
     }
 
     /// The purchase under the claim committed: `Used`, its units no longer
-    /// outstanding. Returns false when the pass was not claimed by
-    /// `admission`; a repeat for the same admission answers true and hands
+    /// outstanding; also when a rebuild reopened the pass (issued) before
+    /// that commit. Returns false when another admission holds the pass or
+    /// it lapsed; a repeat for the same admission answers true and hands
     /// back nothing more.
     pub async fn settle(
         &self,

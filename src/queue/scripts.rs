@@ -398,18 +398,26 @@ return 1
 "#
 );
 
-/// ARGV: base, ticket, number, admission. The claim's purchase committed:
-/// `used`, its units no longer outstanding. A repeat (already used by this
-/// admission) answers 1 and hands back nothing. Returns 1 or 0.
+/// ARGV: base, ticket, number, admission. The claim's purchase committed
+/// (Postgres has the pass used by its order): `used`, its units no longer
+/// outstanding. A pass found issued, not claimed, was reopened by a rebuild
+/// whose snapshot predated that commit (the claim lived only in the Redis
+/// that was lost): it is settled too, or it would hold a sold unit until
+/// its deadline. A repeat (already used by this admission) answers 1 and
+/// hands back nothing. Returns 1 or 0 (claimed by another admission, or
+/// lapsed: nothing to hand back here).
 pub(super) const SETTLE: &str = script!(
     r#"
 local t, number, admission = ARGV[2], ARGV[3], ARGV[4]
 local p = redis.call('HMGET', pass_key(t), 'n', 'state', 'units', 'admission')
-if p[1] ~= number or p[4] ~= admission then return 0 end
-if p[2] == 'used' then return 1 end
-if p[2] ~= 'claimed' then return 0 end
+if p[1] ~= number then return 0 end
+if p[2] == 'used' then
+  if p[4] == admission then return 1 end
+  return 0
+end
+if not (p[2] == 'issued' or (p[2] == 'claimed' and p[4] == admission)) then return 0 end
 local units = tonumber(p[3])
-redis.call('HSET', pass_key(t), 'state', 'used', 'ended_ms', now_ms())
+redis.call('HSET', pass_key(t), 'state', 'used', 'admission', admission, 'ended_ms', now_ms())
 redis.call('ZREM', K_DEADLINES, t)
 redis.call('DECRBY', K_OUTSTANDING, units)
 redis.call('HINCRBY', K_META, 'used', 1)

@@ -1569,3 +1569,279 @@ async fn a_place_the_draw_went_without_stays_out_of_the_line_after_redis_is_lost
     let verdict = verify(&record_of(&app, product).await);
     assert!(verdict.passed(), "{verdict:?}");
 }
+
+/// Three units, one each, four customers: the first three in line hold
+/// passes, the fourth waits. Statements may wait up to 2 s, so a test can
+/// hold a purchase's commit while Redis loses the queue.
+struct ThreePassesOneWaiting {
+    app: TestApp,
+    product: ProductId,
+    buyer: CustomerId,
+    pass: PassRef,
+    waiting: CustomerId,
+}
+
+async fn three_passes_one_waiting(pass: Duration) -> ThreePassesOneWaiting {
+    let app = spawn_app_with(|s| {
+        s.queue_tick = Duration::from_secs(3600);
+        s.queue_pass = pass;
+        s.db_connect_timeout = Duration::from_millis(100);
+        s.db_statement_timeout = Duration::from_millis(2_000);
+    })
+    .await;
+    let product = queue_product(&app, 3, 1).await;
+    let who = customers(&app, 4);
+    join_all(&app, product, &who).await;
+    start_now(&app, product);
+    assert_eq!(tick(&app).await.issued, 3);
+    let mut by_position = HashMap::new();
+    for customer in &who {
+        let status = status(&app, *customer, product).await;
+        by_position.insert(status.position.unwrap(), (*customer, status.pass));
+    }
+    let (buyer, pass) = by_position[&1].clone();
+    ThreePassesOneWaiting {
+        app,
+        product,
+        buyer,
+        pass: pass.expect("the first in line holds a pass"),
+        waiting: by_position[&4].0,
+    }
+}
+
+/// A purchase commits its order and its process dies before it records
+/// its pass used (Postgres refuses the mark).
+fn purchases_die_before_marking_their_pass_used(app: &TestApp) {
+    sql(
+        app,
+        "CREATE FUNCTION refuse_used() RETURNS trigger LANGUAGE plpgsql AS \
+         $$ BEGIN RAISE EXCEPTION 'the purchase''s process died'; END $$",
+    );
+    sql(
+        app,
+        "CREATE TRIGGER refuse_used BEFORE UPDATE ON queue_admissions FOR EACH ROW \
+         WHEN (NEW.state = 'used') EXECUTE FUNCTION refuse_used()",
+    );
+}
+
+/// Orders commit only while nobody holds advisory lock 16 exclusively.
+const ORDER_HOLD: i64 = 16;
+
+fn hold_order_inserts_on_the_advisory_lock(app: &TestApp) {
+    sql(
+        app,
+        &format!(
+            "CREATE FUNCTION hold_order() RETURNS trigger LANGUAGE plpgsql AS \
+             $$ BEGIN PERFORM pg_advisory_xact_lock_shared({ORDER_HOLD}); RETURN NEW; END $$"
+        ),
+    );
+    sql(
+        app,
+        "CREATE TRIGGER hold_order BEFORE INSERT ON orders FOR EACH ROW \
+         EXECUTE FUNCTION hold_order()",
+    );
+}
+
+/// A purchase with `pass` that is inside its transaction, waiting on the
+/// advisory lock `holder` has, its claim in Redis.
+async fn purchase_held_at_its_commit(
+    f: &ThreePassesOneWaiting,
+    holder: &mut PgConnection,
+) -> tokio::task::JoinHandle<Result<PurchaseOutcome, AppError>> {
+    diesel::sql_query(format!("SELECT pg_advisory_lock({ORDER_HOLD})"))
+        .execute(holder)
+        .unwrap();
+    let shop = f.app.shop.clone();
+    let (buyer, product, pass) = (f.buyer, f.product, f.pass.clone());
+    let buying = tokio::spawn(async move {
+        let line = Line {
+            product,
+            quantity: Quantity::new(1).unwrap(),
+        };
+        purchase_with_pass(&shop, buyer, line, None, Some(pass)).await
+    });
+    let started = Instant::now();
+    while count(
+        &f.app,
+        "SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted \
+         AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+    ) == 0
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the purchase never reached its insert"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        status(&f.app, f.buyer, f.product).await.pass_state,
+        Some(PassState::Claimed)
+    );
+    buying
+}
+
+fn release_the_commit(holder: &mut PgConnection) {
+    diesel::sql_query(format!("SELECT pg_advisory_unlock({ORDER_HOLD})"))
+        .execute(holder)
+        .unwrap();
+}
+
+fn used_by(app: &TestApp, order: flashsale::domain::OrderId) -> i64 {
+    count(
+        app,
+        &format!(
+            "SELECT count(*) AS n FROM queue_admissions WHERE state = 'used' AND order_id = {order}"
+        ),
+    )
+}
+
+/// The buyer's unit comes back (a declined payment): with only the two
+/// other passes open, it admits the one waiting. A sold unit still held
+/// by the buyer's pass would keep them waiting until its deadline.
+async fn the_unit_that_comes_back_admits_the_waiter(
+    f: &ThreePassesOneWaiting,
+    order: flashsale::domain::OrderId,
+) {
+    let app = &f.app;
+    assert_eq!(
+        app.shop
+            .waiting_room
+            .counts(f.product)
+            .await
+            .unwrap()
+            .outstanding_units,
+        2,
+        "only the two passes not used hold units"
+    );
+    tokio::time::sleep(app.shop.settings.longest_join() + Duration::from_millis(100)).await;
+    assert_eq!(tick(app).await.issued, 0, "two units left, two passes open");
+    assert!(
+        restore_order(&app.shop, order, OrderStatus::PaymentFailed, None)
+            .await
+            .unwrap()
+    );
+    assert_eq!(tick(app).await.issued, 1);
+    let admitted = status(app, f.waiting, f.product).await;
+    assert_eq!(admitted.standing, Standing::Admitted, "{admitted:?}");
+    app.db.assert_audit_clean();
+    let verdict = verify(&record_of(app, f.product).await);
+    assert!(verdict.passed(), "{verdict:?}");
+}
+
+/// A purchase committed and its process died before recording its pass
+/// used; then Redis lost the queue, and with it the claim. The rebuild
+/// finds the order under the pass (its admission key names the ticket) and
+/// records the pass used, instead of reopening it over a sold unit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_rebuild_finds_the_order_a_lost_claim_committed_and_keeps_its_pass_used() {
+    let f = three_passes_one_waiting(Duration::from_secs(120)).await;
+    let app = &f.app;
+    purchases_die_before_marking_their_pass_used(app);
+    let PurchaseOutcome::Purchased(order) = buy(app, f.buyer, f.product, Some(f.pass.clone()))
+        .await
+        .unwrap()
+    else {
+        panic!("the first in line buys")
+    };
+    assert_eq!(
+        status(app, f.buyer, f.product).await.pass_state,
+        Some(PassState::Claimed),
+        "only Redis's claim knows the pass was used"
+    );
+    assert_eq!(used_by(app, order), 0);
+    sql(app, "DROP TRIGGER refuse_used ON queue_admissions");
+
+    lose_the_queues(app).await;
+    assert_eq!(tick(app).await.rebuilt, 1);
+    assert_eq!(
+        used_by(app, order),
+        1,
+        "the record has the pass used by the order"
+    );
+    assert_eq!(
+        status(app, f.buyer, f.product).await.pass_state,
+        Some(PassState::Used)
+    );
+    the_unit_that_comes_back_admits_the_waiter(&f, order).await;
+}
+
+/// A purchase whose claim Redis lost while its transaction ran: the
+/// rebuild's snapshot predates the commit and reopens the pass; the
+/// purchase, once committed, records the pass used and settles it in the
+/// rebuilt queue, so the sold unit is not held until the pass's deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_purchase_that_commits_after_a_rebuild_reopened_its_pass_settles_it() {
+    let f = three_passes_one_waiting(Duration::from_secs(120)).await;
+    let app = &f.app;
+    hold_order_inserts_on_the_advisory_lock(app);
+    let mut holder = app.db.conn();
+    let buying = purchase_held_at_its_commit(&f, &mut holder).await;
+
+    lose_the_queues(app).await;
+    assert_eq!(tick(app).await.rebuilt, 1);
+    assert_eq!(
+        status(app, f.buyer, f.product).await.pass_state,
+        Some(PassState::Issued),
+        "the snapshot had no order: the pass is open again"
+    );
+    release_the_commit(&mut holder);
+    let PurchaseOutcome::Purchased(order) = buying.await.unwrap().unwrap() else {
+        panic!("the held purchase commits")
+    };
+    assert_eq!(used_by(app, order), 1);
+    assert_eq!(
+        status(app, f.buyer, f.product).await.pass_state,
+        Some(PassState::Used),
+        "settled in the rebuilt queue"
+    );
+    the_unit_that_comes_back_admits_the_waiter(&f, order).await;
+}
+
+/// As above, and the purchase's process dies after its commit, before it
+/// says so: the reopened pass lapses at its deadline, and the record
+/// still has it used by the order (a lapse never hides a sale).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_reopened_pass_whose_purchase_committed_is_recorded_used_when_it_lapses() {
+    let pass = Duration::from_secs(3);
+    let f = three_passes_one_waiting(pass).await;
+    let app = &f.app;
+    let admitted_at = Instant::now();
+    hold_order_inserts_on_the_advisory_lock(app);
+    purchases_die_before_marking_their_pass_used(app);
+    let mut holder = app.db.conn();
+    let buying = purchase_held_at_its_commit(&f, &mut holder).await;
+    lose_the_queues(app).await;
+    assert_eq!(tick(app).await.rebuilt, 1);
+    release_the_commit(&mut holder);
+    let PurchaseOutcome::Purchased(order) = buying.await.unwrap().unwrap() else {
+        panic!("the held purchase commits")
+    };
+    assert!(
+        admitted_at.elapsed() < pass,
+        "the pass was still open when its purchase committed"
+    );
+    assert_eq!(used_by(app, order), 0);
+    sql(app, "DROP TRIGGER refuse_used ON queue_admissions");
+
+    tokio::time::sleep(pass.saturating_sub(admitted_at.elapsed()) + Duration::from_millis(200))
+        .await;
+    tick(app).await;
+    assert_eq!(
+        status(app, f.buyer, f.product).await.pass_state,
+        Some(PassState::Lapsed),
+        "Redis never heard of the sale"
+    );
+    assert_eq!(
+        used_by(app, order),
+        1,
+        "the record has the pass used, not lapsed"
+    );
+    assert_eq!(
+        admissions(app, f.product, "lapsed"),
+        2,
+        "only the two passes nobody bought with"
+    );
+    app.db.assert_audit_clean();
+    let verdict = verify(&record_of(app, f.product).await);
+    assert!(verdict.passed(), "{verdict:?}");
+}

@@ -17,7 +17,7 @@ use crate::domain::CustomerId;
 use crate::error::{AppError, PassRefusal};
 use crate::queue::PassRef;
 use crate::services::idempotency::order_named;
-use crate::services::queue::{claim, record_used, unclaim, QueueSale};
+use crate::services::queue::{claim, pass_admission, record_used, unclaim, QueueSale};
 use crate::services::Shop;
 
 /// Buys one product's `line`. A sale in open mode is `purchase` as ever
@@ -55,7 +55,7 @@ async fn buy_with_pass(
     pass: PassRef,
 ) -> Result<PurchaseOutcome, AppError> {
     let product = line.product;
-    let admission = admission_key();
+    let admission = pass_admission(&pass, &admission_key());
     let claimed = match claim(shop, product, customer, &pass, &admission).await {
         Ok(claimed) => claimed,
         Err(error) => {

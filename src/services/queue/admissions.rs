@@ -67,7 +67,10 @@ fn record_events(
                 ticket,
                 at,
             } => {
-                // Never over `used`: a purchase that did commit wins.
+                // Never over `used`: a purchase that did commit wins, also
+                // one whose claim a rebuild lost and whose process died
+                // before it said so.
+                used_by_their_orders(conn, product, Some(number(*n)?))?;
                 diesel::update(
                     queue_admissions::table
                         .filter(queue_admissions::product_id.eq(product.get()))
@@ -84,6 +87,44 @@ fn record_events(
         }
     }
     Ok(())
+}
+
+/// The admission key a purchase with `pass` runs under: the pass's ticket,
+/// then `fresh`. Orders keep it (`gate_key`), so Postgres alone can tell
+/// which pass an order used when the claim that said so lived only in a
+/// Redis that was lost (`used_by_their_orders`).
+pub fn pass_admission(pass: &PassRef, fresh: &str) -> String {
+    format!("{}-{fresh}", pass.ticket.as_str())
+}
+
+/// Marks `used` every admission of `product` still `issued` in Postgres
+/// (only number `only`, if given) whose pass an order was bought with, by
+/// the order's admission key (`pass_admission`). A purchase records its
+/// pass used after its commit; one whose process died first left only its
+/// claim in Redis, and a rebuild or a lapse must not take that pass for
+/// open. Returns the admissions marked.
+pub fn used_by_their_orders(
+    conn: &mut PgConn,
+    product: ProductId,
+    only: Option<i32>,
+) -> Result<usize, AppError> {
+    // Tickets are [0-9A-Z] only, so the LIKE pattern is the exact prefix.
+    Ok(diesel::sql_query(
+        "UPDATE queue_admissions a
+            SET state = 'used', order_id = o.id, ended_at = now()
+           FROM queue_entries e
+           JOIN orders o ON o.customer_id = e.customer_id
+          WHERE a.product_id = $1
+            AND ($2::int IS NULL OR a.number = $2)
+            AND a.state = 'issued'
+            AND e.product_id = a.product_id AND e.ticket = a.ticket
+            AND o.gate_key LIKE a.ticket || '-%'
+            AND EXISTS (SELECT 1 FROM order_items i
+                         WHERE i.order_id = o.id AND i.product_id = a.product_id)",
+    )
+    .bind::<diesel::sql_types::BigInt, _>(product.get())
+    .bind::<diesel::sql_types::Nullable<diesel::sql_types::Integer>, _>(only)
+    .execute(conn)?)
 }
 
 fn number(n: i64) -> Result<i32, AppError> {

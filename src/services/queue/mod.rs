@@ -25,7 +25,9 @@ mod sale;
 mod standing;
 mod tick;
 
-pub use admissions::{drain_log, order_under_claim, record_used, resolve_stale, Resolved};
+pub use admissions::{
+    drain_log, order_under_claim, pass_admission, record_used, resolve_stale, Resolved,
+};
 pub use entries::{entries_in_record, record_entries};
 pub use join::{join, queue_sale};
 pub use opening::{ensure_queue, ensure_seed, read_record, snapshot, QueueRecord, Readied};

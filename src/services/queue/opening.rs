@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 
+use super::admissions::used_by_their_orders;
 use super::entries::record_entries;
 use super::local::local;
 use super::sale::QueueSale;
@@ -90,7 +91,13 @@ pub async fn ensure_queue(shop: &Shop, sale: &QueueSale) -> Result<Readied, AppE
 pub async fn snapshot(shop: &Shop, sale: &QueueSale) -> Result<QueueSnapshot, AppError> {
     let product = sale.product;
     let setup = sale.setup(&shop.settings);
-    let record = db::run(&shop.pool, move |conn| read_record(conn, product)).await?;
+    let record = db::run(&shop.pool, move |conn| {
+        // A pass whose order committed while its claim lived only in the
+        // Redis that was lost would come back open, holding a sold unit.
+        used_by_their_orders(conn, product, None)?;
+        read_record(conn, product)
+    })
+    .await?;
     let now = Utc::now();
     let drawn = record.drawn_at.is_some();
     let line = match (&record.seed, drawn) {
