@@ -158,12 +158,15 @@ pub enum Issue {
 }
 
 /// How a queue is behind the record, for `discard_behind`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Behind {
     /// Postgres has the draw revealed; Redis has the queue undrawn.
     Undrawn,
     /// Postgres has `recorded` admissions.
     Admissions { recorded: i64 },
+    /// Passes this queue issued whose number or ticket the record already
+    /// gave another admission: its cursor trails the record.
+    Conflicting(Vec<Issued>),
 }
 
 /// A pass names its admission: `TICKET-NUMBER`. It is not a secret (a
@@ -1189,26 +1192,30 @@ impl WaitingRoom {
     }
 
     /// Drops a queue that is behind the record (Redis lost writes): undrawn
-    /// while Postgres has its draw revealed (`Behind::Undrawn`), or with
-    /// fewer admissions than Postgres has recorded, so the next tick
-    /// rebuilds it from the record; its unrecorded log must be drained
-    /// first. False if it is not behind after all.
+    /// while Postgres has its draw revealed (`Behind::Undrawn`), with fewer
+    /// admissions than Postgres has recorded, or still holding a pass that
+    /// conflicts with the record, so the next tick rebuilds it from the
+    /// record; its unrecorded log must be drained first. False if it is not
+    /// behind after all.
     pub async fn discard_behind(
         &self,
         product: ProductId,
         behind: Behind,
     ) -> Result<bool, AppError> {
-        let (revealed, recorded) = match behind {
-            Behind::Undrawn => ("1", 0),
-            Behind::Admissions { recorded } => ("0", recorded),
+        let args = match behind {
+            Behind::Undrawn => vec!["undrawn".to_string()],
+            Behind::Admissions { recorded } => vec!["admissions".to_string(), recorded.to_string()],
+            Behind::Conflicting(passes) => std::iter::once("passes".to_string())
+                .chain(passes.iter().flat_map(|pass| {
+                    [
+                        pass.ticket.as_str().to_string(),
+                        pass.number.to_string(),
+                        pass.issued_at.timestamp_millis().to_string(),
+                    ]
+                }))
+                .collect(),
         };
-        let dropped: i64 = self
-            .run(
-                &self.inner.discard_behind,
-                product,
-                &[revealed.to_string(), recorded.to_string()],
-            )
-            .await?;
+        let dropped: i64 = self.run(&self.inner.discard_behind, product, &args).await?;
         Ok(dropped == 1)
     }
 

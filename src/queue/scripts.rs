@@ -581,20 +581,34 @@ return {1, redis.call('HLEN', K_BY_CUSTOMER), waiting, tonumber(meta[2]) or 0,
 "#
 );
 
-/// ARGV: base, whether Postgres has the draw revealed (1 or 0), the
-/// number of admissions Postgres has recorded. A queue Redis has
-/// undrawn though its draw is revealed, or with fewer admissions than the
-/// record, lost writes (a failover to a replica that was behind), so its
-/// passes and line are older than the record. Every key of the queue but
-/// the rebuild key, the pending forgets and the gate's stock is dropped,
-/// so the next tick rebuilds it from Postgres. Returns 1 if it dropped the
-/// queue, 0 if the queue is not behind (or gone) after all.
+/// ARGV: base, then what Postgres shows the queue lost: `undrawn` (the
+/// draw is revealed), `admissions` and the number Postgres has recorded,
+/// or `passes` and {ticket, number, issued_ms} triples of passes this
+/// queue issued under a number or ticket the record already gave another
+/// admission. A queue Redis has undrawn though its draw is revealed, with
+/// fewer admissions than the record, or still holding such a pass, lost
+/// writes (a failover to a replica that was behind), so its passes and
+/// line are older than the record. Every key of the queue but the rebuild
+/// key, the pending forgets and the gate's stock is dropped, so the next
+/// tick rebuilds it from Postgres. Returns 1 if it dropped the queue, 0 if
+/// the queue is not behind (or gone) after all: a queue rebuilt since
+/// holds the record's passes, not the conflicting ones.
 pub(super) const DISCARD_BEHIND: &str = script!(
     r#"
 local meta = redis.call('HMGET', K_META, 'drawn', 'admissions')
 if not meta[1] then return 0 end
-local undrawn = ARGV[2] == '1' and meta[1] == '0'
-if not undrawn and (tonumber(meta[2]) or 0) >= tonumber(ARGV[3]) then return 0 end
+local behind = false
+if ARGV[2] == 'undrawn' then
+  behind = meta[1] == '0'
+elseif ARGV[2] == 'admissions' then
+  behind = (tonumber(meta[2]) or 0) < tonumber(ARGV[3])
+else
+  for i = 3, #ARGV, 3 do
+    local p = redis.call('HMGET', pass_key(ARGV[i]), 'n', 'issued_ms')
+    if p[1] == ARGV[i + 1] and tonumber(p[2]) == tonumber(ARGV[i + 2]) then behind = true end
+  end
+end
+if not behind then return 0 end
 for _, t in ipairs(redis.call('HVALS', K_BY_CUSTOMER)) do
   redis.call('DEL', entry_key(t), pass_key(t))
 end

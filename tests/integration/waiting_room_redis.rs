@@ -594,6 +594,43 @@ async fn a_queue_behind_the_recorded_admissions_issues_nothing_and_is_dropped() 
     f.cleanup().await;
 }
 
+/// A queue still holding a pass the record has under another admission
+/// is dropped; one that holds no such pass (rebuilt since with the
+/// record's, or never issued it) is not, whatever else the drainer says.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_holding_a_pass_the_record_conflicts_with_is_dropped() {
+    let f = Fixture::new().await;
+    let room = &f.room;
+    drawn_queue(&f, PRODUCT, 3, 60_000, 1).await;
+    f.set_stock(PRODUCT, 2).await;
+    let Issue::Issued(two) = room.issue(PRODUCT, IssueBound::Gate, 0).await.unwrap() else {
+        panic!("not behind an empty record");
+    };
+    assert_eq!(two.len(), 2);
+    let mut other_issue = two[1].clone();
+    other_issue.issued_at += chrono::Duration::milliseconds(1);
+    let mut other_number = two[1].clone();
+    other_number.number = 3;
+    assert!(!room
+        .discard_behind(
+            PRODUCT,
+            Behind::Conflicting(vec![other_issue, other_number])
+        )
+        .await
+        .unwrap());
+    assert!(room.exists(PRODUCT).await.unwrap());
+    assert!(room
+        .discard_behind(PRODUCT, Behind::Conflicting(vec![two[1].clone()]))
+        .await
+        .unwrap());
+    assert!(!room.exists(PRODUCT).await.unwrap());
+    assert!(
+        room.log(PRODUCT, 10).await.unwrap().is_empty(),
+        "its log goes too"
+    );
+    f.cleanup().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_mirror_bounds_passes_when_the_gate_is_off() {
     let f = Fixture::new().await;

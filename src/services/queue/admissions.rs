@@ -12,7 +12,7 @@ use crate::db::schema::{orders, queue_admissions};
 use crate::db::{self, PgConn};
 use crate::domain::{CustomerId, OrderId, ProductId};
 use crate::error::AppError;
-use crate::queue::{LogEvent, PassRef, StaleClaim};
+use crate::queue::{Behind, Issued, LogEvent, PassRef, StaleClaim};
 use crate::services::Shop;
 
 /// Log events drained per Postgres transaction.
@@ -20,37 +20,69 @@ const DRAIN_BATCH: usize = 500;
 /// A drain takes at most this many batches; the next drain the rest.
 const DRAIN_ROUNDS: usize = 20;
 
-/// Records the queue's log in Postgres; returns how many events it recorded.
-pub async fn drain_log(shop: &Shop, product: ProductId) -> Result<usize, AppError> {
-    let mut recorded = 0;
+/// What a drain of the queue's log did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Drained {
+    /// Log events recorded in Postgres.
+    pub recorded: usize,
+    /// The queue was dropped, to be rebuilt from Postgres: it had issued
+    /// passes under numbers or tickets the record already gave other
+    /// admissions, so Redis lost writes.
+    pub discarded: bool,
+}
+
+/// Records the queue's log in Postgres.
+pub async fn drain_log(shop: &Shop, product: ProductId) -> Result<Drained, AppError> {
+    let mut drained = Drained::default();
     for _ in 0..DRAIN_ROUNDS {
         let events = shop.waiting_room.log(product, DRAIN_BATCH).await?;
         let Some(last) = events.last().cloned() else {
             break;
         };
         let count = events.len();
-        db::run(&shop.pool, move |conn| {
+        let conflicting = db::run(&shop.pool, move |conn| {
             db::transaction(conn, |conn| record_events(conn, product, &events))
         })
         .await?;
+        drained.recorded += count;
+        if !conflicting.is_empty() {
+            // Dropping the queue drops its log too, so the proof is not
+            // acknowledged away before it is acted on: a drop that fails
+            // leaves the batch to be drained, and found, again.
+            let numbers: Vec<i64> = conflicting.iter().map(|c| c.number).collect();
+            if shop
+                .waiting_room
+                .discard_behind(product, Behind::Conflicting(conflicting))
+                .await?
+            {
+                tracing::warn!(%product, ?numbers, "Redis issued passes the record already has under other admissions; rebuilding the queue from Postgres");
+                drained.discarded = true;
+                return Ok(drained);
+            }
+            // Rebuilt since, from a record that has these numbers: this
+            // batch came from the queue that was lost.
+        }
         shop.waiting_room.ack_log(product, &last).await?;
-        recorded += count;
         if count < DRAIN_BATCH {
             break;
         }
     }
-    Ok(recorded)
+    Ok(drained)
 }
 
+/// Records `events`; returns the issued passes Postgres already has under
+/// another admission (same number or ticket, not this issue): the queue
+/// that issued them trails the record. Lapses of those are not recorded.
 fn record_events(
     conn: &mut PgConn,
     product: ProductId,
     events: &[LogEvent],
-) -> Result<(), AppError> {
+) -> Result<Vec<Issued>, AppError> {
+    let mut conflicting: Vec<Issued> = Vec::new();
     for event in events {
         match event {
             LogEvent::Issued(issued) => {
-                diesel::insert_into(queue_admissions::table)
+                let inserted = diesel::insert_into(queue_admissions::table)
                     .values((
                         queue_admissions::product_id.eq(product.get()),
                         queue_admissions::number.eq(number(issued.number)?),
@@ -61,12 +93,26 @@ fn record_events(
                     ))
                     .on_conflict_do_nothing()
                     .execute(conn)?;
+                // Not inserted: recorded already by another drainer (the
+                // same issue, to the millisecond), or the number or ticket
+                // is another admission's.
+                if inserted == 0 && !is_recorded(conn, product, issued)? {
+                    conflicting.push(issued.clone());
+                }
             }
             LogEvent::Lapsed {
                 number: n,
                 ticket,
                 at,
             } => {
+                if conflicting
+                    .iter()
+                    .any(|c| c.number == *n && c.ticket == *ticket)
+                {
+                    // The lapse of a pass the record never issued: the
+                    // row under its number is another admission's.
+                    continue;
+                }
                 // Never over `used`: a purchase that did commit wins, also
                 // one whose claim a rebuild lost and whose process died
                 // before it said so.
@@ -86,7 +132,19 @@ fn record_events(
             }
         }
     }
-    Ok(())
+    Ok(conflicting)
+}
+
+/// Whether Postgres has exactly this issue: its number, ticket and time.
+fn is_recorded(conn: &mut PgConn, product: ProductId, issued: &Issued) -> Result<bool, AppError> {
+    Ok(diesel::select(diesel::dsl::exists(
+        queue_admissions::table
+            .filter(queue_admissions::product_id.eq(product.get()))
+            .filter(queue_admissions::number.eq(number(issued.number)?))
+            .filter(queue_admissions::ticket.eq(issued.ticket.as_str()))
+            .filter(queue_admissions::issued_at.eq(issued.issued_at)),
+    ))
+    .get_result(conn)?)
 }
 
 /// The admission key a purchase with `pass` runs under: the pass's ticket,

@@ -286,11 +286,11 @@ async fn tick_queue(
                 // behind): its cursor would hand the record's numbers, and
                 // places, out again, and its passes trail what was used or
                 // lapsed. The queue is dropped and rebuilt from the record.
-                drain_log(shop, product).await?;
                 let recorded = numbers.admissions;
-                if room
-                    .discard_behind(product, Behind::Admissions { recorded })
-                    .await?
+                if drain_log(shop, product).await?.discarded
+                    || room
+                        .discard_behind(product, Behind::Admissions { recorded })
+                        .await?
                 {
                     tracing::warn!(%product, recorded, "Redis lost admissions of this queue; rebuilding the queue from Postgres");
                     report.discarded += 1;
@@ -303,7 +303,15 @@ async fn tick_queue(
         Vec::new()
     };
     report.issued += issued.len();
-    report.recorded += drain_log(shop, product).await?;
+    let drained = drain_log(shop, product).await?;
+    report.recorded += drained.recorded;
+    if drained.discarded {
+        // The kept read's count of admissions missed what this queue
+        // lost; the record's numbers did not (`drain_log`).
+        report.discarded += 1;
+        recent.forget(product);
+        return Ok(());
+    }
     let counts = room.counts(product).await?;
     let passes_until = issued.iter().map(|i| i.expires_at).max();
     if let Some(until) = passes_until {
@@ -491,8 +499,9 @@ async fn draw(shop: &Shop, sale: &QueueSale, report: &mut TickReport) -> Result<
             // its line and passes trail the record, and drawing again would
             // hand out passes the record has as used or lapsed. The queue
             // is dropped and rebuilt from the record instead.
-            drain_log(shop, product).await?;
-            if !room.discard_behind(product, Behind::Undrawn).await? {
+            let dropped = drain_log(shop, product).await?.discarded
+                || room.discard_behind(product, Behind::Undrawn).await?;
+            if !dropped {
                 return Ok(Drew::Kept);
             }
             tracing::warn!(%product, "Redis lost this queue's draw; rebuilding the queue from Postgres");
