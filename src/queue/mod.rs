@@ -366,7 +366,10 @@ struct Inner {
     reconcile_due: Script,
     mark_reconciled: Script,
     counts: Script,
-    rebuild: Script,
+    rebuild_begin: Script,
+    rebuild_part: Script,
+    rebuild_finish: Script,
+    rebuild_abandon: Script,
     discard_behind: Script,
     /// Polls of a product waiting to be sent together (`send_views`).
     views: Batches<CustomerId, redis::Value>,
@@ -375,9 +378,12 @@ struct Inner {
 const TIMEOUT: Duration = Duration::from_secs(1);
 /// Views one STATUS call reads at most.
 const MAX_VIEWS: usize = 64;
-/// A rebuild is one script; the key only has to outlive a caller's read of
-/// Postgres racing another's.
-const REBUILD_LOCK: Duration = Duration::from_secs(30);
+/// How long a rebuilder holds the rebuild key past its last part: a
+/// rebuilder that died part-way keeps the queue missing this long.
+const REBUILD_LOCK: Duration = Duration::from_secs(5);
+/// Places, positions or passes one rebuild part writes: each part is one
+/// script that holds Redis, and a queue may have a hundred thousand places.
+pub const REBUILD_PART: usize = 1000;
 /// Passes one ISSUE call may hand out, so a script never runs long; callers
 /// issue again on every give-back and sweep.
 const ISSUE_BATCH: usize = 1000;
@@ -450,7 +456,10 @@ impl WaitingRoom {
                 reconcile_due: Script::new(scripts::RECONCILE_DUE),
                 mark_reconciled: Script::new(scripts::MARK_RECONCILED),
                 counts: Script::new(scripts::COUNTS),
-                rebuild: Script::new(scripts::REBUILD),
+                rebuild_begin: Script::new(scripts::REBUILD_BEGIN),
+                rebuild_part: Script::new(scripts::REBUILD_PART),
+                rebuild_finish: Script::new(scripts::REBUILD_FINISH),
+                rebuild_abandon: Script::new(scripts::REBUILD_ABANDON),
                 discard_behind: Script::new(scripts::DISCARD_BEHIND),
                 views: Batches::default(),
             }),
@@ -1220,28 +1229,70 @@ impl WaitingRoom {
     }
 
     /// Rebuilds a queue Redis lost, from Postgres alone, once (under a
-    /// `SET NX` key, so two instances do not both rebuild). Returns false
-    /// when the queue exists or another caller is rebuilding. Every entry
-    /// comes back confirmed; before the draw the line is the late entries in
-    /// `(joined_at, seq)` order; a `Claimed` admission comes back `Issued`
-    /// (Postgres does not know its purchase), and the log starts empty.
+    /// `SET NX` key, so two instances do not both rebuild), in parts of at
+    /// most `REBUILD_PART` places, positions or passes (the queue exists
+    /// only once the last is written). Returns false when the queue exists
+    /// or another caller is rebuilding. Every entry comes back confirmed;
+    /// before the draw the line is the late entries in `(joined_at, seq)`
+    /// order; a `Claimed` admission comes back `Issued` (Postgres does not
+    /// know its purchase), and the log starts empty.
     pub async fn rebuild(
         &self,
         product: ProductId,
         snapshot: &QueueSnapshot,
     ) -> Result<bool, AppError> {
-        let setup = &snapshot.setup;
-        let mut args = vec![
-            (REBUILD_LOCK.as_millis() as u64).to_string(),
-            setup.starts_at.timestamp_millis().to_string(),
-            (setup.pass.as_millis().max(1) as u64).to_string(),
-            setup.units.max(1).to_string(),
-            state_name(snapshot.state).to_string(),
-            if snapshot.drawn { "1" } else { "0" }.to_string(),
-            snapshot.entries.len().to_string(),
-        ];
-        for entry in &snapshot.entries {
-            args.extend(entry_args(entry));
+        let rebuilder = Rebuilder::begin(self, product).await?;
+        let Some(rebuilder) = rebuilder else {
+            return Ok(false);
+        };
+        let built = rebuilder.write(snapshot).await;
+        if !matches!(built, Ok(true)) {
+            rebuilder.abandon().await;
+        }
+        built
+    }
+
+    /// Starts a rebuild of a missing queue (`rebuild` is the whole of it):
+    /// None when the queue exists or another caller is rebuilding.
+    pub async fn begin_rebuild(&self, product: ProductId) -> Result<Option<Rebuilder>, AppError> {
+        Rebuilder::begin(self, product).await
+    }
+}
+
+/// A rebuild under way, holding the rebuild key with its own token.
+pub struct Rebuilder {
+    room: WaitingRoom,
+    product: ProductId,
+    token: String,
+}
+
+impl Rebuilder {
+    async fn begin(room: &WaitingRoom, product: ProductId) -> Result<Option<Rebuilder>, AppError> {
+        let token = Ticket::generate().as_str().to_string();
+        let begun: i64 = room
+            .run(
+                &room.inner.rebuild_begin,
+                product,
+                &[token.clone(), lock_ms().to_string()],
+            )
+            .await?;
+        Ok((begun == 1).then(|| Rebuilder {
+            room: room.clone(),
+            product,
+            token,
+        }))
+    }
+
+    /// Writes `snapshot` in parts and completes the rebuild. False when
+    /// another rebuilder took over (this one's key expired) or the queue
+    /// exists.
+    pub async fn write(&self, snapshot: &QueueSnapshot) -> Result<bool, AppError> {
+        let units = snapshot.setup.units.max(1);
+        for part in snapshot.entries.chunks(REBUILD_PART) {
+            let places = part.iter().flat_map(entry_args);
+            if !self.part(units, "entries", places).await? {
+                return Ok(false);
+            }
         }
         let line: Vec<&Ticket> = if snapshot.drawn {
             snapshot.line.iter().collect()
@@ -1250,31 +1301,138 @@ impl WaitingRoom {
             late.sort_by_key(|e| (e.joined_at, e.seq));
             late.into_iter().map(|e| &e.ticket).collect()
         };
-        args.push(line.len().to_string());
-        args.extend(line.iter().map(|t| t.as_str().to_string()));
+        for (index, part) in line.chunks(REBUILD_PART).enumerate() {
+            let first = (index * REBUILD_PART + 1).to_string();
+            let tickets = part.iter().map(|t| t.as_str().to_string());
+            if !self
+                .part(units, "line", std::iter::once(first).chain(tickets))
+                .await?
+            {
+                return Ok(false);
+            }
+        }
         let mut admissions: Vec<&(Issued, PassState)> = snapshot.admissions.iter().collect();
         admissions.sort_by_key(|(issued, _)| issued.number);
-        for (issued, state) in admissions {
-            args.extend([
-                issued.number.to_string(),
-                issued.ticket.as_str().to_string(),
-                issued.customer.get().to_string(),
-                issued.issued_at.timestamp_millis().to_string(),
-                issued.expires_at.timestamp_millis().to_string(),
-                match state {
-                    PassState::Issued | PassState::Claimed => "issued",
-                    PassState::Used => "used",
-                    PassState::Lapsed => "lapsed",
-                }
-                .to_string(),
-            ]);
+        for part in admissions.chunks(REBUILD_PART) {
+            let passes = part.iter().flat_map(|(issued, state)| {
+                [
+                    issued.number.to_string(),
+                    issued.ticket.as_str().to_string(),
+                    issued.customer.get().to_string(),
+                    issued.issued_at.timestamp_millis().to_string(),
+                    issued.expires_at.timestamp_millis().to_string(),
+                    rebuilt_state(*state).to_string(),
+                ]
+            });
+            if !self.part(units, "passes", passes).await? {
+                return Ok(false);
+            }
         }
-        let rebuilt: i64 = self.run(&self.inner.rebuild, product, &args).await?;
-        Ok(rebuilt == 1)
+        let open = |state: &PassState| matches!(state, PassState::Issued | PassState::Claimed);
+        let count = |wanted: PassState| {
+            admissions
+                .iter()
+                .filter(|(_, state)| *state == wanted)
+                .count()
+                .to_string()
+        };
+        let outstanding = admissions.iter().filter(|(_, state)| open(state)).count() as i64 * units;
+        let setup = &snapshot.setup;
+        let finish = [
+            self.token.clone(),
+            setup.starts_at.timestamp_millis().to_string(),
+            (setup.pass.as_millis().max(1) as u64).to_string(),
+            units.to_string(),
+            state_name(snapshot.state).to_string(),
+            if snapshot.drawn { "1" } else { "0" }.to_string(),
+            snapshot
+                .entries
+                .iter()
+                .map(|e| e.seq)
+                .max()
+                .unwrap_or(0)
+                .to_string(),
+            snapshot
+                .entries
+                .iter()
+                .map(|e| e.joined_at.timestamp_millis())
+                .max()
+                .unwrap_or(0)
+                .to_string(),
+            line.len().to_string(),
+            admissions.len().to_string(),
+            outstanding.to_string(),
+            count(PassState::Used),
+            count(PassState::Lapsed),
+            admissions
+                .iter()
+                .map(|(issued, _)| issued.issued_at.timestamp_millis())
+                .max()
+                .unwrap_or(0)
+                .to_string(),
+        ];
+        let finished: i64 = self
+            .room
+            .run(&self.room.inner.rebuild_finish, self.product, &finish)
+            .await?;
+        Ok(finished == 1)
+    }
+
+    /// Writes one part (see REBUILD_PART); false when the rebuild is no
+    /// longer this rebuilder's.
+    pub async fn part(
+        &self,
+        units: i64,
+        kind: &str,
+        part: impl Iterator<Item = String>,
+    ) -> Result<bool, AppError> {
+        let args: Vec<String> = [
+            self.token.clone(),
+            lock_ms().to_string(),
+            units.to_string(),
+            kind.to_string(),
+        ]
+        .into_iter()
+        .chain(part)
+        .collect();
+        let written: i64 = self
+            .room
+            .run(&self.room.inner.rebuild_part, self.product, &args)
+            .await?;
+        Ok(written == 1)
+    }
+
+    /// Lets go of the rebuild key at once (if still this rebuilder's), so
+    /// the next caller starts over without waiting out the key.
+    async fn abandon(&self) {
+        let released: Result<i64, AppError> = self
+            .room
+            .run(
+                &self.room.inner.rebuild_abandon,
+                self.product,
+                std::slice::from_ref(&self.token),
+            )
+            .await;
+        if let Err(error) = released {
+            tracing::warn!(product = %self.product, %error, "could not let go of a waiting room's rebuild key; it expires");
+        }
     }
 }
 
-/// An entry as CONFIRM and REBUILD take it: ticket, customer, seq,
+fn lock_ms() -> u64 {
+    REBUILD_LOCK.as_millis() as u64
+}
+
+/// A pass as a rebuild writes it: a claim Postgres cannot know of is open.
+fn rebuilt_state(state: PassState) -> &'static str {
+    match state {
+        PassState::Issued | PassState::Claimed => "issued",
+        PassState::Used => "used",
+        PassState::Lapsed => "lapsed",
+    }
+}
+
+/// An entry as CONFIRM and REBUILD_PART take it: ticket, customer, seq,
 /// joined_ms, late.
 fn entry_args(entry: &Entry) -> [String; 5] {
     [

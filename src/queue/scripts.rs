@@ -95,6 +95,8 @@ pub(super) const PREPARE: &str = script!(
     r#"
 local state = redis.call('HGET', K_META, 'state')
 if not state then
+  -- A rebuild part-way: the queue is not new, and the rebuild makes it.
+  if redis.call('EXISTS', K_REBUILD) == 1 then return 0 end
   redis.call('HSET', K_META, 'starts_at_ms', ARGV[2], 'pass_ms', ARGV[3], 'units', ARGV[4],
     'state', 'pre', 'drawn', 0, 'last_join_ms', 0, 'tail', 0, 'admissions', 0, 'used', 0, 'lapsed', 0)
   redis.call('SET', K_CURSOR, 1)
@@ -213,6 +215,7 @@ return out
 /// sweep removes it. Returns 1 if removed.
 pub(super) const UNDO_JOIN: &str = script!(
     r#"
+if redis.call('EXISTS', K_META) == 0 then return 0 end
 local customer, t = ARGV[2], ARGV[3]
 local e = redis.call('HMGET', entry_key(t), 'customer', 'confirmed', 'swept')
 if e[1] ~= customer or e[2] ~= '0' then return 0 end
@@ -226,6 +229,7 @@ return 1
 /// {ticket, customer, seq, joined_ms, late, confirmed}.
 pub(super) const UNCONFIRMED: &str = script!(
     r#"
+if redis.call('EXISTS', K_META) == 0 then return {} end
 local cutoff = now_ms() - tonumber(ARGV[2])
 local out = {}
 for _, t in ipairs(redis.call('ZRANGEBYSCORE', K_UNCONFIRMED, '-inf', cutoff, 'LIMIT', 0, 1000)) do
@@ -384,6 +388,7 @@ return {0, units}
 /// Returns 1 reissued, 2 lapsed, 0 not this admission's claim.
 pub(super) const UNCLAIM: &str = script!(
     r#"
+if redis.call('EXISTS', K_META) == 0 then return 0 end
 local t, number, admission = ARGV[2], ARGV[3], ARGV[4]
 local p = redis.call('HMGET', pass_key(t), 'n', 'state', 'expires_ms', 'admission')
 if p[1] ~= number or p[2] ~= 'claimed' or p[4] ~= admission then return 0 end
@@ -408,6 +413,7 @@ return 1
 /// lapsed: nothing to hand back here).
 pub(super) const SETTLE: &str = script!(
     r#"
+if redis.call('EXISTS', K_META) == 0 then return 0 end
 local t, number, admission = ARGV[2], ARGV[3], ARGV[4]
 local p = redis.call('HMGET', pass_key(t), 'n', 'state', 'units', 'admission')
 if p[1] ~= number then return 0 end
@@ -436,6 +442,7 @@ return 1
 /// customer, admission}.
 pub(super) const LAPSE_DUE: &str = script!(
     r#"
+if redis.call('EXISTS', K_META) == 0 then return {} end
 local now = now_ms()
 local grace = tonumber(ARGV[2])
 local stale = {}
@@ -457,6 +464,7 @@ return stale
 /// committed: lapsed (logged). A repeat answers 1 and hands back nothing.
 pub(super) const LAPSE_CLAIM: &str = script!(
     r#"
+if redis.call('EXISTS', K_META) == 0 then return 0 end
 local t, number, admission = ARGV[2], ARGV[3], ARGV[4]
 local p = redis.call('HMGET', pass_key(t), 'n', 'state', 'admission')
 if p[1] ~= number or p[3] ~= admission then return 0 end
@@ -618,59 +626,94 @@ return 1
 "#
 );
 
-/// ARGV: base, lock ttl_ms, starts_at_ms, pass_ms, units, state, drawn,
-/// entry count E, then E × {ticket, customer, seq, joined_ms, late}, line
-/// count L, L tickets (in line order), then admissions, each {number,
-/// ticket, customer, issued_ms, expires_ms, state}. Only when the queue is
-/// missing and nobody else holds the rebuild key. Returns 1 if rebuilt.
-pub(super) const REBUILD: &str = script!(
+// A rebuild runs in parts (REBUILD_BEGIN, then REBUILD_PART calls of a
+// bounded size, then REBUILD_FINISH), so a queue of a hundred thousand
+// places never holds Redis, and every gate and poll behind it, for longer
+// than one part. `:meta` is written last: until then the queue is missing
+// to every other script, and those that would write a place or a pass
+// answer as for a missing queue, so nothing reads or changes a half-built
+// queue. Each part requires the rebuild key to hold its rebuilder's token.
+
+/// ARGV: base, token, ttl_ms. Takes the rebuild key for `token` while the
+/// queue is missing and nobody else holds it, and clears what a rebuilder
+/// that died part-way left in the keys a rebuild fills (places and passes
+/// it left are overwritten, or unreachable once `:by_customer` is
+/// cleared). Returns 1 if taken.
+pub(super) const REBUILD_BEGIN: &str = script!(
     r#"
 if redis.call('EXISTS', K_META) == 1 then return 0 end
-if not redis.call('SET', K_REBUILD, '1', 'NX', 'PX', ARGV[2]) then return 0 end
-local units = tonumber(ARGV[5])
-local i = 9
-local entries = tonumber(ARGV[8])
-local max_seq, last_join = 0, 0
-for _ = 1, entries do
-  local t, customer, seq, joined, late = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]), ARGV[i + 4]
-  i = i + 5
-  redis.call('HSET', entry_key(t), 'customer', customer, 'seq', seq, 'joined_ms', joined, 'late', late,
-    'confirmed', 1, 'created_ms', joined)
-  redis.call('HSET', K_BY_CUSTOMER, customer, t)
-  if late == '0' then redis.call('ZADD', K_PRE, seq, t) end
-  if seq > max_seq then max_seq = seq end
-  if joined > last_join then last_join = joined end
-end
-local line = tonumber(ARGV[i])
-i = i + 1
-for position = 1, line do
-  redis.call('ZADD', K_LINE, position, ARGV[i])
-  i = i + 1
-end
-local admissions, outstanding, used, lapsed, last_issued = 0, 0, 0, 0, 0
-while i <= #ARGV do
-  local n, t, customer, issued, expires, state = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5]
-  i = i + 6
-  admissions = admissions + 1
-  last_issued = math.max(last_issued, tonumber(issued) or 0)
-  redis.call('HSET', pass_key(t), 'n', n, 'customer', customer, 'units', units,
-    'issued_ms', issued, 'expires_ms', expires, 'state', state)
-  if state == 'issued' then
-    redis.call('ZADD', K_DEADLINES, expires, t)
-    outstanding = outstanding + units
-  elseif state == 'used' then
-    used = used + 1
-  else
-    lapsed = lapsed + 1
+if not redis.call('SET', K_REBUILD, ARGV[2], 'NX', 'PX', ARGV[3]) then return 0 end
+redis.call('UNLINK', K_BY_CUSTOMER, K_SEQ, K_PRE, K_LINE, K_CURSOR, K_DEADLINES, K_OUTSTANDING,
+  K_LOG, K_UNCONFIRMED)
+return 1
+"#
+);
+
+/// ARGV: base, token, ttl_ms, units, kind, then the part: `entries`
+/// {ticket, customer, seq, joined_ms, late}×, `line` the first position
+/// then tickets in line order, or `passes` {number, ticket, customer,
+/// issued_ms, expires_ms, state}×. Returns 1, or 0 when the rebuild key is
+/// no longer this rebuilder's (it expired and another began) or the queue
+/// exists.
+pub(super) const REBUILD_PART: &str = script!(
+    r#"
+if redis.call('EXISTS', K_META) == 1 then return 0 end
+if redis.call('GET', K_REBUILD) ~= ARGV[2] then return 0 end
+redis.call('PEXPIRE', K_REBUILD, ARGV[3])
+local units = tonumber(ARGV[4])
+local kind = ARGV[5]
+if kind == 'entries' then
+  for i = 6, #ARGV, 5 do
+    local t, customer, seq, joined, late = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
+    redis.call('HSET', entry_key(t), 'customer', customer, 'seq', seq, 'joined_ms', joined, 'late', late,
+      'confirmed', 1, 'created_ms', joined)
+    redis.call('HSET', K_BY_CUSTOMER, customer, t)
+    if late == '0' then redis.call('ZADD', K_PRE, seq, t) end
+  end
+elseif kind == 'line' then
+  local position = tonumber(ARGV[6])
+  for i = 7, #ARGV do
+    redis.call('ZADD', K_LINE, position, ARGV[i])
+    position = position + 1
+  end
+else
+  for i = 6, #ARGV, 6 do
+    local n, t, customer, issued, expires, state = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5]
+    -- Also clears what a pass of an earlier life of the queue had.
+    redis.call('DEL', pass_key(t))
+    redis.call('HSET', pass_key(t), 'n', n, 'customer', customer, 'units', units,
+      'issued_ms', issued, 'expires_ms', expires, 'state', state)
+    if state == 'issued' then redis.call('ZADD', K_DEADLINES, expires, t) end
   end
 end
-redis.call('SET', K_SEQ, max_seq)
-redis.call('SET', K_CURSOR, admissions + 1)
-redis.call('SET', K_OUTSTANDING, outstanding)
-redis.call('DEL', K_LOG, K_UNCONFIRMED)
-redis.call('HSET', K_META, 'starts_at_ms', ARGV[3], 'pass_ms', ARGV[4], 'units', units,
-  'state', ARGV[6], 'drawn', ARGV[7], 'last_join_ms', last_join, 'tail', line,
-  'admissions', admissions, 'used', used, 'lapsed', lapsed, 'last_issued_ms', last_issued,
+return 1
+"#
+);
+
+/// ARGV: base, token. A rebuilder that failed lets go of the rebuild key,
+/// if it is still its own.
+pub(super) const REBUILD_ABANDON: &str = script!(
+    r#"
+if redis.call('GET', K_REBUILD) ~= ARGV[2] then return 0 end
+redis.call('DEL', K_REBUILD)
+return 1
+"#
+);
+
+/// ARGV: base, token, starts_at_ms, pass_ms, units, state, drawn, max_seq,
+/// last_join_ms, line length, admissions, outstanding, used, lapsed,
+/// last_issued_ms. Completes this rebuilder's rebuild: the counters, then
+/// `:meta`, which makes the queue exist. Returns 1 if rebuilt.
+pub(super) const REBUILD_FINISH: &str = script!(
+    r#"
+if redis.call('EXISTS', K_META) == 1 then return 0 end
+if redis.call('GET', K_REBUILD) ~= ARGV[2] then return 0 end
+redis.call('SET', K_SEQ, ARGV[8])
+redis.call('SET', K_CURSOR, tonumber(ARGV[11]) + 1)
+redis.call('SET', K_OUTSTANDING, ARGV[12])
+redis.call('HSET', K_META, 'starts_at_ms', ARGV[3], 'pass_ms', ARGV[4], 'units', ARGV[5],
+  'state', ARGV[6], 'drawn', ARGV[7], 'last_join_ms', ARGV[9], 'tail', ARGV[10],
+  'admissions', ARGV[11], 'used', ARGV[13], 'lapsed', ARGV[14], 'last_issued_ms', ARGV[15],
   'rebuilt_ms', now_ms())
 -- The snapshot may predate rows still committing: the tick puts those
 -- places back (CONFIRM) before it draws.

@@ -1371,6 +1371,236 @@ async fn a_queue_rebuilt_before_its_draw_keeps_the_pre_queue() {
     f.cleanup().await;
 }
 
+/// A hundred thousand places come back from a rebuild in parts: one
+/// script for the whole queue would hold Redis (every gate and poll
+/// behind it) past the client's timeout, and fail.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_queue_of_a_hundred_thousand_places_is_rebuilt_in_parts() {
+    let f = Fixture::new().await;
+    let room = &f.room;
+    let places = 100_000_i64;
+    let joined_at = Utc::now() - chrono::Duration::minutes(5);
+    let entries: Vec<Entry> = (1..=places)
+        .map(|i| Entry {
+            customer: CustomerId(i),
+            ticket: Ticket::generate(),
+            seq: i,
+            joined_at,
+            late: false,
+            confirmed: true,
+        })
+        .collect();
+    // Any order will do: the line is the snapshot's, not recomputed.
+    let mut line: Vec<Ticket> = entries.iter().map(|e| e.ticket.clone()).collect();
+    line.reverse();
+    let admissions: Vec<(Issued, PassState)> = (0..1_500)
+        .map(|n| {
+            let at = line[n].clone();
+            let customer = CustomerId(places - n as i64);
+            let issued_at = joined_at + chrono::Duration::seconds(60);
+            let state = match n {
+                0..1_000 => PassState::Used,
+                1_000..1_400 => PassState::Lapsed,
+                _ => PassState::Issued,
+            };
+            (
+                Issued {
+                    number: n as i64 + 1,
+                    ticket: at,
+                    customer,
+                    issued_at,
+                    expires_at: issued_at + chrono::Duration::hours(1),
+                },
+                state,
+            )
+        })
+        .collect();
+    let snapshot = QueueSnapshot {
+        setup: setup(-60_000, 3_600_000, 1),
+        state: QueueState::Open,
+        drawn: true,
+        entries,
+        line,
+        admissions,
+    };
+    // Seen, not asserted (speed belongs in benchmarks): how long Redis
+    // kept others waiting while the parts were written.
+    let mut raw = f.raw.clone();
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let pinger = tokio::spawn({
+        let done = done.clone();
+        async move {
+            let mut slowest = Duration::ZERO;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                let asked = std::time::Instant::now();
+                let answer: redis::RedisResult<String> =
+                    redis::cmd("PING").query_async(&mut raw).await;
+                if answer.is_err() {
+                    break;
+                }
+                slowest = slowest.max(asked.elapsed());
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            slowest
+        }
+    });
+    let began = std::time::Instant::now();
+    let rebuilt = room.rebuild(PRODUCT, &snapshot).await;
+    let took = began.elapsed();
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let slowest = pinger.await.unwrap();
+    println!("rebuilt {places} places in {took:?}; the slowest PING meanwhile took {slowest:?}");
+    assert!(rebuilt.unwrap(), "rebuilt");
+    let counts = room.counts(PRODUCT).await.unwrap();
+    assert_eq!(
+        (
+            counts.joined,
+            counts.admitted,
+            counts.used,
+            counts.lapsed,
+            counts.open_passes,
+            counts.outstanding_units
+        ),
+        (places, 1_500, 1_000, 400, 100, 100)
+    );
+    // The first joiner is last in this line; the last is first, and used.
+    let first = room.status(PRODUCT, CustomerId(1)).await.unwrap();
+    assert_eq!(first.position, Some(places));
+    let last = room.status(PRODUCT, CustomerId(places)).await.unwrap();
+    assert_eq!(last.position, Some(1));
+    assert_eq!(last.pass.map(|p| p.1), Some(PassState::Used));
+    let open = room
+        .status(PRODUCT, CustomerId(places - 1_450))
+        .await
+        .unwrap();
+    assert_eq!(
+        open.pass.map(|p| (p.0.number, p.1)),
+        Some((1_451, PassState::Issued))
+    );
+    let waiting = room
+        .status(PRODUCT, CustomerId(places - 1_500))
+        .await
+        .unwrap();
+    assert_eq!((waiting.position, waiting.ahead), (Some(1_501), Some(0)));
+    f.add_stock(PRODUCT, 101).await;
+    let next = issue(room, PRODUCT, IssueBound::Gate).await;
+    assert_eq!(
+        next.iter()
+            .map(|i| (i.number, i.customer))
+            .collect::<Vec<_>>(),
+        vec![(1_501, CustomerId(places - 1_500))],
+        "100 passes open, one unit more"
+    );
+    f.cleanup().await;
+}
+
+/// A rebuilder that dies part-way leaves a queue nobody can see or change
+/// (the parts written are no queue until the last), and the next rebuild,
+/// once its key has expired, starts over: nothing the dead one wrote that
+/// the newer snapshot lacks stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_rebuild_left_part_way_is_invisible_and_the_next_one_starts_over() {
+    let f = Fixture::new().await;
+    let room = &f.room;
+    let entries = drawn_queue(&f, PRODUCT, 4, 60_000, 1).await;
+    f.set_stock(PRODUCT, 1).await;
+    let first = issue(room, PRODUCT, IssueBound::Gate).await;
+    assert_eq!(first.len(), 1);
+    let pass = pass_of(&first[0]);
+    let snapshot = QueueSnapshot {
+        setup: setup(-1, 60_000, 1),
+        state: QueueState::Open,
+        drawn: true,
+        entries: entries.clone(),
+        line: entries.iter().map(|e| e.ticket.clone()).collect(),
+        admissions: vec![(first[0].clone(), PassState::Issued)],
+    };
+    f.cleanup_queue(PRODUCT).await;
+
+    // The dead rebuilder's snapshot had a place the newer one has not (its
+    // row was deleted meanwhile) and got as far as the places and the pass.
+    let gone = Entry {
+        customer: CustomerId(99),
+        ticket: Ticket::generate(),
+        seq: 99,
+        joined_at: Utc::now(),
+        late: false,
+        confirmed: true,
+    };
+    let dead = room.begin_rebuild(PRODUCT).await.unwrap().expect("begun");
+    let places = entries.iter().chain(std::iter::once(&gone)).flat_map(|e| {
+        [
+            e.ticket.as_str().to_string(),
+            e.customer.get().to_string(),
+            e.seq.to_string(),
+            e.joined_at.timestamp_millis().to_string(),
+            "0".to_string(),
+        ]
+    });
+    assert!(dead.part(1, "entries", places).await.unwrap());
+    let pass_part = [
+        "1".to_string(),
+        pass.ticket.as_str().to_string(),
+        first[0].customer.get().to_string(),
+        first[0].issued_at.timestamp_millis().to_string(),
+        first[0].expires_at.timestamp_millis().to_string(),
+        "issued".to_string(),
+    ];
+    assert!(dead.part(1, "passes", pass_part.into_iter()).await.unwrap());
+
+    // Half-built is missing, to everyone, and nothing writes to it.
+    assert!(!room.exists(PRODUCT).await.unwrap());
+    assert!(
+        !room.rebuild(PRODUCT, &snapshot).await.unwrap(),
+        "another is rebuilding"
+    );
+    assert!(!room.settle(PRODUCT, &pass, "adm-1").await.unwrap());
+    assert!(room
+        .lapse_due(PRODUCT, Duration::ZERO)
+        .await
+        .unwrap()
+        .is_empty());
+    room.undo_join(PRODUCT, gone.customer, &gone.ticket)
+        .await
+        .unwrap();
+    assert_eq!(
+        room.claim(PRODUCT, first[0].customer, &pass, "adm-1")
+            .await
+            .unwrap(),
+        Claim::Missing
+    );
+    assert!(!room.prepare(PRODUCT, &setup(-1, 60_000, 1)).await.unwrap());
+    assert!(
+        !room.exists(PRODUCT).await.unwrap(),
+        "nothing made it a queue"
+    );
+
+    tokio::time::sleep(Duration::from_millis(5_100)).await;
+    assert!(room.rebuild(PRODUCT, &snapshot).await.unwrap());
+    assert!(
+        !dead
+            .part(1, "line", ["1".to_string()].into_iter())
+            .await
+            .unwrap(),
+        "its key is gone"
+    );
+    let counts = room.counts(PRODUCT).await.unwrap();
+    assert_eq!(
+        (counts.joined, counts.admitted, counts.outstanding_units),
+        (4, 1, 1)
+    );
+    let view = room.status(PRODUCT, gone.customer).await.unwrap();
+    assert_eq!(
+        (view.entry, view.position),
+        (None, None),
+        "the deleted place stays out"
+    );
+    assert_eq!(room.pre_queue(PRODUCT).await.unwrap().tickets.len(), 4);
+    let holder = room.status(PRODUCT, first[0].customer).await.unwrap();
+    assert_eq!(holder.pass.map(|p| p.1), Some(PassState::Issued));
+    f.cleanup().await;
+}
+
 impl Fixture {
     async fn cleanup_queue(&self, product: ProductId) {
         let base = self.room.key_base(product);
