@@ -1220,6 +1220,7 @@ impl WaitingRoom {
                         pass.ticket.as_str().to_string(),
                         pass.number.to_string(),
                         pass.issued_at.timestamp_millis().to_string(),
+                        pass.expires_at.timestamp_millis().to_string(),
                     ]
                 }))
                 .collect(),
@@ -1241,21 +1242,25 @@ impl WaitingRoom {
         product: ProductId,
         snapshot: &QueueSnapshot,
     ) -> Result<bool, AppError> {
-        let rebuilder = Rebuilder::begin(self, product).await?;
-        let Some(rebuilder) = rebuilder else {
-            return Ok(false);
-        };
-        let built = rebuilder.write(snapshot).await;
-        if !matches!(built, Ok(true)) {
-            rebuilder.abandon().await;
+        match Rebuilder::begin(self, product).await? {
+            Some(rebuilder) => rebuilder.complete(snapshot).await,
+            None => Ok(false),
         }
-        built
     }
 
     /// Starts a rebuild of a missing queue (`rebuild` is the whole of it):
-    /// None when the queue exists or another caller is rebuilding.
+    /// None when the queue exists or another caller is rebuilding. Read
+    /// the snapshot after this, so no later rebuilder writes an older one
+    /// than a rebuilder that died part-way.
     pub async fn begin_rebuild(&self, product: ProductId) -> Result<Option<Rebuilder>, AppError> {
         Rebuilder::begin(self, product).await
+    }
+
+    /// Whether some caller is rebuilding the queue now.
+    pub async fn is_rebuilding(&self, product: ProductId) -> Result<bool, AppError> {
+        let key = format!("{}rebuilding", self.key_base(product));
+        let found: i64 = with_retry!(self, connection => redis::cmd("EXISTS").arg(&key).query_async(&mut connection))?;
+        Ok(found == 1)
     }
 }
 
@@ -1283,10 +1288,18 @@ impl Rebuilder {
         }))
     }
 
-    /// Writes `snapshot` in parts and completes the rebuild. False when
-    /// another rebuilder took over (this one's key expired) or the queue
-    /// exists.
-    pub async fn write(&self, snapshot: &QueueSnapshot) -> Result<bool, AppError> {
+    /// Writes `snapshot` in parts and completes the rebuild; one that
+    /// fails lets go of the key at once. False when another rebuilder took
+    /// over (this one's key expired) or the queue exists.
+    pub async fn complete(self, snapshot: &QueueSnapshot) -> Result<bool, AppError> {
+        let built = self.write(snapshot).await;
+        if !matches!(built, Ok(true)) {
+            self.abandon().await;
+        }
+        built
+    }
+
+    async fn write(&self, snapshot: &QueueSnapshot) -> Result<bool, AppError> {
         let units = snapshot.setup.units.max(1);
         for part in snapshot.entries.chunks(REBUILD_PART) {
             let places = part.iter().flat_map(entry_args);
@@ -1404,7 +1417,7 @@ impl Rebuilder {
 
     /// Lets go of the rebuild key at once (if still this rebuilder's), so
     /// the next caller starts over without waiting out the key.
-    async fn abandon(&self) {
+    pub async fn abandon(&self) {
         let released: Result<i64, AppError> = self
             .room
             .run(

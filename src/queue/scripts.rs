@@ -170,7 +170,9 @@ local i = 2
 while i + 4 <= #ARGV do
   local t, customer, seq, joined, late = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]), ARGV[i + 4]
   i = i + 5
-  if redis.call('EXISTS', entry_key(t)) == 1 then
+  -- The place is there when its customer's is it: a hash alone may be
+  -- what a rebuilder that died part-way left.
+  if redis.call('HGET', K_BY_CUSTOMER, customer) == t then
     redis.call('HSET', entry_key(t), 'confirmed', 1)
     redis.call('ZREM', K_UNCONFIRMED, t)
     table.insert(out, 1)
@@ -310,25 +312,35 @@ local outstanding = tonumber(redis.call('GET', K_OUTSTANDING)) or 0
 local max = tonumber(ARGV[3])
 local out = {}
 local now = nil
+local skipped = false
 while #out < max and outstanding + units <= bound do
   local at = redis.call('ZRANGEBYSCORE', K_LINE, cursor, cursor, 'LIMIT', 0, 1)[1]
   if not at then break end
-  local e = redis.call('HMGET', entry_key(at), 'customer', 'confirmed', 'joined_ms')
-  if e[2] ~= '1' then break end
-  local clock = now_ms()
-  now = math.max(now or 0, clock, floor, tonumber(e[3]) or 0)
-  admissions = admissions + 1
-  -- The pass lasts its time from the real clock: the floor only orders
-  -- the record, it never lengthens a pass.
-  local expires = clock + pass_ms
-  redis.call('HSET', pass_key(at), 'n', admissions, 'customer', e[1], 'units', units,
-    'issued_ms', now, 'expires_ms', expires, 'state', 'issued')
-  redis.call('ZADD', K_DEADLINES, expires, at)
-  redis.call('RPUSH', K_LOG, 'I|' .. admissions .. '|' .. at .. '|' .. e[1] .. '|' .. now .. '|' .. expires)
-  outstanding = outstanding + units
-  cursor = cursor + 1
-  table.insert(out, {admissions, at, e[1], now, expires})
+  if redis.call('EXISTS', pass_key(at)) == 1 then
+    -- Admitted already: only a record that gave this ticket another
+    -- number (its place) puts it here. No ticket gets a second pass, and
+    -- the line goes on rather than stop at it for ever.
+    cursor = cursor + 1
+    skipped = true
+  else
+    local e = redis.call('HMGET', entry_key(at), 'customer', 'confirmed', 'joined_ms')
+    if e[2] ~= '1' then break end
+    local clock = now_ms()
+    now = math.max(now or 0, clock, floor, tonumber(e[3]) or 0)
+    admissions = admissions + 1
+    -- The pass lasts its time from the real clock: the floor only orders
+    -- the record, it never lengthens a pass.
+    local expires = clock + pass_ms
+    redis.call('HSET', pass_key(at), 'n', admissions, 'customer', e[1], 'units', units,
+      'issued_ms', now, 'expires_ms', expires, 'state', 'issued')
+    redis.call('ZADD', K_DEADLINES, expires, at)
+    redis.call('RPUSH', K_LOG, 'I|' .. admissions .. '|' .. at .. '|' .. e[1] .. '|' .. now .. '|' .. expires)
+    outstanding = outstanding + units
+    cursor = cursor + 1
+    table.insert(out, {admissions, at, e[1], now, expires})
+  end
 end
+if skipped then redis.call('SET', K_CURSOR, cursor) end
 if #out > 0 then
   redis.call('SET', K_CURSOR, cursor)
   redis.call('SET', K_OUTSTANDING, outstanding)
@@ -591,7 +603,7 @@ return {1, redis.call('HLEN', K_BY_CUSTOMER), waiting, tonumber(meta[2]) or 0,
 
 /// ARGV: base, then what Postgres shows the queue lost: `undrawn` (the
 /// draw is revealed), `admissions` and the number Postgres has recorded,
-/// or `passes` and {ticket, number, issued_ms} triples of passes this
+/// or `passes` and {ticket, number, issued_ms, expires_ms} of passes this
 /// queue issued under a number or ticket the record already gave another
 /// admission. A queue Redis has undrawn though its draw is revealed, with
 /// fewer admissions than the record, or still holding such a pass, lost
@@ -611,9 +623,10 @@ if ARGV[2] == 'undrawn' then
 elseif ARGV[2] == 'admissions' then
   behind = (tonumber(meta[2]) or 0) < tonumber(ARGV[3])
 else
-  for i = 3, #ARGV, 3 do
-    local p = redis.call('HMGET', pass_key(ARGV[i]), 'n', 'issued_ms')
-    if p[1] == ARGV[i + 1] and tonumber(p[2]) == tonumber(ARGV[i + 2]) then behind = true end
+  for i = 3, #ARGV, 4 do
+    local p = redis.call('HMGET', pass_key(ARGV[i]), 'n', 'issued_ms', 'expires_ms')
+    if p[1] == ARGV[i + 1] and tonumber(p[2]) == tonumber(ARGV[i + 2])
+      and tonumber(p[3]) == tonumber(ARGV[i + 3]) then behind = true end
   end
 end
 if not behind then return 0 end

@@ -1478,7 +1478,7 @@ async fn a_failover_the_count_of_admissions_misses_is_found_by_the_records_numbe
     })
     .await;
     let product = queue_product(&app, 3, 1).await;
-    let who = customers(&app, 6);
+    let who = customers(&app, 7);
     join_all(&app, product, &who).await;
     tick(&app).await;
     start_now(&app, product);
@@ -1526,6 +1526,21 @@ async fn a_failover_the_count_of_admissions_misses_is_found_by_the_records_numbe
     );
 
     fail_over_to(&app, &replica).await;
+    // A unit more (an admin's adjustment, which the gate has at once), so
+    // the replica issues past number 6 too.
+    app.admin().await;
+    let admin = CustomerId(
+        app.db
+            .count("SELECT id AS n FROM customers WHERE email = 'admin@example.com'"),
+    );
+    flashsale::services::stock::adjust_stock(
+        &app.shop,
+        product,
+        flashsale::services::stock::Adjustment::parse("1", "found one").unwrap(),
+        admin,
+    )
+    .await
+    .unwrap();
     // The tick whose kept read predates admissions 5 and 6 being
     // recorded: the replica's passes 4 and 5 are past their deadlines.
     let room = &app.shop.waiting_room;
@@ -1541,16 +1556,24 @@ async fn a_failover_the_count_of_admissions_misses_is_found_by_the_records_numbe
     };
     assert_eq!(
         again.iter().map(|i| i.number).collect::<Vec<_>>(),
-        vec![6],
-        "the replica hands number 6 out again"
+        vec![6, 7],
+        "the replica hands number 6 out again, and 7"
     );
-    assert_eq!(room.counts(product).await.unwrap().admitted, 6);
+    assert_eq!(room.counts(product).await.unwrap().admitted, 7);
 
     let report = tick(&app).await;
     assert_eq!(
         (report.discarded, report.issued),
         (1, 0),
         "number 6 is already the record's: {report:?}"
+    );
+    assert_eq!(
+        count(
+            &app,
+            &format!("SELECT count(*) AS n FROM queue_admissions WHERE product_id = {product}")
+        ),
+        6,
+        "nothing the replica issued after its conflict is recorded"
     );
     let report = tick(&app).await;
     assert_eq!((report.rebuilt, report.issued), (1, 0), "{report:?}");
@@ -1582,6 +1605,97 @@ async fn a_failover_the_count_of_admissions_misses_is_found_by_the_records_numbe
     assert_eq!(count(&app, "SELECT count(*) AS n FROM orders"), 2);
     let verdict = verify(&record_of(&app, product).await);
     assert!(verdict.passed(), "{verdict:?}");
+}
+
+/// A record that already gave a ticket a number out of its place (here
+/// number 4 to the ticket at place 5, as a replica that lost a late join
+/// could once write): every queue rebuilt from it would reach that ticket
+/// again at the cursor. It gets no second pass, so the drain finds nothing
+/// conflicting and the queue is not dropped and rebuilt for ever; the line
+/// goes on past it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_record_with_a_number_out_of_place_does_not_drop_the_queue_for_ever() {
+    let app = spawn_app_with(|s| {
+        s.queue_tick = Duration::from_secs(3600);
+        s.queue_pass = Duration::from_millis(600);
+        s.db_connect_timeout = Duration::from_millis(100);
+        s.db_statement_timeout = Duration::from_millis(400);
+    })
+    .await;
+    let product = queue_product(&app, 3, 1).await;
+    let who = customers(&app, 6);
+    join_all(&app, product, &who).await;
+    tick(&app).await;
+    start_now(&app, product);
+    assert_eq!(tick(&app).await.issued, 3);
+    let line = line_of(&app, product, &who).await;
+    sql(
+        &app,
+        &format!(
+            "INSERT INTO queue_admissions (product_id, number, ticket, issued_at, expires_at, state) \
+             VALUES ({product}, 4, '{}', now(), now() + interval '600 milliseconds', 'issued')",
+            line[4]
+        ),
+    );
+    lose_the_queues(&app).await;
+    assert_eq!(tick(&app).await.rebuilt, 1);
+    tokio::time::sleep(app.shop.settings.longest_join() + Duration::from_millis(700)).await;
+    let mut discarded = 0;
+    let mut issued = 0;
+    for _ in 0..4 {
+        let report = tick(&app).await;
+        discarded += report.discarded + report.rebuilt;
+        issued += report.issued;
+    }
+    assert_eq!(discarded, 0, "the queue stays");
+    assert_eq!(
+        issued, 1,
+        "place 6 is admitted; place 5 is not admitted again"
+    );
+    #[derive(QueryableByName)]
+    struct Admitted {
+        #[diesel(sql_type = diesel::sql_types::Integer)]
+        number: i32,
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        ticket: String,
+    }
+    let rows: Vec<Admitted> = diesel::sql_query(format!(
+        "SELECT number, ticket FROM queue_admissions WHERE product_id = {product} ORDER BY number"
+    ))
+    .load(&mut app.db.conn())
+    .unwrap();
+    let rows: Vec<(i32, String)> = rows.into_iter().map(|r| (r.number, r.ticket)).collect();
+    let expected: Vec<(i32, String)> = [(1, 0), (2, 1), (3, 2), (4, 4), (5, 5)]
+        .into_iter()
+        .map(|(n, place)| (n, line[place].as_str().to_string()))
+        .collect();
+    assert_eq!(rows, expected);
+    let fifth = status(
+        &app,
+        who[line_index(&app, product, &who, &line[4]).await],
+        product,
+    )
+    .await;
+    assert_eq!(
+        fifth.pass.map(|p| p.number),
+        Some(4),
+        "one pass, the record's"
+    );
+}
+
+/// Which of `who` holds `ticket`.
+async fn line_index(
+    app: &TestApp,
+    product: ProductId,
+    who: &[CustomerId],
+    ticket: &Ticket,
+) -> usize {
+    for (i, customer) in who.iter().enumerate() {
+        if status(app, *customer, product).await.ticket.as_ref() == Some(ticket) {
+            return i;
+        }
+    }
+    panic!("nobody holds {ticket}")
 }
 
 /// A stale claim that cannot be settled (its admission row is gone) is

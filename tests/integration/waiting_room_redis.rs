@@ -1496,8 +1496,9 @@ async fn a_queue_of_a_hundred_thousand_places_is_rebuilt_in_parts() {
 
 /// A rebuilder that dies part-way leaves a queue nobody can see or change
 /// (the parts written are no queue until the last), and the next rebuild,
-/// once its key has expired, starts over: nothing the dead one wrote that
-/// the newer snapshot lacks stays.
+/// once its key has expired, starts over: a place the dead one wrote that
+/// the newer snapshot lacks is in no line, count or customer's view, and
+/// confirming it is no confirm of a place.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_rebuild_left_part_way_is_invisible_and_the_next_one_starts_over() {
     let f = Fixture::new().await;
@@ -1543,7 +1544,8 @@ async fn a_rebuild_left_part_way_is_invisible_and_the_next_one_starts_over() {
         pass.ticket.as_str().to_string(),
         first[0].customer.get().to_string(),
         first[0].issued_at.timestamp_millis().to_string(),
-        first[0].expires_at.timestamp_millis().to_string(),
+        // Past its deadline, so a lapse sweep would find it.
+        (Utc::now().timestamp_millis() - 1_000).to_string(),
         "issued".to_string(),
     ];
     assert!(dead.part(1, "passes", pass_part.into_iter()).await.unwrap());
@@ -1594,6 +1596,11 @@ async fn a_rebuild_left_part_way_is_invisible_and_the_next_one_starts_over() {
         (view.entry, view.position),
         (None, None),
         "the deleted place stays out"
+    );
+    // Its hash is still there; a confirm of it is no confirm of a place.
+    assert_eq!(
+        room.confirm(PRODUCT, &gone).await.unwrap(),
+        Confirmed::TooLate
     );
     assert_eq!(room.pre_queue(PRODUCT).await.unwrap().tickets.len(), 4);
     let holder = room.status(PRODUCT, first[0].customer).await.unwrap();

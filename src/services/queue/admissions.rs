@@ -40,27 +40,27 @@ pub async fn drain_log(shop: &Shop, product: ProductId) -> Result<Drained, AppEr
             break;
         };
         let count = events.len();
-        let conflicting = db::run(&shop.pool, move |conn| {
+        let conflict = db::run(&shop.pool, move |conn| {
             db::transaction(conn, |conn| record_events(conn, product, &events))
         })
         .await?;
-        drained.recorded += count;
-        if !conflicting.is_empty() {
+        if let Some(conflict) = conflict {
             // Dropping the queue drops its log too, so the proof is not
             // acknowledged away before it is acted on: a drop that fails
             // leaves the batch to be drained, and found, again.
-            let numbers: Vec<i64> = conflicting.iter().map(|c| c.number).collect();
             if shop
                 .waiting_room
-                .discard_behind(product, Behind::Conflicting(conflicting))
+                .discard_behind(product, Behind::Conflicting(vec![conflict.clone()]))
                 .await?
             {
-                tracing::warn!(%product, ?numbers, "Redis issued passes the record already has under other admissions; rebuilding the queue from Postgres");
+                tracing::warn!(%product, number = conflict.number, ticket = %conflict.ticket, "Redis issued a pass the record has under another admission; rebuilding the queue from Postgres");
                 drained.discarded = true;
                 return Ok(drained);
             }
-            // Rebuilt since, from a record that has these numbers: this
+            // Rebuilt since, from a record that has this number: this
             // batch came from the queue that was lost.
+        } else {
+            drained.recorded += count;
         }
         shop.waiting_room.ack_log(product, &last).await?;
         if count < DRAIN_BATCH {
@@ -70,15 +70,17 @@ pub async fn drain_log(shop: &Shop, product: ProductId) -> Result<Drained, AppEr
     Ok(drained)
 }
 
-/// Records `events`; returns the issued passes Postgres already has under
-/// another admission (same number or ticket, not this issue): the queue
-/// that issued them trails the record. Lapses of those are not recorded.
+/// Records `events` up to the first issue Postgres already has under
+/// another admission (same number or ticket, not this issue), and returns
+/// that one, if any: the queue that issued it trails the record, so nothing it
+/// logged after it is recorded (a later issue there, though it conflicts
+/// with nothing, went to the wrong place, and its row would make every
+/// queue rebuilt from the record hand a ticket a second number).
 fn record_events(
     conn: &mut PgConn,
     product: ProductId,
     events: &[LogEvent],
-) -> Result<Vec<Issued>, AppError> {
-    let mut conflicting: Vec<Issued> = Vec::new();
+) -> Result<Option<Issued>, AppError> {
     for event in events {
         match event {
             LogEvent::Issued(issued) => {
@@ -97,7 +99,7 @@ fn record_events(
                 // same issue, to the millisecond), or the number or ticket
                 // is another admission's.
                 if inserted == 0 && !is_recorded(conn, product, issued)? {
-                    conflicting.push(issued.clone());
+                    return Ok(Some(issued.clone()));
                 }
             }
             LogEvent::Lapsed {
@@ -105,14 +107,6 @@ fn record_events(
                 ticket,
                 at,
             } => {
-                if conflicting
-                    .iter()
-                    .any(|c| c.number == *n && c.ticket == *ticket)
-                {
-                    // The lapse of a pass the record never issued: the
-                    // row under its number is another admission's.
-                    continue;
-                }
                 // Never over `used`: a purchase that did commit wins, also
                 // one whose claim a rebuild lost and whose process died
                 // before it said so.
@@ -132,17 +126,19 @@ fn record_events(
             }
         }
     }
-    Ok(conflicting)
+    Ok(None)
 }
 
-/// Whether Postgres has exactly this issue: its number, ticket and time.
+/// Whether Postgres has exactly this issue: its number, ticket and times
+/// (both: a clock that stepped back can give a re-issue the same start).
 fn is_recorded(conn: &mut PgConn, product: ProductId, issued: &Issued) -> Result<bool, AppError> {
     Ok(diesel::select(diesel::dsl::exists(
         queue_admissions::table
             .filter(queue_admissions::product_id.eq(product.get()))
             .filter(queue_admissions::number.eq(number(issued.number)?))
             .filter(queue_admissions::ticket.eq(issued.ticket.as_str()))
-            .filter(queue_admissions::issued_at.eq(issued.issued_at)),
+            .filter(queue_admissions::issued_at.eq(issued.issued_at))
+            .filter(queue_admissions::expires_at.eq(issued.expires_at)),
     ))
     .get_result(conn)?)
 }

@@ -69,22 +69,68 @@ pub async fn ensure_queue(shop: &Shop, sale: &QueueSale) -> Result<Readied, AppE
         }
         return Ok(Readied::Present);
     }
-    let snapshot = snapshot(shop, sale).await?;
-    let readied = if snapshot.entries.is_empty() && !snapshot.drawn {
+    // Callers that find another rebuilding read nothing from Postgres.
+    if room.is_rebuilding(sale.product).await? {
+        return Ok(Readied::Rebuilding);
+    }
+    let readied = if !has_record(shop, sale.product).await? {
         // Nothing to lose: a new queue. Two instances may both get here;
         // preparing is create-unless-exists.
         room.prepare(sale.product, &setup).await?;
         Readied::Prepared
-    } else if room.rebuild(sale.product, &snapshot).await? {
-        tracing::warn!(product = %sale.product, entries = snapshot.entries.len(), "rebuilt a waiting room Redis had lost");
-        Readied::Rebuilt
-    } else if room.exists(sale.product).await? {
-        Readied::Present
     } else {
-        Readied::Rebuilding
+        // Its own task: a request whose client hung up must not leave a
+        // rebuild part-way (its key held until it expires).
+        let (served, sale) = (shop.clone(), sale.clone());
+        tokio::spawn(async move { rebuild(&served, &sale).await })
+            .await
+            .map_err(|e| AppError::Internal(anyhow::anyhow!("rebuild task failed: {e}")))??
     };
     local(&shop.redis_prefix).prepared_with(sale.product, &setup);
     Ok(readied)
+}
+
+/// Whether Postgres has anything of the queue a new one would lose.
+async fn has_record(shop: &Shop, product: ProductId) -> Result<bool, AppError> {
+    db::run(&shop.pool, move |conn| {
+        let entries = queue_entries::table.filter(queue_entries::product_id.eq(product.get()));
+        let drawn = queue_draws::table
+            .find(product.get())
+            .filter(queue_draws::drawn_at.is_not_null());
+        Ok(
+            diesel::select(diesel::dsl::exists(entries).or(diesel::dsl::exists(drawn)))
+                .get_result(conn)?,
+        )
+    })
+    .await
+}
+
+/// Rebuilds the queue from the record, read once the rebuild key is ours:
+/// a rebuilder that died part-way wrote a snapshot no newer than this one.
+async fn rebuild(shop: &Shop, sale: &QueueSale) -> Result<Readied, AppError> {
+    let room = &shop.waiting_room;
+    let Some(rebuilder) = room.begin_rebuild(sale.product).await? else {
+        return Ok(if room.exists(sale.product).await? {
+            Readied::Present
+        } else {
+            Readied::Rebuilding
+        });
+    };
+    let snapshot = match snapshot(shop, sale).await {
+        Ok(snapshot) => snapshot,
+        Err(error) => {
+            rebuilder.abandon().await;
+            return Err(error);
+        }
+    };
+    if rebuilder.complete(&snapshot).await? {
+        tracing::warn!(product = %sale.product, entries = snapshot.entries.len(), "rebuilt a waiting room Redis had lost");
+        Ok(Readied::Rebuilt)
+    } else if room.exists(sale.product).await? {
+        Ok(Readied::Present)
+    } else {
+        Ok(Readied::Rebuilding)
+    }
 }
 
 /// Everything Postgres knows of the sale's queue, read in one snapshot.
