@@ -378,9 +378,12 @@ struct Inner {
 const TIMEOUT: Duration = Duration::from_secs(1);
 /// Views one STATUS call reads at most.
 const MAX_VIEWS: usize = 64;
-/// How long a rebuilder holds the rebuild key past its last part: a
-/// rebuilder that died part-way keeps the queue missing this long.
+/// How long a rebuilder holds the rebuild key past its last part or
+/// renewal: a rebuilder that died part-way keeps the queue missing this
+/// long.
 const REBUILD_LOCK: Duration = Duration::from_secs(5);
+/// How often a rebuilder renews its key while it reads Postgres.
+pub const REBUILD_RENEW: Duration = Duration::from_millis(1500);
 /// Places, positions or passes one rebuild part writes: each part is one
 /// script that holds Redis, and a queue may have a hundred thousand places.
 pub const REBUILD_PART: usize = 1000;
@@ -1383,12 +1386,19 @@ impl Rebuilder {
                 .max()
                 .unwrap_or(0)
                 .to_string(),
+            first_unadmitted(&line, &admissions).to_string(),
         ];
         let finished: i64 = self
             .room
             .run(&self.room.inner.rebuild_finish, self.product, &finish)
             .await?;
         Ok(finished == 1)
+    }
+
+    /// Keeps the rebuild key while the rebuilder reads Postgres; false when
+    /// the rebuild is no longer this rebuilder's.
+    pub async fn renew(&self) -> Result<bool, AppError> {
+        self.part(1, "renew", std::iter::empty()).await
     }
 
     /// Writes one part (see REBUILD_PART); false when the rebuild is no
@@ -1430,6 +1440,22 @@ impl Rebuilder {
             tracing::warn!(product = %self.product, %error, "could not let go of a waiting room's rebuild key; it expires");
         }
     }
+}
+
+/// The cursor of a rebuilt queue: the first place in `line` (1-based)
+/// whose ticket the record has not admitted. In a sound record that is one
+/// past the admissions; in one that gave a number out of place, the place
+/// it displaced is admitted next rather than left behind the cursor (and
+/// ISSUE steps past the ticket that holds that number).
+fn first_unadmitted(line: &[&Ticket], admissions: &[&(Issued, PassState)]) -> usize {
+    let admitted: std::collections::HashSet<&Ticket> = admissions
+        .iter()
+        .map(|(issued, _)| &issued.ticket)
+        .collect();
+    line.iter()
+        .position(|ticket| !admitted.contains(ticket))
+        .unwrap_or(line.len())
+        + 1
 }
 
 fn lock_ms() -> u64 {

@@ -662,7 +662,8 @@ return 1
 "#
 );
 
-/// ARGV: base, token, ttl_ms, units, kind, then the part: `entries`
+/// ARGV: base, token, ttl_ms, units, kind, then the part (none for
+/// `renew`, which only keeps the key while the rebuilder reads): `entries`
 /// {ticket, customer, seq, joined_ms, late}×, `line` the first position
 /// then tickets in line order, or `passes` {number, ticket, customer,
 /// issued_ms, expires_ms, state}×. Returns 1, or 0 when the rebuild key is
@@ -675,6 +676,7 @@ if redis.call('GET', K_REBUILD) ~= ARGV[2] then return 0 end
 redis.call('PEXPIRE', K_REBUILD, ARGV[3])
 local units = tonumber(ARGV[4])
 local kind = ARGV[5]
+if kind == 'renew' then return 1 end
 if kind == 'entries' then
   for i = 6, #ARGV, 5 do
     local t, customer, seq, joined, late = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
@@ -715,14 +717,14 @@ return 1
 
 /// ARGV: base, token, starts_at_ms, pass_ms, units, state, drawn, max_seq,
 /// last_join_ms, line length, admissions, outstanding, used, lapsed,
-/// last_issued_ms. Completes this rebuilder's rebuild: the counters, then
+/// last_issued_ms, cursor. Completes this rebuilder's rebuild: the counters, then
 /// `:meta`, which makes the queue exist. Returns 1 if rebuilt.
 pub(super) const REBUILD_FINISH: &str = script!(
     r#"
 if redis.call('EXISTS', K_META) == 1 then return 0 end
 if redis.call('GET', K_REBUILD) ~= ARGV[2] then return 0 end
 redis.call('SET', K_SEQ, ARGV[8])
-redis.call('SET', K_CURSOR, tonumber(ARGV[11]) + 1)
+redis.call('SET', K_CURSOR, ARGV[16])
 redis.call('SET', K_OUTSTANDING, ARGV[12])
 redis.call('HSET', K_META, 'starts_at_ms', ARGV[3], 'pass_ms', ARGV[4], 'units', ARGV[5],
   'state', ARGV[6], 'drawn', ARGV[7], 'last_join_ms', ARGV[9], 'tail', ARGV[10],

@@ -17,7 +17,7 @@ use crate::db::{self, PgConn};
 use crate::domain::draw::{draw_order, DrawEntry, DrawSeed, Ticket};
 use crate::domain::{CustomerId, ProductId};
 use crate::error::AppError;
-use crate::queue::{Entry, Issued, PassState, QueueSnapshot, QueueState};
+use crate::queue::{Entry, Issued, PassState, QueueSnapshot, QueueState, REBUILD_RENEW};
 use crate::services::Shop;
 
 /// Commits the sale's seed unless it is already committed.
@@ -82,8 +82,15 @@ pub async fn ensure_queue(shop: &Shop, sale: &QueueSale) -> Result<Readied, AppE
         // Its own task: a request whose client hung up must not leave a
         // rebuild part-way (its key held until it expires).
         let (served, sale) = (shop.clone(), sale.clone());
-        tokio::spawn(async move { rebuild(&served, &sale).await })
-            .await
+        tokio::spawn(async move {
+            let rebuilt = rebuild(&served, &sale).await;
+            if let Err(error) = &rebuilt {
+                // Its caller may be gone; the next tick tries again.
+                tracing::warn!(product = %sale.product, %error, "could not rebuild a waiting room Redis had lost");
+            }
+            rebuilt
+        })
+        .await
             .map_err(|e| AppError::Internal(anyhow::anyhow!("rebuild task failed: {e}")))??
     };
     local(&shop.redis_prefix).prepared_with(sale.product, &setup);
@@ -116,7 +123,23 @@ async fn rebuild(shop: &Shop, sale: &QueueSale) -> Result<Readied, AppError> {
             Readied::Rebuilding
         });
     };
-    let snapshot = match snapshot(shop, sale).await {
+    // The key is renewed while Postgres is read: a slow read must not let
+    // it expire and a second rebuilder begin over this one's, every time.
+    let read = snapshot(shop, sale);
+    tokio::pin!(read);
+    let mut renewal = tokio::time::interval(REBUILD_RENEW);
+    renewal.tick().await;
+    let snapshot = loop {
+        tokio::select! {
+            read = &mut read => break read,
+            _ = renewal.tick() => {
+                if !rebuilder.renew().await? {
+                    return Ok(Readied::Rebuilding);
+                }
+            }
+        }
+    };
+    let snapshot = match snapshot {
         Ok(snapshot) => snapshot,
         Err(error) => {
             rebuilder.abandon().await;
