@@ -555,7 +555,11 @@ impl WaitingRoom {
 
     /// Whether Redis has this queue (false after Redis lost it: rebuild).
     pub async fn exists(&self, product: ProductId) -> Result<bool, AppError> {
-        let key = format!("{}meta", self.key_base(product));
+        self.has_key(product, "meta").await
+    }
+
+    async fn has_key(&self, product: ProductId, part: &str) -> Result<bool, AppError> {
+        let key = format!("{}{part}", self.key_base(product));
         let found: i64 = with_retry!(self, connection => redis::cmd("EXISTS").arg(&key).query_async(&mut connection))?;
         Ok(found == 1)
     }
@@ -1261,9 +1265,7 @@ impl WaitingRoom {
 
     /// Whether some caller is rebuilding the queue now.
     pub async fn is_rebuilding(&self, product: ProductId) -> Result<bool, AppError> {
-        let key = format!("{}rebuilding", self.key_base(product));
-        let found: i64 = with_retry!(self, connection => redis::cmd("EXISTS").arg(&key).query_async(&mut connection))?;
-        Ok(found == 1)
+        self.has_key(product, "rebuilding").await
     }
 }
 

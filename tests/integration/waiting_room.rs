@@ -1261,6 +1261,34 @@ async fn the_running_tick_closes_a_sold_out_queue_and_reopens_it_when_a_unit_com
     assert_eq!(reopened.queue, QueueState::Open, "{reopened:?}");
 }
 
+/// An app for the failover tests: passes of `pass`, and joins that are
+/// over quickly (as `quick_join_app`'s), so a rebuild's hold is short.
+async fn failover_app(pass: Duration) -> TestApp {
+    spawn_app_with(|s| {
+        s.queue_tick = Duration::from_secs(3600);
+        s.queue_pass = pass;
+        s.db_connect_timeout = Duration::from_millis(100);
+        s.db_statement_timeout = Duration::from_millis(400);
+    })
+    .await
+}
+
+/// Which of `who` stands at `place` of the drawn line, and their status.
+async fn at_place(
+    app: &TestApp,
+    who: &[CustomerId],
+    product: ProductId,
+    place: usize,
+) -> (CustomerId, QueueStatus) {
+    for customer in who {
+        let status = status(app, *customer, product).await;
+        if status.position == Some(place as i64) {
+            return (*customer, status);
+        }
+    }
+    panic!("nobody at place {place}")
+}
+
 /// Every key of the app's waiting rooms as Redis holds it now (`DUMP`).
 async fn dump_the_queues(app: &TestApp) -> Vec<(String, Vec<u8>)> {
     let mut redis = raw_redis().await;
@@ -1305,13 +1333,7 @@ async fn fail_over_to(app: &TestApp, dumped: &[(String, Vec<u8>)]) {
 /// record has it, and admits the next waiter once no join can be in flight.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_draw_a_failover_took_back_is_rebuilt_from_the_record() {
-    let app = spawn_app_with(|s| {
-        s.queue_tick = Duration::from_secs(3600);
-        s.queue_pass = Duration::from_millis(600);
-        s.db_connect_timeout = Duration::from_millis(100);
-        s.db_statement_timeout = Duration::from_millis(400);
-    })
-    .await;
+    let app = failover_app(Duration::from_millis(600)).await;
     let product = queue_product(&app, 3, 1).await;
     let who = customers(&app, 5);
     join_all(&app, product, &who).await;
@@ -1321,18 +1343,7 @@ async fn a_draw_a_failover_took_back_is_rebuilt_from_the_record() {
     let report = tick(&app).await;
     assert_eq!((report.drawn, report.issued), (1, 3), "{report:?}");
     let line = line_of(&app, product, &who).await;
-    let at = |place: usize| {
-        let (app, who) = (&app, &who);
-        async move {
-            for customer in who {
-                let status = status(app, *customer, product).await;
-                if status.position == Some(place as i64) {
-                    return (*customer, status);
-                }
-            }
-            panic!("nobody at place {place}")
-        }
-    };
+    let at = |place: usize| at_place(&app, &who, product, place);
     let (first, first_status) = at(1).await;
     assert!(matches!(
         buy(&app, first, product, first_status.pass).await.unwrap(),
@@ -1385,13 +1396,7 @@ async fn a_draw_a_failover_took_back_is_rebuilt_from_the_record() {
 /// Postgres instead.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn admissions_a_failover_took_back_are_rebuilt_from_the_record() {
-    let app = spawn_app_with(|s| {
-        s.queue_tick = Duration::from_secs(3600);
-        s.queue_pass = Duration::from_millis(600);
-        s.db_connect_timeout = Duration::from_millis(100);
-        s.db_statement_timeout = Duration::from_millis(400);
-    })
-    .await;
+    let app = failover_app(Duration::from_millis(600)).await;
     let product = queue_product(&app, 3, 1).await;
     let who = customers(&app, 5);
     join_all(&app, product, &who).await;
@@ -1401,18 +1406,7 @@ async fn admissions_a_failover_took_back_are_rebuilt_from_the_record() {
     assert_eq!((report.drawn, report.issued), (1, 3), "{report:?}");
     let replica = dump_the_queues(&app).await;
     let line = line_of(&app, product, &who).await;
-    let at = |place: usize| {
-        let (app, who) = (&app, &who);
-        async move {
-            for customer in who {
-                let status = status(app, *customer, product).await;
-                if status.position == Some(place as i64) {
-                    return (*customer, status);
-                }
-            }
-            panic!("nobody at place {place}")
-        }
-    };
+    let at = |place: usize| at_place(&app, &who, product, place);
     let (first, first_status) = at(1).await;
     assert!(matches!(
         buy(&app, first, product, first_status.pass).await.unwrap(),
@@ -1470,13 +1464,7 @@ async fn admissions_a_failover_took_back_are_rebuilt_from_the_record() {
 /// given.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_failover_the_count_of_admissions_misses_is_found_by_the_records_numbers() {
-    let app = spawn_app_with(|s| {
-        s.queue_tick = Duration::from_secs(3600);
-        s.queue_pass = Duration::from_millis(1500);
-        s.db_connect_timeout = Duration::from_millis(100);
-        s.db_statement_timeout = Duration::from_millis(400);
-    })
-    .await;
+    let app = failover_app(Duration::from_millis(1500)).await;
     let product = queue_product(&app, 3, 1).await;
     let who = customers(&app, 7);
     join_all(&app, product, &who).await;
@@ -1484,18 +1472,7 @@ async fn a_failover_the_count_of_admissions_misses_is_found_by_the_records_numbe
     start_now(&app, product);
     assert_eq!(tick(&app).await.issued, 3);
     let line = line_of(&app, product, &who).await;
-    let at = |place: usize| {
-        let (app, who) = (&app, &who);
-        async move {
-            for customer in who {
-                let status = status(app, *customer, product).await;
-                if status.position == Some(place as i64) {
-                    return (*customer, status);
-                }
-            }
-            panic!("nobody at place {place}")
-        }
-    };
+    let at = |place: usize| at_place(&app, &who, product, place);
     let (first, first_status) = at(1).await;
     assert!(matches!(
         buy(&app, first, product, first_status.pass).await.unwrap(),
@@ -1617,13 +1594,7 @@ async fn a_failover_the_count_of_admissions_misses_is_found_by_the_records_numbe
 /// ever.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_record_with_a_number_out_of_place_does_not_drop_the_queue_for_ever() {
-    let app = spawn_app_with(|s| {
-        s.queue_tick = Duration::from_secs(3600);
-        s.queue_pass = Duration::from_millis(600);
-        s.db_connect_timeout = Duration::from_millis(100);
-        s.db_statement_timeout = Duration::from_millis(400);
-    })
-    .await;
+    let app = failover_app(Duration::from_millis(600)).await;
     let product = queue_product(&app, 3, 1).await;
     let who = customers(&app, 6);
     join_all(&app, product, &who).await;
@@ -1672,43 +1643,18 @@ async fn a_record_with_a_number_out_of_place_does_not_drop_the_queue_for_ever() 
         .map(|(n, place)| (n, line[place].as_str().to_string()))
         .collect();
     assert_eq!(rows, expected);
-    let fifth = status(
-        &app,
-        who[line_index(&app, product, &who, &line[4]).await],
-        product,
-    )
-    .await;
+    let fifth = at_place(&app, &who, product, 5).await.1;
     assert_eq!(
         fifth.pass.map(|p| p.number),
         Some(4),
         "one pass, the record's"
     );
-    let fourth = status(
-        &app,
-        who[line_index(&app, product, &who, &line[3]).await],
-        product,
-    )
-    .await;
+    let fourth = at_place(&app, &who, product, 4).await.1;
     assert_eq!(
         fourth.pass.map(|p| p.number),
         Some(5),
         "the displaced place is admitted"
     );
-}
-
-/// Which of `who` holds `ticket`.
-async fn line_index(
-    app: &TestApp,
-    product: ProductId,
-    who: &[CustomerId],
-    ticket: &Ticket,
-) -> usize {
-    for (i, customer) in who.iter().enumerate() {
-        if status(app, *customer, product).await.ticket.as_ref() == Some(ticket) {
-            return i;
-        }
-    }
-    panic!("nobody holds {ticket}")
 }
 
 /// A rebuild whose read of Postgres outlasts the rebuild key's life keeps
