@@ -358,6 +358,7 @@ struct Inner {
     claim: Script,
     unclaim: Script,
     settle: Script,
+    issued_passes: Script,
     lapse_due: Script,
     lapse_claim: Script,
     status: Script,
@@ -451,6 +452,7 @@ impl WaitingRoom {
                 claim: Script::new(scripts::CLAIM),
                 unclaim: Script::new(scripts::UNCLAIM),
                 settle: Script::new(scripts::SETTLE),
+                issued_passes: Script::new(scripts::ISSUED_PASSES),
                 lapse_due: Script::new(scripts::LAPSE_DUE),
                 lapse_claim: Script::new(scripts::LAPSE_CLAIM),
                 status: Script::new(scripts::STATUS),
@@ -955,6 +957,25 @@ impl WaitingRoom {
             .pass_step(&self.inner.settle, product, pass, admission)
             .await?
             == 1)
+    }
+
+    /// Every pass open and not claimed (`Issued`), in deadline order.
+    pub async fn issued_passes(&self, product: ProductId) -> Result<Vec<PassRef>, AppError> {
+        let mut passes = Vec::new();
+        let mut rank = 0i64;
+        while rank >= 0 {
+            let (next, page): (i64, Vec<(String, i64)>) = self
+                .run(&self.inner.issued_passes, product, &[rank.to_string()])
+                .await?;
+            for (ticket, number) in page {
+                passes.push(PassRef {
+                    ticket: ticket_from(&ticket)?,
+                    number,
+                });
+            }
+            rank = next;
+        }
+        Ok(passes)
     }
 
     /// Lapses every issued pass past its deadline (logged), and returns the

@@ -449,6 +449,24 @@ return 1
 "#
 );
 
+/// ARGV: base, first rank. The issued passes among the open ones, from
+/// that rank of `deadlines` on, at most 1000 of them: {next rank or -1,
+/// {{ticket, number}, ...}}. Read-only.
+pub(super) const ISSUED_PASSES: &str = script!(
+    r#"
+local first = tonumber(ARGV[2])
+local open = redis.call('ZRANGE', K_DEADLINES, first, first + 999)
+local next = -1
+if #open == 1000 then next = first + 1000 end
+local issued = {}
+for _, t in ipairs(open) do
+  local p = redis.call('HMGET', pass_key(t), 'n', 'state')
+  if p[2] == 'issued' then table.insert(issued, {t, tonumber(p[1])}) end
+end
+return {next, issued}
+"#
+);
+
 /// ARGV: base, grace_ms. Lapses every issued pass past its deadline;
 /// returns the claimed ones past deadline + grace, each {ticket, number,
 /// customer, admission}.

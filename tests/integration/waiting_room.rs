@@ -2044,6 +2044,54 @@ async fn a_purchase_that_commits_after_a_rebuild_reopened_its_pass_settles_it() 
     the_unit_that_comes_back_admits_the_waiter(&f, order).await;
 }
 
+/// A purchase that commits while a rebuild is part-way: the snapshot was
+/// read before the commit, and the purchase's settle found the queue half
+/// built (which takes no change), so the finished queue has the pass open
+/// over a sold unit. The rebuild's reconciliation settles it (here the
+/// rebuilder stops after its last part, as one that dies there does)
+/// before anyone else is admitted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_purchase_that_settles_while_a_rebuild_is_part_way_is_settled_once_the_queue_is_whole() {
+    let f = three_passes_one_waiting(Duration::from_secs(120)).await;
+    let app = &f.app;
+    hold_order_inserts_on_the_advisory_lock(app);
+    let mut holder = app.db.conn();
+    let buying = purchase_held_at_its_commit(&f, &mut holder).await;
+
+    lose_the_queues(app).await;
+    let room = &app.shop.waiting_room;
+    let rebuilder = room.begin_rebuild(f.product).await.unwrap().expect("begun");
+    let sale = queue::queue_sale(&app.shop, f.product).await.unwrap();
+    let snapshot = queue::snapshot(&app.shop, &sale).await.unwrap();
+    release_the_commit(&mut holder);
+    let PurchaseOutcome::Purchased(order) = buying.await.unwrap().unwrap() else {
+        panic!("the held purchase commits")
+    };
+    assert_eq!(used_by(app, order), 1, "Postgres has the pass used");
+    assert!(rebuilder.complete(&snapshot).await.unwrap());
+    assert_eq!(
+        status(app, f.buyer, f.product).await.pass_state,
+        Some(PassState::Issued),
+        "the snapshot predates the order, and the settle found no queue"
+    );
+    assert_eq!(room.counts(f.product).await.unwrap().outstanding_units, 3);
+
+    tokio::time::sleep(app.shop.settings.longest_join() + Duration::from_millis(100)).await;
+    let reconciled = tick(app).await;
+    assert_eq!(reconciled.settled_after_rebuild, 1, "{reconciled:?}");
+    assert_eq!(
+        status(app, f.buyer, f.product).await.pass_state,
+        Some(PassState::Used)
+    );
+    assert_eq!(used_by(app, order), 1);
+    assert_eq!(
+        tick(app).await.settled_after_rebuild,
+        0,
+        "settled once: the next tick finds nothing"
+    );
+    the_unit_that_comes_back_admits_the_waiter(&f, order).await;
+}
+
 /// As above, and the purchase's process dies after its commit, before it
 /// says so: the reopened pass lapses at its deadline, and the record
 /// still has it used by the order (a lapse never hides a sale).

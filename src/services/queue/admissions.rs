@@ -211,6 +211,55 @@ pub async fn record_used(
     Ok(())
 }
 
+/// After a rebuild: settles every pass the rebuilt queue has open that
+/// Postgres has used. A purchase that committed after the rebuild's
+/// snapshot was read, and settled before the queue was whole again, found
+/// nothing to settle (a half-built queue takes no change), so its pass came
+/// back open over a sold unit; so did one whose process died after its
+/// commit. Returns the passes settled.
+pub async fn settle_uses_a_rebuild_missed(
+    shop: &Shop,
+    product: ProductId,
+) -> Result<usize, AppError> {
+    let open = shop.waiting_room.issued_passes(product).await?;
+    if open.is_empty() {
+        return Ok(0);
+    }
+    let numbers = open
+        .iter()
+        .map(|pass| number(pass.number))
+        .collect::<Result<Vec<i32>, _>>()?;
+    let used: Vec<(i32, String, Option<String>)> = db::run(&shop.pool, move |conn| {
+        used_by_their_orders(conn, product, None)?;
+        Ok(queue_admissions::table
+            .inner_join(orders::table.on(orders::id.nullable().eq(queue_admissions::order_id)))
+            .filter(queue_admissions::product_id.eq(product.get()))
+            .filter(queue_admissions::state.eq("used"))
+            .filter(queue_admissions::number.eq_any(numbers))
+            .select((
+                queue_admissions::number,
+                queue_admissions::ticket,
+                orders::gate_key,
+            ))
+            .load(conn)?)
+    })
+    .await?;
+    let mut settled = 0;
+    for (number, ticket, admission) in used {
+        let (Some(pass), Some(admission)) = (
+            open.iter()
+                .find(|p| p.number == i64::from(number) && p.ticket.as_str() == ticket),
+            admission,
+        ) else {
+            continue;
+        };
+        if shop.waiting_room.settle(product, pass, &admission).await? {
+            settled += 1;
+        }
+    }
+    Ok(settled)
+}
+
 /// Rows marked: 0 when the admission's row is not there (yet).
 async fn mark_used(
     shop: &Shop,

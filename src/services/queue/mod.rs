@@ -26,7 +26,8 @@ mod standing;
 mod tick;
 
 pub use admissions::{
-    drain_log, order_under_claim, pass_admission, record_used, resolve_stale, Resolved,
+    drain_log, order_under_claim, pass_admission, record_used, resolve_stale,
+    settle_uses_a_rebuild_missed, Resolved,
 };
 pub use entries::{entries_in_record, record_entries};
 pub use join::{join, queue_sale};

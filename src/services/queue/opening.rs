@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 
-use super::admissions::used_by_their_orders;
+use super::admissions::{settle_uses_a_rebuild_missed, used_by_their_orders};
 use super::entries::record_entries;
 use super::local::local;
 use super::sale::QueueSale;
@@ -148,6 +148,12 @@ async fn rebuild(shop: &Shop, sale: &QueueSale) -> Result<Readied, AppError> {
     };
     if rebuilder.complete(&snapshot).await? {
         tracing::warn!(product = %sale.product, entries = snapshot.entries.len(), "rebuilt a waiting room Redis had lost");
+        // Purchases that committed after the snapshot and settled while
+        // the queue was half built reopened their passes: settled now, or
+        // at the rebuild's reconciliation if this fails.
+        if let Err(error) = settle_uses_a_rebuild_missed(shop, sale.product).await {
+            tracing::warn!(product = %sale.product, %error, "could not settle the passes a rebuild reopened; its reconciliation will");
+        }
         Ok(Readied::Rebuilt)
     } else if room.exists(sale.product).await? {
         Ok(Readied::Present)

@@ -28,7 +28,7 @@ use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Nullable, Timestamptz};
 
-use super::admissions::{drain_log, resolve_stale, Resolved};
+use super::admissions::{drain_log, resolve_stale, settle_uses_a_rebuild_missed, Resolved};
 use super::entries::{committed_entry, forget_entries, insert_entries};
 use super::local::local;
 use super::opening::{ensure_queue, read_record, Readied};
@@ -61,6 +61,8 @@ pub struct TickReport {
     pub recorded: usize,
     /// Stale claims whose purchase had committed: used.
     pub settled: usize,
+    /// Passes a rebuild reopened whose purchase Postgres has: used.
+    pub settled_after_rebuild: usize,
     /// Stale claims whose purchase never committed: lapsed.
     pub lapsed_claims: usize,
     /// Stale claims that could not be settled either way (logged); tried
@@ -431,6 +433,9 @@ async fn put_back_after_rebuild(
     }
     // The rows the draw went without are gone before anyone else is admitted.
     forget_entries(shop, product).await?;
+    // Nor does a sold unit stay held by a pass the rebuild reopened (the
+    // rebuilder settles them too, but may have died first).
+    report.settled_after_rebuild += settle_uses_a_rebuild_missed(shop, product).await?;
     // False when rebuilt again since: that rebuild holds on its own.
     room.mark_reconciled(product, mark).await
 }
