@@ -331,7 +331,13 @@ impl QueueKeys {
             .map(|part| format!("{}{part}", self.base))
             .collect();
         keys.push(self.gate_stock.clone());
-        for part in ["mirror_stock", "mirror_unpaid", "rebuilding", "forget"] {
+        for part in [
+            "mirror_stock",
+            "mirror_unpaid",
+            "rebuilding",
+            "forget",
+            "drawing",
+        ] {
             keys.push(format!("{}{part}", self.base));
         }
         keys
@@ -352,6 +358,7 @@ struct Inner {
     undo_join: Script,
     unconfirmed: Script,
     pre_queue: Script,
+    draw_part: Script,
     draw: Script,
     issue: Script,
     ack_log: Script,
@@ -388,6 +395,10 @@ pub const REBUILD_RENEW: Duration = Duration::from_millis(1500);
 /// Places, positions or passes one rebuild part writes: each part is one
 /// script that holds Redis, and a queue may have a hundred thousand places.
 pub const REBUILD_PART: usize = 1000;
+/// Places of the order one DRAW_PART stages, and pre-queue tickets one
+/// PRE_QUEUE reads: at 100,000 places one script for the whole draw held
+/// Redis for over half a second, at the opening second.
+pub const DRAW_PART: usize = 1000;
 /// Passes one ISSUE call may hand out, so a script never runs long; callers
 /// issue again on every give-back and sweep.
 const ISSUE_BATCH: usize = 1000;
@@ -446,6 +457,7 @@ impl WaitingRoom {
                 undo_join: Script::new(scripts::UNDO_JOIN),
                 unconfirmed: Script::new(scripts::UNCONFIRMED),
                 pre_queue: Script::new(scripts::PRE_QUEUE),
+                draw_part: Script::new(scripts::DRAW_PART),
                 draw: Script::new(scripts::DRAW),
                 issue: Script::new(scripts::ISSUE),
                 ack_log: Script::new(scripts::ACK_LOG),
@@ -768,45 +780,68 @@ impl WaitingRoom {
         rows.into_iter().map(entry_from).collect()
     }
 
-    /// An absent queue reads as undrawn and empty (`draw` then says `Missing`).
+    /// An absent queue reads as undrawn and empty (`draw` then says
+    /// `Missing`). Read in pages of `DRAW_PART`: before the draw the set may
+    /// move between pages, which `draw` finds.
     pub async fn pre_queue(&self, product: ProductId) -> Result<PreQueue, AppError> {
-        let values: Vec<redis::Value> = self.run(&self.inner.pre_queue, product, &[]).await?;
-        let number = |i: usize| -> Result<i64, AppError> {
-            values
-                .get(i)
-                .and_then(|v| redis::from_redis_value_ref::<i64>(v).ok())
-                .ok_or_else(|| broken("pre_queue"))
+        let mut read = PreQueue {
+            drawn: false,
+            tickets: Vec::new(),
+            unconfirmed: 0,
         };
-        let (drawn, unconfirmed) = (number(1)? == 1, number(2)?);
-        let tickets = values[3..]
-            .iter()
-            .map(|v| {
-                redis::from_redis_value_ref::<String>(v)
+        let mut rank = 0i64;
+        while rank >= 0 {
+            let values: Vec<redis::Value> = self
+                .run(&self.inner.pre_queue, product, &[rank.to_string()])
+                .await?;
+            let number = |i: usize| -> Result<i64, AppError> {
+                values
+                    .get(i)
+                    .and_then(|v| redis::from_redis_value_ref::<i64>(v).ok())
+                    .ok_or_else(|| broken("pre_queue"))
+            };
+            read.drawn = number(1)? == 1;
+            read.unconfirmed = number(2)?.max(0) as usize;
+            rank = number(3)?;
+            for value in &values[4..] {
+                let ticket = redis::from_redis_value_ref::<String>(value)
                     .ok()
                     .and_then(|t| Ticket::parse(&t).ok())
-                    .ok_or_else(|| broken("pre_queue ticket"))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(PreQueue {
-            drawn,
-            tickets,
-            unconfirmed: unconfirmed.max(0) as usize,
-        })
+                    .ok_or_else(|| broken("pre_queue ticket"))?;
+                read.tickets.push(ticket);
+            }
+        }
+        Ok(read)
     }
 
     /// Puts the pre-queue in `order` (positions 1..n; late arrivals already
     /// in the line move behind), opens admission (state `Open`, cursor 1).
-    /// A queue an admin paused or closed before the draw stays so.
+    /// A queue an admin paused or closed before the draw stays so. Staged
+    /// in parts of `DRAW_PART`, then completed in one step; `Changed` when
+    /// `order` is not exactly the pre-queue (every place confirmed), or the
+    /// pre-queue changed while the parts were written.
     pub async fn draw(&self, product: ProductId, order: &[Ticket]) -> Result<Drawn, AppError> {
-        let args: Vec<String> = order.iter().map(|t| t.as_str().to_string()).collect();
-        let code: i64 = self.run(&self.inner.draw, product, &args).await?;
-        match code {
-            0 => Ok(Drawn::Done),
-            1 => Ok(Drawn::Already),
-            2 => Ok(Drawn::Changed),
-            3 => Ok(Drawn::Missing),
-            _ => Err(broken("draw")),
+        let mut version = String::new();
+        for (index, part) in order.chunks(DRAW_PART).enumerate() {
+            let args: Vec<String> = [version.clone(), (index * DRAW_PART + 1).to_string()]
+                .into_iter()
+                .chain(part.iter().map(|t| t.as_str().to_string()))
+                .collect();
+            let (code, answered): (i64, String) =
+                self.run(&self.inner.draw_part, product, &args).await?;
+            if code != 0 {
+                return drawn_from(code);
+            }
+            version = answered;
         }
+        let code: i64 = self
+            .run(
+                &self.inner.draw,
+                product,
+                &[version, order.len().to_string()],
+            )
+            .await?;
+        drawn_from(code)
     }
 
     /// Issues passes in line order while the queue is open, the next entry
@@ -1535,6 +1570,16 @@ fn pass_state_from(name: &str) -> Result<PassState, AppError> {
         "lapsed" => PassState::Lapsed,
         _ => return Err(broken("pass state")),
     })
+}
+
+fn drawn_from(code: i64) -> Result<Drawn, AppError> {
+    match code {
+        0 => Ok(Drawn::Done),
+        1 => Ok(Drawn::Already),
+        2 => Ok(Drawn::Changed),
+        3 => Ok(Drawn::Missing),
+        _ => Err(broken("draw")),
+    }
 }
 
 fn ticket_from(raw: &str) -> Result<Ticket, AppError> {

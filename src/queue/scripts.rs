@@ -21,12 +21,21 @@ local base = ARGV[1]
 local K_META, K_BY_CUSTOMER, K_SEQ, K_PRE = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local K_LINE, K_CURSOR, K_DEADLINES, K_OUTSTANDING = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local K_LOG, K_UNCONFIRMED, K_GATE_STOCK, K_MIRROR_STOCK = KEYS[9], KEYS[10], KEYS[11], KEYS[12]
-local K_MIRROR_UNPAID, K_REBUILD, K_FORGET = KEYS[13], KEYS[14], KEYS[15]
+local K_MIRROR_UNPAID, K_REBUILD, K_FORGET, K_DRAWING = KEYS[13], KEYS[14], KEYS[15], KEYS[16]
 local function entry_key(t) return base .. 'entry:' .. t end
 local function pass_key(t) return base .. 'pass:' .. t end
 local function now_ms()
   local now = redis.call('TIME')
   return tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+end
+-- Every change to the pre-queue's set moves its version, so a draw written
+-- in parts (DRAW_PART, DRAW) knows the set it shuffled is still the set.
+-- `life` (when the queue was made or rebuilt) keeps two lives of a queue
+-- from sharing a version.
+local function pre_changed() redis.call('HINCRBY', K_META, 'pre_changes', 1) end
+local function pre_version()
+  local v = redis.call('HMGET', K_META, 'life', 'pre_changes')
+  return (v[1] or '0') .. ':' .. (v[2] or '0')
 end
 -- The one place an open pass lapses: its units go back once.
 local function lapse_pass(t, now)
@@ -45,7 +54,7 @@ local function take_place(customer, t)
   redis.call('DEL', entry_key(t))
   if redis.call('HGET', K_BY_CUSTOMER, customer) == t then redis.call('HDEL', K_BY_CUSTOMER, customer) end
   redis.call('ZREM', K_UNCONFIRMED, t)
-  redis.call('ZREM', K_PRE, t)
+  if redis.call('ZREM', K_PRE, t) == 1 then pre_changed() end
   local position = redis.call('ZSCORE', K_LINE, t)
   if position then
     redis.call('ZREM', K_LINE, t)
@@ -98,7 +107,8 @@ if not state then
   -- A rebuild part-way: the queue is not new, and the rebuild makes it.
   if redis.call('EXISTS', K_REBUILD) == 1 then return 0 end
   redis.call('HSET', K_META, 'starts_at_ms', ARGV[2], 'pass_ms', ARGV[3], 'units', ARGV[4],
-    'state', 'pre', 'drawn', 0, 'last_join_ms', 0, 'tail', 0, 'admissions', 0, 'used', 0, 'lapsed', 0)
+    'state', 'pre', 'drawn', 0, 'last_join_ms', 0, 'tail', 0, 'admissions', 0, 'used', 0, 'lapsed', 0,
+    'life', now_ms())
   redis.call('SET', K_CURSOR, 1)
   redis.call('SET', K_OUTSTANDING, 0)
   return 1
@@ -145,6 +155,7 @@ if late == 1 then
   redis.call('ZADD', K_LINE, tail, fresh)
 else
   redis.call('ZADD', K_PRE, seq, fresh)
+  pre_changed()
 end
 return {0, state, fresh, customer, seq, joined, late, 0}
 "#
@@ -201,7 +212,12 @@ while i + 4 <= #ARGV do
     if joined > (tonumber(redis.call('HGET', K_META, 'last_join_ms')) or 0) then
       redis.call('HSET', K_META, 'last_join_ms', joined)
     end
-    if late == '0' then redis.call('ZADD', K_PRE, seq, t) else place_late(t, seq, joined) end
+    if late == '0' then
+      redis.call('ZADD', K_PRE, seq, t)
+      pre_changed()
+    else
+      place_late(t, seq, joined)
+    end
     table.insert(out, 2)
     end
   end
@@ -244,39 +260,90 @@ return out
 "#
 );
 
-/// ARGV: base. Returns {exists, drawn, unconfirmed, tickets...}.
+/// ARGV: base, first rank. Returns {exists, drawn, unconfirmed, next rank
+/// or -1, then at most 1000 pre-queue tickets from that rank, in arrival
+/// order}.
 pub(super) const PRE_QUEUE: &str = script!(
     r#"
 local drawn = redis.call('HGET', K_META, 'drawn')
-if not drawn then return {0, 0, 0} end
-local out = {1, tonumber(drawn), redis.call('ZCARD', K_UNCONFIRMED)}
-for _, t in ipairs(redis.call('ZRANGE', K_PRE, 0, -1)) do table.insert(out, t) end
+if not drawn then return {0, 0, 0, -1} end
+local first = tonumber(ARGV[2])
+local page = redis.call('ZRANGE', K_PRE, first, first + 999)
+local next = -1
+if #page == 1000 then next = first + 1000 end
+local out = {1, tonumber(drawn), redis.call('ZCARD', K_UNCONFIRMED), next}
+for _, t in ipairs(page) do table.insert(out, t) end
 return out
 "#
 );
 
-/// ARGV: base, the order's tickets. Returns 0 done, 1 already, 2 changed,
-/// 3 missing. The order must be exactly the pre-queue, every entry of it
-/// confirmed; late arrivals already in the line move behind it, keeping
-/// their order. A paused or closed queue stays so; a `pre` one opens.
+// A draw is written in parts (DRAW_PART calls of a bounded size into
+// `:drawing`, then DRAW), because one script over a crowd's pre-queue holds
+// Redis, and every gate call and poll of the opening second behind it: at
+// 100,000 places it ran over half a second, and outran the client's wait.
+// The first part takes the pre-queue's version; every later part and the
+// finish require it. Every staged ticket is in the pre-queue and staged
+// once, and the finish finds as many in the pre-queue as staged: with the
+// set unchanged from the first part to the finish, the stage is the set.
+
+/// ARGV: base, the version the first part answered ('' in the first),
+/// the first position, then that part of the order's tickets. Stages them
+/// at their positions; the first part starts the stage afresh. Each must be
+/// in the pre-queue, confirmed, and neither it nor its position staged
+/// otherwise.
+/// Returns {code, version}: 0 staged, 1 already drawn, 2 changed, 3 missing.
+pub(super) const DRAW_PART: &str = script!(
+    r#"
+local meta = redis.call('HMGET', K_META, 'state', 'drawn')
+if not meta[1] then return {3, ''} end
+if meta[2] == '1' then return {1, ''} end
+local version = pre_version()
+local position = tonumber(ARGV[3])
+if position == 1 then
+  redis.call('DEL', K_DRAWING)
+elseif version ~= ARGV[2] then
+  return {2, version}
+end
+for i = 4, #ARGV do
+  local t = ARGV[i]
+  if not redis.call('ZSCORE', K_PRE, t) then return {2, version} end
+  if redis.call('HGET', entry_key(t), 'confirmed') ~= '1' then return {2, version} end
+  -- Two drawers may stage at once: alike when they shuffled one set, and
+  -- refused where they differ (a ticket or a position staged otherwise).
+  local staged = redis.call('ZSCORE', K_DRAWING, t)
+  if staged and tonumber(staged) ~= position then return {2, version} end
+  local there = redis.call('ZRANGEBYSCORE', K_DRAWING, position, position, 'LIMIT', 0, 1)[1]
+  if there and there ~= t then return {2, version} end
+  redis.call('ZADD', K_DRAWING, position, t)
+  position = position + 1
+end
+return {0, version}
+"#
+);
+
+/// ARGV: base, the version DRAW_PART answered ('' for an empty order), the
+/// order's length. Completes a draw staged by DRAW_PART: the stage must
+/// hold exactly the pre-queue, unchanged since the first part; late arrivals already in the line move
+/// behind it, keeping their order. A paused or closed queue stays so; a
+/// `pre` one opens. Returns 0 done, 1 already, 2 changed, 3 missing.
 pub(super) const DRAW: &str = script!(
     r#"
 local meta = redis.call('HMGET', K_META, 'state', 'drawn')
 if not meta[1] then return 3 end
 if meta[2] == '1' then return 1 end
-local n = #ARGV - 1
-if n ~= redis.call('ZCARD', K_PRE) then return 2 end
-local seen = {}
-for i = 2, #ARGV do
-  local t = ARGV[i]
-  if seen[t] or not redis.call('ZSCORE', K_PRE, t) then return 2 end
-  if redis.call('HGET', entry_key(t), 'confirmed') ~= '1' then return 2 end
-  seen[t] = true
-end
+local n = tonumber(ARGV[3])
+if n > 0 and pre_version() ~= ARGV[2] then return 2 end
+if n == 0 then redis.call('DEL', K_DRAWING) end
+if n ~= redis.call('ZCARD', K_PRE) or n ~= redis.call('ZCARD', K_DRAWING) then return 2 end
+-- n tickets at distinct positions, the last at n: positions 1..n.
+if n > 0 and tonumber(redis.call('ZRANGE', K_DRAWING, -1, -1, 'WITHSCORES')[2]) ~= n then return 2 end
 local late = redis.call('ZRANGE', K_LINE, 0, -1)
-redis.call('DEL', K_LINE)
-for i = 2, #ARGV do redis.call('ZADD', K_LINE, i - 1, ARGV[i]) end
-for i, t in ipairs(late) do redis.call('ZADD', K_LINE, n + i, t) end
+for i, t in ipairs(late) do redis.call('ZADD', K_DRAWING, n + i, t) end
+if redis.call('EXISTS', K_DRAWING) == 1 then
+  redis.call('RENAME', K_DRAWING, K_LINE)
+else
+  redis.call('DEL', K_LINE)
+end
 redis.call('HSET', K_META, 'drawn', 1, 'tail', n + #late)
 if meta[1] == 'pre' then redis.call('HSET', K_META, 'state', 'open') end
 redis.call('SET', K_CURSOR, 1)
@@ -378,6 +445,9 @@ if not p[1] then
 end
 if p[1] ~= number then return {2, 0} end
 if p[2] ~= customer then return {3, 0} end
+-- A pass is its customer's place's: a hash no place leads to is what a
+-- dropped queue left (DISCARD_BEHIND), never a pass of this queue.
+if redis.call('HGET', K_BY_CUSTOMER, customer) ~= t then return {2, 0} end
 local units = tonumber(p[3])
 if p[4] == 'used' then return {5, 0} end
 if p[4] == 'lapsed' then return {4, 0} end
@@ -626,9 +696,10 @@ return {1, redis.call('HLEN', K_BY_CUSTOMER), waiting, tonumber(meta[2]) or 0,
 /// admission. A queue Redis has undrawn though its draw is revealed, with
 /// fewer admissions than the record, or still holding such a pass, lost
 /// writes (a failover to a replica that was behind), so its passes and
-/// line are older than the record. Every key of the queue but the rebuild
-/// key, the pending forgets and the gate's stock is dropped, so the next
-/// tick rebuilds it from Postgres. Returns 1 if it dropped the queue, 0 if
+/// line are older than the record. Its fixed keys but the rebuild key, the
+/// pending forgets and the gate's stock are dropped (the passes guard asks
+/// that the pass is still its place's), so the next tick rebuilds it from
+/// Postgres. Returns 1 if it dropped the queue, 0 if
 /// the queue is not behind (or gone) after all: a queue rebuilt since
 /// holds the record's passes, not the conflicting ones.
 pub(super) const DISCARD_BEHIND: &str = script!(
@@ -642,17 +713,21 @@ elseif ARGV[2] == 'admissions' then
   behind = (tonumber(meta[2]) or 0) < tonumber(ARGV[3])
 else
   for i = 3, #ARGV, 4 do
-    local p = redis.call('HMGET', pass_key(ARGV[i]), 'n', 'issued_ms', 'expires_ms')
+    local t = ARGV[i]
+    local p = redis.call('HMGET', pass_key(t), 'n', 'issued_ms', 'expires_ms', 'customer')
     if p[1] == ARGV[i + 1] and tonumber(p[2]) == tonumber(ARGV[i + 2])
-      and tonumber(p[3]) == tonumber(ARGV[i + 3]) then behind = true end
+      and tonumber(p[3]) == tonumber(ARGV[i + 3])
+      and redis.call('HGET', K_BY_CUSTOMER, p[4]) == t then behind = true end
   end
 end
 if not behind then return 0 end
-for _, t in ipairs(redis.call('HVALS', K_BY_CUSTOMER)) do
-  redis.call('DEL', entry_key(t), pass_key(t))
-end
-redis.call('DEL', K_META, K_BY_CUSTOMER, K_SEQ, K_PRE, K_LINE, K_CURSOR, K_DEADLINES,
-  K_OUTSTANDING, K_LOG, K_UNCONFIRMED, K_MIRROR_STOCK, K_MIRROR_UNPAID)
+-- The fixed keys only, unlinked (freed off Redis's main thread): a
+-- crowd's queue has a hundred thousand per-ticket hashes, and deleting
+-- them here held Redis for half a second. The rebuild rewrites those of
+-- every place in the record (passes cleared first); any other is reached
+-- by nothing (CLAIM and STATUS go by `:by_customer`).
+redis.call('UNLINK', K_META, K_BY_CUSTOMER, K_SEQ, K_PRE, K_LINE, K_CURSOR, K_DEADLINES,
+  K_OUTSTANDING, K_LOG, K_UNCONFIRMED, K_MIRROR_STOCK, K_MIRROR_UNPAID, K_DRAWING)
 return 1
 "#
 );
@@ -675,7 +750,7 @@ pub(super) const REBUILD_BEGIN: &str = script!(
 if redis.call('EXISTS', K_META) == 1 then return 0 end
 if not redis.call('SET', K_REBUILD, ARGV[2], 'NX', 'PX', ARGV[3]) then return 0 end
 redis.call('UNLINK', K_BY_CUSTOMER, K_SEQ, K_PRE, K_LINE, K_CURSOR, K_DEADLINES, K_OUTSTANDING,
-  K_LOG, K_UNCONFIRMED)
+  K_LOG, K_UNCONFIRMED, K_DRAWING)
 return 1
 "#
 );
@@ -700,6 +775,9 @@ if kind == 'entries' then
     local t, customer, seq, joined, late = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
     redis.call('HSET', entry_key(t), 'customer', customer, 'seq', seq, 'joined_ms', joined, 'late', late,
       'confirmed', 1, 'created_ms', joined)
+    -- A pass an earlier life of the queue gave this place is not the
+    -- record's unless the passes part writes it again.
+    redis.call('DEL', pass_key(t))
     redis.call('HSET', K_BY_CUSTOMER, customer, t)
     if late == '0' then redis.call('ZADD', K_PRE, seq, t) end
   end
@@ -747,7 +825,7 @@ redis.call('SET', K_OUTSTANDING, ARGV[12])
 redis.call('HSET', K_META, 'starts_at_ms', ARGV[3], 'pass_ms', ARGV[4], 'units', ARGV[5],
   'state', ARGV[6], 'drawn', ARGV[7], 'last_join_ms', ARGV[9], 'tail', ARGV[10],
   'admissions', ARGV[11], 'used', ARGV[13], 'lapsed', ARGV[14], 'last_issued_ms', ARGV[15],
-  'rebuilt_ms', now_ms())
+  'rebuilt_ms', now_ms(), 'life', now_ms())
 -- The snapshot may predate rows still committing: the tick puts those
 -- places back (CONFIRM) before it draws.
 redis.call('HDEL', K_META, 'reconciled')

@@ -1571,6 +1571,21 @@ async fn a_failover_the_count_of_admissions_misses_is_found_by_the_records_numbe
         Some(recorded_deadline),
         "the pass the record has"
     );
+    let (seventh, seventh_status) = at(7).await;
+    assert_eq!(
+        (seventh_status.standing, seventh_status.pass_state),
+        (Standing::Waiting, None),
+        "the pass the replica gave place 7 is in no record, and gone"
+    );
+    let forged = PassRef {
+        ticket: line[6].clone(),
+        number: 7,
+    };
+    assert_eq!(
+        refusal(buy(&app, seventh, product, Some(forged)).await),
+        PassRefusal::NoPass,
+        "it buys nothing"
+    );
     assert_eq!(
         count(
             &app,

@@ -783,6 +783,25 @@ async fn a_claim_checks_the_pass_and_takes_it_once() {
         room.claim(PRODUCT, alice, &unknown, "a1").await.unwrap(),
         Claim::Forged
     );
+    // A pass hash no place leads to (a dropped queue's leftover, written
+    // here by hand): naming alice and open, yet not her place's.
+    let mut raw = f.raw.clone();
+    let _: () = redis::cmd("HSET")
+        .arg(format!(
+            "{}pass:{}",
+            room.key_base(PRODUCT),
+            unknown.ticket.as_str()
+        ))
+        .arg(&["n", "1", "customer", "1", "units", "1", "state", "issued"])
+        .arg(&["issued_ms", "0", "expires_ms", "99999999999999"])
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(
+        room.claim(PRODUCT, alice, &unknown, "a1").await.unwrap(),
+        Claim::Forged,
+        "a leftover hash is no pass"
+    );
     assert_eq!(
         room.claim(PRODUCT, alice, &wrong_number, "a1")
             .await
@@ -1956,4 +1975,154 @@ async fn a_joiners_undo_leaves_a_place_the_sweep_took_over() {
     );
     assert_eq!(room.counts(PRODUCT).await.unwrap().joined, 0);
     f.cleanup().await;
+}
+
+/// An undrawn queue of `places` confirmed pre-queue places (customers
+/// 1..=places, in that arrival order), written as a rebuild writes one.
+async fn undrawn_queue(f: &Fixture, product: ProductId, places: i64) -> Vec<Ticket> {
+    let joined_at = Utc::now() - chrono::Duration::minutes(5);
+    let entries: Vec<Entry> = (1..=places)
+        .map(|i| Entry {
+            customer: CustomerId(i),
+            ticket: Ticket::generate(),
+            seq: i,
+            joined_at,
+            late: false,
+            confirmed: true,
+        })
+        .collect();
+    let tickets = entries.iter().map(|e| e.ticket.clone()).collect();
+    let snapshot = QueueSnapshot {
+        setup: setup(-60_000, 3_600_000, 1),
+        state: QueueState::Pre,
+        drawn: false,
+        entries,
+        line: Vec::new(),
+        admissions: Vec::new(),
+    };
+    assert!(f.room.rebuild(product, &snapshot).await.unwrap());
+    tickets
+}
+
+/// Runs `step` while another connection PINGs Redis; returns what the step
+/// answered, how long it took, and the slowest PING meanwhile.
+async fn beside_pings<T>(
+    f: &Fixture,
+    step: impl std::future::Future<Output = T>,
+) -> (T, Duration, Duration) {
+    let mut raw = f.raw.clone();
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let pinger = tokio::spawn({
+        let done = done.clone();
+        async move {
+            let mut slowest = Duration::ZERO;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                let asked = std::time::Instant::now();
+                let answer: redis::RedisResult<String> =
+                    redis::cmd("PING").query_async(&mut raw).await;
+                if answer.is_err() {
+                    break;
+                }
+                slowest = slowest.max(asked.elapsed());
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            slowest
+        }
+    });
+    let began = std::time::Instant::now();
+    let answer = step.await;
+    let took = began.elapsed();
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    (answer, took, pinger.await.unwrap())
+}
+
+/// A pre-queue of a hundred thousand is drawn in parts, and a queue that
+/// size is dropped at once: one script over it held Redis (every gate
+/// call and poll of the opening second behind it) past the client's wait,
+/// which then sent it again (the draw answered `Already`, the drop `false`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_pre_queue_of_a_hundred_thousand_is_drawn_in_parts_and_dropped_at_once() {
+    let f = Fixture::new().await;
+    let room = &f.room;
+    let places = 100_000_i64;
+    let mut order = undrawn_queue(&f, PRODUCT, places).await;
+    assert_eq!(room.pre_queue(PRODUCT).await.unwrap().tickets, order);
+    order.reverse();
+    // Seen, not asserted (speed belongs in benchmarks).
+    let (drawn, took, slowest) = beside_pings(&f, room.draw(PRODUCT, &order)).await;
+    println!("drew {places} places in {took:?}; the slowest PING meanwhile took {slowest:?}");
+    assert_eq!(drawn.unwrap(), Drawn::Done);
+    let first = room.status(PRODUCT, CustomerId(places)).await.unwrap();
+    assert_eq!((first.position, first.ahead), (Some(1), Some(0)));
+    let last = room.status(PRODUCT, CustomerId(1)).await.unwrap();
+    assert_eq!(last.position, Some(places));
+    let middle = room.status(PRODUCT, CustomerId(40_001)).await.unwrap();
+    assert_eq!(middle.position, Some(60_000));
+    assert_eq!(room.counts(PRODUCT).await.unwrap().waiting, places);
+
+    let (dropped, took, slowest) = beside_pings(
+        &f,
+        room.discard_behind(PRODUCT, Behind::Admissions { recorded: 1 }),
+    )
+    .await;
+    println!("dropped {places} places in {took:?}; the slowest PING meanwhile took {slowest:?}");
+    assert!(dropped.unwrap(), "dropped");
+    assert!(!room.exists(PRODUCT).await.unwrap());
+    f.cleanup().await;
+}
+
+/// Two instances draw at once, each with its own order of the same
+/// pre-queue (as a caller with a wrong seed would): the line is one order
+/// whole, never a mix of the two, or neither (drawn again next tick).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_drawers_at_once_leave_one_order_whole() {
+    use rand::seq::SliceRandom;
+    let f = Fixture::new().await;
+    let room = &f.room;
+    let places = 3_000_i64;
+    for round in 0..6 {
+        let product = ProductId(100 + round);
+        let tickets = undrawn_queue(&f, product, places).await;
+        let customer_of: std::collections::HashMap<Ticket, i64> =
+            tickets.iter().cloned().zip(1..).collect();
+        let mut orders = [tickets.clone(), tickets];
+        for order in &mut orders {
+            order.shuffle(&mut rand::thread_rng());
+        }
+        let barrier = Arc::new(Barrier::new(2));
+        let drawers = orders.clone().map(|order| {
+            let (room, barrier) = (room.clone(), barrier.clone());
+            tokio::spawn(async move {
+                barrier.wait().await;
+                room.draw(product, &order).await.unwrap()
+            })
+        });
+        let mut answers = Vec::new();
+        for drawer in drawers {
+            answers.push(drawer.await.unwrap());
+        }
+        let done: Vec<usize> = (0..2).filter(|i| answers[*i] == Drawn::Done).collect();
+        assert!(done.len() <= 1, "{answers:?}");
+        let winner = match done.first() {
+            Some(winner) => *winner,
+            None => {
+                assert!(!room.pre_queue(product).await.unwrap().drawn, "{answers:?}");
+                assert_eq!(room.draw(product, &orders[0]).await.unwrap(), Drawn::Done);
+                0
+            }
+        };
+        let mut by_position = vec![0_i64; places as usize];
+        for customer in 1..=places {
+            let position = room
+                .status(product, CustomerId(customer))
+                .await
+                .unwrap()
+                .position
+                .unwrap();
+            by_position[position as usize - 1] = customer;
+        }
+        let won: Vec<i64> = orders[winner].iter().map(|t| customer_of[t]).collect();
+        assert_eq!(by_position, won, "round {round}: {answers:?}");
+        f.cleanup_queue(product).await;
+    }
 }
