@@ -1229,6 +1229,16 @@ impl WaitingRoom {
         with_retry!(self, connection => redis::cmd("SET").arg(&key).arg(units).query_async::<()>(&mut connection))
     }
 
+    /// The last arrival number this queue gave (`:seq`): every place of
+    /// the record has one no higher, unless Redis lost joins.
+    pub async fn last_seq(&self, product: ProductId) -> Result<i64, AppError> {
+        let key = format!("{}seq", self.key_base(product));
+        let seq: Option<i64> = with_retry!(self, connection => redis::cmd("GET")
+            .arg(&key)
+            .query_async(&mut connection))?;
+        Ok(seq.unwrap_or(0))
+    }
+
     /// Units sold under passes so far, to read before the Postgres stock
     /// handed to `mirror_stock`.
     pub async fn settled_units(&self, product: ProductId) -> Result<i64, AppError> {

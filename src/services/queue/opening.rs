@@ -275,6 +275,43 @@ pub fn read_record(conn: &mut PgConn, product: ProductId) -> Result<QueueRecord,
         .and_then(|(draw, rows, admitted)| record_from_rows(draw, rows, admitted))
 }
 
+/// The record's places that arrived after arrival number `seq`, in
+/// arrival order.
+pub fn places_after(
+    conn: &mut PgConn,
+    product: ProductId,
+    seq: i64,
+) -> Result<Vec<Entry>, AppError> {
+    let revealed: bool = diesel::select(diesel::dsl::exists(
+        queue_draws::table
+            .find(product.get())
+            .filter(queue_draws::drawn_at.is_not_null()),
+    ))
+    .get_result(conn)?;
+    let rows: Vec<EntryRow> = record_entries(product, revealed)
+        .filter(queue_entries::seq.gt(seq))
+        .select((
+            queue_entries::customer_id,
+            queue_entries::ticket,
+            queue_entries::seq,
+            queue_entries::joined_at,
+            queue_entries::late,
+        ))
+        .load(conn)?;
+    rows.into_iter()
+        .map(|(customer, ticket, seq, joined_at, late)| {
+            Ok(Entry {
+                customer: CustomerId(customer),
+                ticket: stored_ticket(&ticket)?,
+                seq,
+                joined_at,
+                late,
+                confirmed: true,
+            })
+        })
+        .collect()
+}
+
 fn record_from_rows(
     draw: Option<(Vec<u8>, Option<DateTime<Utc>>)>,
     rows: Vec<EntryRow>,

@@ -31,7 +31,7 @@ use diesel::sql_types::{BigInt, Nullable, Timestamptz};
 use super::admissions::{drain_log, resolve_stale, settle_uses_a_rebuild_missed, Resolved};
 use super::entries::{committed_entry, forget_entries, insert_entries};
 use super::local::local;
-use super::opening::{ensure_queue, read_record, Readied};
+use super::opening::{ensure_queue, places_after, read_record, Readied};
 use super::sale::QueueSale;
 use crate::db;
 use crate::db::schema::{queue_draws, queue_entries};
@@ -53,7 +53,8 @@ pub struct TickReport {
     /// Places whose row could not be written (the ticket was taken), or
     /// that a draw went ahead without: taken back.
     pub undone: usize,
-    /// Committed places a rebuild's snapshot had missed: put back.
+    /// Committed places a rebuild's snapshot had missed, or Redis lost
+    /// (`put_back_lost_joins`): put back.
     pub put_back: usize,
     pub drawn: usize,
     pub issued: usize,
@@ -229,6 +230,10 @@ async fn tick_queue(
             (numbers, true)
         }
     };
+    // On each read from Postgres (the draw asks afresh, below).
+    if fresh && numbers.last_seq.unwrap_or(0) > room.last_seq(product).await? {
+        put_back_lost_joins(shop, product, report).await?;
+    }
     let now = Utc::now();
     let ended = sale.has_ended(now);
     if sale.has_started(now)
@@ -440,6 +445,43 @@ async fn put_back_after_rebuild(
     room.mark_reconciled(product, mark).await
 }
 
+/// Puts back the places the record has that Redis lost: a failover to a
+/// replica that was behind can lose joins without losing an admission, and
+/// then nothing conflicts; its line would admit those behind a lost place
+/// in its stead (against the published order), and its draw would go
+/// without a lost pre-queue place. Redis numbers every arrival (`:seq`),
+/// so a place of the record numbered past Redis's last is one it lost:
+/// CONFIRM puts each back where the line has it (a late one among the late
+/// places not yet admitted), and takes `:seq` past it, so new joins stop
+/// drawing numbers the record already has.
+async fn put_back_lost_joins(
+    shop: &Shop,
+    product: ProductId,
+    report: &mut TickReport,
+) -> Result<usize, AppError> {
+    let room = &shop.waiting_room;
+    let seq = room.last_seq(product).await?;
+    let lost = db::run(&shop.pool, move |conn| places_after(conn, product, seq)).await?;
+    if lost.is_empty() {
+        return Ok(0);
+    }
+    tracing::warn!(%product, lost = lost.len(), last_seq = seq, "Redis lost joins the record has; putting their places back");
+    let answers = room.confirm_all(product, &lost).await?;
+    let mut put_back = 0;
+    for (entry, answer) in lost.iter().zip(answers) {
+        match answer {
+            Confirmed::PutBack => put_back += 1,
+            Confirmed::TooLate => report.undone += 1,
+            Confirmed::Refused => {
+                tracing::error!(%product, customer = %entry.customer, "a lost place conflicts with another place of its customer in Redis");
+            }
+            Confirmed::Confirmed | Confirmed::Missing => {}
+        }
+    }
+    report.put_back += put_back;
+    Ok(put_back)
+}
+
 /// Deletes the pre-queue rows a revealed draw went without (not `drawn`).
 /// Their joiners were told to join again, and undo the row, or the tick
 /// forgets it by Redis's note; a rebuild lost that note, and a row left
@@ -512,6 +554,12 @@ async fn draw(shop: &Shop, sale: &QueueSale, report: &mut TickReport) -> Result<
             tracing::warn!(%product, "Redis lost this queue's draw; rebuilding the queue from Postgres");
             report.discarded += 1;
             return Ok(Drew::Discarded);
+        }
+        // A pre-queue place Redis lost would be drawn out: the record is
+        // asked afresh right before the draw, and the pre-queue read
+        // again (next tick) if one was.
+        if put_back_lost_joins(shop, product, report).await? > 0 {
+            return Ok(Drew::Kept);
         }
         // DRAW itself refuses while a pre-queue place is unconfirmed (or the
         // set moved): then the next tick reads it again. Late arrivals still
@@ -608,6 +656,10 @@ struct SaleNumbers {
     /// unless it lost writes.
     #[diesel(sql_type = BigInt)]
     admissions: i64,
+    /// The highest arrival number among the record's places: Redis, which
+    /// numbers them, never has a lower last one unless it lost joins.
+    #[diesel(sql_type = Nullable<BigInt>)]
+    last_seq: Option<i64>,
 }
 
 async fn sale_numbers(shop: &Shop, product: ProductId) -> Result<SaleNumbers, AppError> {
@@ -619,7 +671,14 @@ async fn sale_numbers(shop: &Shop, product: ProductId) -> Result<SaleNumbers, Ap
                     (SELECT max(a.expires_at) FROM queue_admissions a
                       WHERE a.product_id = p.id AND a.state = 'issued') AS passes_until,
                     (SELECT count(*) FROM queue_admissions a
-                      WHERE a.product_id = p.id)::bigint AS admissions
+                      WHERE a.product_id = p.id)::bigint AS admissions,
+                    -- The places of the record (`entries_in_record`); the
+                    -- (product_id, seq) index reads it from the top.
+                    (SELECT max(e.seq) FROM queue_entries e
+                      WHERE e.product_id = p.id
+                        AND (e.late OR e.drawn OR NOT EXISTS (
+                             SELECT 1 FROM queue_draws d
+                              WHERE d.product_id = p.id AND d.drawn_at IS NOT NULL))) AS last_seq
              FROM products p
              LEFT JOIN LATERAL (
                  SELECT sum(i.quantity) AS units, max(o.payment_deadline) AS until
