@@ -131,6 +131,8 @@ pub enum Drawn {
     /// landed in between, or one is unconfirmed): read it again.
     Changed,
     Missing,
+    /// Another caller is drawing (it holds the draw's lease).
+    Busy,
 }
 
 /// Which count bounds the passes: the gate's stock key (the gate on), or
@@ -399,6 +401,9 @@ pub const REBUILD_PART: usize = 1000;
 /// PRE_QUEUE reads: at 100,000 places one script for the whole draw held
 /// Redis for over half a second, at the opening second.
 pub const DRAW_PART: usize = 1000;
+/// How long a drawer keeps the draw to itself past its last part: one
+/// that stalls or dies this long is taken over.
+const DRAW_LEASE: Duration = Duration::from_secs(2);
 /// Passes one ISSUE call may hand out, so a script never runs long; callers
 /// issue again on every give-back and sweep.
 const ISSUE_BATCH: usize = 1000;
@@ -821,12 +826,18 @@ impl WaitingRoom {
     /// `order` is not exactly the pre-queue (every place confirmed), or the
     /// pre-queue changed while the parts were written.
     pub async fn draw(&self, product: ProductId, order: &[Ticket]) -> Result<Drawn, AppError> {
+        let drawer = Ticket::generate().as_str().to_string();
         let mut version = String::new();
         for (index, part) in order.chunks(DRAW_PART).enumerate() {
-            let args: Vec<String> = [version.clone(), (index * DRAW_PART + 1).to_string()]
-                .into_iter()
-                .chain(part.iter().map(|t| t.as_str().to_string()))
-                .collect();
+            let args: Vec<String> = [
+                drawer.clone(),
+                (DRAW_LEASE.as_millis() as u64).to_string(),
+                version.clone(),
+                (index * DRAW_PART + 1).to_string(),
+            ]
+            .into_iter()
+            .chain(part.iter().map(|t| t.as_str().to_string()))
+            .collect();
             let (code, answered): (i64, String) =
                 self.run(&self.inner.draw_part, product, &args).await?;
             if code != 0 {
@@ -838,7 +849,7 @@ impl WaitingRoom {
             .run(
                 &self.inner.draw,
                 product,
-                &[version, order.len().to_string()],
+                &[drawer, version, order.len().to_string()],
             )
             .await?;
         drawn_from(code)
@@ -994,7 +1005,8 @@ impl WaitingRoom {
             == 1)
     }
 
-    /// Every pass open and not claimed (`Issued`), in deadline order.
+    /// Every pass open and not claimed (`Issued`) that the last rebuild
+    /// wrote (none if the queue was never rebuilt), latest deadline first.
     pub async fn issued_passes(&self, product: ProductId) -> Result<Vec<PassRef>, AppError> {
         let mut passes = Vec::new();
         let mut rank = 0i64;
@@ -1588,6 +1600,7 @@ fn drawn_from(code: i64) -> Result<Drawn, AppError> {
         1 => Ok(Drawn::Already),
         2 => Ok(Drawn::Changed),
         3 => Ok(Drawn::Missing),
+        4 => Ok(Drawn::Busy),
         _ => Err(broken("draw")),
     }
 }

@@ -281,39 +281,51 @@ return out
 // `:drawing`, then DRAW), because one script over a crowd's pre-queue holds
 // Redis, and every gate call and poll of the opening second behind it: at
 // 100,000 places it ran over half a second, and outran the client's wait.
-// The first part takes the pre-queue's version; every later part and the
+// One drawer stages at a time: the first part takes a lease (`drawer`, in
+// `:meta`, renewed by every part), since every instance's tick draws at the
+// opening second and drawers that each start the stage afresh would undo
+// each other's parts for seconds. A drawer whose lease lapsed (it stalled
+// or died) is refused from then on, and the next starts over. The first
+// part also takes the pre-queue's version; every later part and the
 // finish require it. Every staged ticket is in the pre-queue and staged
-// once, and the finish finds as many in the pre-queue as staged: with the
-// set unchanged from the first part to the finish, the stage is the set.
+// once, and the finish finds as many in the pre-queue as staged, the last
+// at n: with the set unchanged from the first part to the finish, the
+// stage is the set.
 
-/// ARGV: base, the version the first part answered ('' in the first),
-/// the first position, then that part of the order's tickets. Stages them
-/// at their positions; the first part starts the stage afresh. Each must be
-/// in the pre-queue, confirmed, and neither it nor its position staged
-/// otherwise.
-/// Returns {code, version}: 0 staged, 1 already drawn, 2 changed, 3 missing.
+/// ARGV: base, drawer token, lease_ms, the version the first part
+/// answered ('' in the first), the first position, then that part of the
+/// order's tickets. Stages them at their positions; the first part takes
+/// the lease (unless another drawer's is live) and starts the stage
+/// afresh. Each must be in the pre-queue, confirmed, and not staged at
+/// another position. Returns {code, version}: 0 staged, 1 already drawn,
+/// 2 changed, 3 missing, 4 another drawer holds the lease.
 pub(super) const DRAW_PART: &str = script!(
     r#"
-local meta = redis.call('HMGET', K_META, 'state', 'drawn')
+local meta = redis.call('HMGET', K_META, 'state', 'drawn', 'drawer', 'drawer_until_ms')
 if not meta[1] then return {3, ''} end
 if meta[2] == '1' then return {1, ''} end
-local version = pre_version()
-local position = tonumber(ARGV[3])
+local token, now = ARGV[2], now_ms()
+local position = tonumber(ARGV[5])
 if position == 1 then
+  if meta[3] and meta[3] ~= token and now < (tonumber(meta[4]) or 0) then return {4, ''} end
   redis.call('DEL', K_DRAWING)
-elseif version ~= ARGV[2] then
+elseif meta[3] ~= token then
+  return {4, ''}
+end
+redis.call('HSET', K_META, 'drawer', token, 'drawer_until_ms', now + tonumber(ARGV[3]))
+local version = pre_version()
+-- A drawer refused lets go of the lease: the next need not wait it out.
+local function changed()
+  redis.call('HDEL', K_META, 'drawer', 'drawer_until_ms')
   return {2, version}
 end
-for i = 4, #ARGV do
+if position > 1 and version ~= ARGV[4] then return changed() end
+for i = 6, #ARGV do
   local t = ARGV[i]
-  if not redis.call('ZSCORE', K_PRE, t) then return {2, version} end
-  if redis.call('HGET', entry_key(t), 'confirmed') ~= '1' then return {2, version} end
-  -- Two drawers may stage at once: alike when they shuffled one set, and
-  -- refused where they differ (a ticket or a position staged otherwise).
+  if not redis.call('ZSCORE', K_PRE, t) then return changed() end
+  if redis.call('HGET', entry_key(t), 'confirmed') ~= '1' then return changed() end
   local staged = redis.call('ZSCORE', K_DRAWING, t)
-  if staged and tonumber(staged) ~= position then return {2, version} end
-  local there = redis.call('ZRANGEBYSCORE', K_DRAWING, position, position, 'LIMIT', 0, 1)[1]
-  if there and there ~= t then return {2, version} end
+  if staged and tonumber(staged) ~= position then return changed() end
   redis.call('ZADD', K_DRAWING, position, t)
   position = position + 1
 end
@@ -321,22 +333,34 @@ return {0, version}
 "#
 );
 
-/// ARGV: base, the version DRAW_PART answered ('' for an empty order), the
-/// order's length. Completes a draw staged by DRAW_PART: the stage must
-/// hold exactly the pre-queue, unchanged since the first part; late arrivals already in the line move
-/// behind it, keeping their order. A paused or closed queue stays so; a
-/// `pre` one opens. Returns 0 done, 1 already, 2 changed, 3 missing.
+/// ARGV: base, drawer token, the version DRAW_PART answered ('' for an
+/// empty order), the order's length. Completes the draw this drawer staged
+/// (an empty order stages nothing): the stage must hold exactly the
+/// pre-queue, unchanged since the first part; late arrivals already in the
+/// line move behind it, keeping their order. A paused or closed queue stays
+/// so; a `pre` one opens. Returns 0 done, 1 already, 2 changed, 3 missing,
+/// 4 another drawer holds the lease.
 pub(super) const DRAW: &str = script!(
     r#"
-local meta = redis.call('HMGET', K_META, 'state', 'drawn')
+local meta = redis.call('HMGET', K_META, 'state', 'drawn', 'drawer')
 if not meta[1] then return 3 end
 if meta[2] == '1' then return 1 end
-local n = tonumber(ARGV[3])
-if n > 0 and pre_version() ~= ARGV[2] then return 2 end
-if n == 0 then redis.call('DEL', K_DRAWING) end
-if n ~= redis.call('ZCARD', K_PRE) or n ~= redis.call('ZCARD', K_DRAWING) then return 2 end
--- n tickets at distinct positions, the last at n: positions 1..n.
-if n > 0 and tonumber(redis.call('ZRANGE', K_DRAWING, -1, -1, 'WITHSCORES')[2]) ~= n then return 2 end
+local n = tonumber(ARGV[4])
+if n ~= redis.call('ZCARD', K_PRE) then
+  if meta[3] == ARGV[2] then redis.call('HDEL', K_META, 'drawer', 'drawer_until_ms') end
+  return 2
+end
+if n > 0 then
+  if meta[3] ~= ARGV[2] then return 4 end
+  -- n tickets at distinct positions, the last at n: positions 1..n.
+  if pre_version() ~= ARGV[3] or n ~= redis.call('ZCARD', K_DRAWING)
+    or tonumber(redis.call('ZRANGE', K_DRAWING, -1, -1, 'WITHSCORES')[2]) ~= n then
+    redis.call('HDEL', K_META, 'drawer', 'drawer_until_ms')
+    return 2
+  end
+else
+  redis.call('DEL', K_DRAWING)
+end
 local late = redis.call('ZRANGE', K_LINE, 0, -1)
 for i, t in ipairs(late) do redis.call('ZADD', K_DRAWING, n + i, t) end
 if redis.call('EXISTS', K_DRAWING) == 1 then
@@ -345,6 +369,7 @@ else
   redis.call('DEL', K_LINE)
 end
 redis.call('HSET', K_META, 'drawn', 1, 'tail', n + #late)
+redis.call('HDEL', K_META, 'drawer', 'drawer_until_ms')
 if meta[1] == 'pre' then redis.call('HSET', K_META, 'state', 'open') end
 redis.call('SET', K_CURSOR, 1)
 return 0
@@ -519,19 +544,26 @@ return 1
 "#
 );
 
-/// ARGV: base, first rank. The issued passes among the open ones, from
-/// that rank of `deadlines` on, at most 1000 of them: {next rank or -1,
-/// {{ticket, number}, ...}}. Read-only.
+/// ARGV: base, how many were read before. The issued passes among the
+/// open ones that the last rebuild wrote (issued no later than it), read
+/// from the latest deadline back, at most 1000 of `deadlines` per call:
+/// {next or -1, {{ticket, number}, ...}}. From the back, because lapses
+/// leave from the front while this is paged (ranks counted from there would
+/// shift, and skip a pass). Read-only.
 pub(super) const ISSUED_PASSES: &str = script!(
     r#"
-local first = tonumber(ARGV[2])
-local open = redis.call('ZRANGE', K_DEADLINES, first, first + 999)
+local rebuilt = tonumber(redis.call('HGET', K_META, 'rebuilt_ms'))
+if not rebuilt then return {-1, {}} end
+local read = tonumber(ARGV[2])
+local open = redis.call('ZRANGE', K_DEADLINES, -(read + 1000), -(read + 1))
 local next = -1
-if #open == 1000 then next = first + 1000 end
+if #open == 1000 then next = read + 1000 end
 local issued = {}
 for _, t in ipairs(open) do
-  local p = redis.call('HMGET', pass_key(t), 'n', 'state')
-  if p[2] == 'issued' then table.insert(issued, {t, tonumber(p[1])}) end
+  local p = redis.call('HMGET', pass_key(t), 'n', 'state', 'issued_ms')
+  if p[2] == 'issued' and (tonumber(p[3]) or 0) <= rebuilt then
+    table.insert(issued, {t, tonumber(p[1])})
+  end
 end
 return {next, issued}
 "#

@@ -568,7 +568,7 @@ async fn draw(shop: &Shop, sale: &QueueSale, report: &mut TickReport) -> Result<
         match room.draw(product, &order).await? {
             Drawn::Done => report.drawn += 1,
             Drawn::Already => {}
-            Drawn::Changed | Drawn::Missing => return Ok(Drew::Kept),
+            Drawn::Changed | Drawn::Missing | Drawn::Busy => return Ok(Drew::Kept),
         }
         // The places drawn, read after the draw: `Already` means another
         // instance drew, perhaps a pre-queue this read had not seen yet.
