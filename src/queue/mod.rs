@@ -279,6 +279,15 @@ pub struct QueueView {
     pub unpaid: i64,
 }
 
+/// How far a queue has checked the record's places (`checked_seq`), in
+/// which life of the queue (`life`: when it was made or rebuilt). A replica
+/// that lost joins lost the marks made after them too.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Checked {
+    pub life: String,
+    pub seq: i64,
+}
+
 /// Counts for the admin dashboard.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct QueueCounts {
@@ -367,7 +376,8 @@ struct Inner {
     claim: Script,
     unclaim: Script,
     settle: Script,
-    issued_passes: Script,
+    settle_used: Script,
+    mark_checked: Script,
     lapse_due: Script,
     lapse_claim: Script,
     status: Script,
@@ -469,7 +479,8 @@ impl WaitingRoom {
                 claim: Script::new(scripts::CLAIM),
                 unclaim: Script::new(scripts::UNCLAIM),
                 settle: Script::new(scripts::SETTLE),
-                issued_passes: Script::new(scripts::ISSUED_PASSES),
+                settle_used: Script::new(scripts::SETTLE_USED),
+                mark_checked: Script::new(scripts::MARK_CHECKED),
                 lapse_due: Script::new(scripts::LAPSE_DUE),
                 lapse_claim: Script::new(scripts::LAPSE_CLAIM),
                 status: Script::new(scripts::STATUS),
@@ -1005,24 +1016,40 @@ impl WaitingRoom {
             == 1)
     }
 
-    /// Every pass open and not claimed (`Issued`) that the last rebuild
-    /// wrote (none if the queue was never rebuilt), latest deadline first.
-    pub async fn issued_passes(&self, product: ProductId) -> Result<Vec<PassRef>, AppError> {
-        let mut passes = Vec::new();
-        let mut rank = 0i64;
-        while rank >= 0 {
-            let (next, page): (i64, Vec<(String, i64)>) = self
-                .run(&self.inner.issued_passes, product, &[rank.to_string()])
-                .await?;
-            for (ticket, number) in page {
-                passes.push(PassRef {
-                    ticket: ticket_from(&ticket)?,
-                    number,
-                });
-            }
-            rank = next;
+    /// SETTLE for each `(pass, admission)` Postgres has used: a pass a
+    /// rebuild reopened (found issued) is used by it. Returns how many
+    /// were settled here; repeats settle nothing.
+    pub async fn settle_used(
+        &self,
+        product: ProductId,
+        used: &[(PassRef, String)],
+    ) -> Result<usize, AppError> {
+        let mut settled = 0;
+        for part in used.chunks(CONFIRM_BATCH) {
+            let args: Vec<String> = part
+                .iter()
+                .flat_map(|(pass, admission)| {
+                    [
+                        pass.ticket.as_str().to_string(),
+                        pass.number.to_string(),
+                        admission.clone(),
+                    ]
+                })
+                .collect();
+            let count: i64 = self.run(&self.inner.settle_used, product, &args).await?;
+            settled += count.max(0) as usize;
         }
-        Ok(passes)
+        Ok(settled)
+    }
+
+    /// How many admissions the queue's last rebuild wrote (the record's
+    /// numbers 1..=that); None when it was never rebuilt (or is missing).
+    pub async fn rebuilt_admissions(&self, product: ProductId) -> Result<Option<i64>, AppError> {
+        let key = format!("{}meta", self.key_base(product));
+        with_retry!(self, connection => redis::cmd("HGET")
+            .arg(&key)
+            .arg("rebuilt_admissions")
+            .query_async(&mut connection))
     }
 
     /// Lapses every issued pass past its deadline (logged), and returns the
@@ -1241,14 +1268,39 @@ impl WaitingRoom {
         with_retry!(self, connection => redis::cmd("SET").arg(&key).arg(units).query_async::<()>(&mut connection))
     }
 
-    /// The last arrival number this queue gave (`:seq`): every place of
-    /// the record has one no higher, unless Redis lost joins.
-    pub async fn last_seq(&self, product: ProductId) -> Result<i64, AppError> {
-        let key = format!("{}seq", self.key_base(product));
-        let seq: Option<i64> = with_retry!(self, connection => redis::cmd("GET")
+    /// How far the record's places are known to be in this queue: its
+    /// `life` and `checked_seq` (see `mark_checked`); None when missing.
+    pub async fn checked_seq(&self, product: ProductId) -> Result<Option<Checked>, AppError> {
+        let key = format!("{}meta", self.key_base(product));
+        let (state, life, seq): (Option<String>, Option<String>, Option<i64>) = with_retry!(self, connection => redis::cmd("HMGET")
             .arg(&key)
+            .arg("state")
+            .arg("life")
+            .arg("checked_seq")
             .query_async(&mut connection))?;
-        Ok(seq.unwrap_or(0))
+        Ok(state.map(|_| Checked {
+            life: life.unwrap_or_default(),
+            seq: seq.unwrap_or(0),
+        }))
+    }
+
+    /// Every place of the record numbered up to `seq` is confirmed in this
+    /// queue (as `checked` read it): a later check starts past it. False
+    /// when the queue is another life since (rebuilt, dropped).
+    pub async fn mark_checked(
+        &self,
+        product: ProductId,
+        checked: &Checked,
+        seq: i64,
+    ) -> Result<bool, AppError> {
+        let moved: i64 = self
+            .run(
+                &self.inner.mark_checked,
+                product,
+                &[checked.life.clone(), seq.to_string()],
+            )
+            .await?;
+        Ok(moved == 1)
     }
 
     /// Units sold under passes so far, to read before the Postgres stock

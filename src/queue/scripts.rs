@@ -47,6 +47,30 @@ local function lapse_pass(t, now)
   redis.call('HINCRBY', K_META, 'lapsed', 1)
   redis.call('RPUSH', K_LOG, 'L|' .. p[1] .. '|' .. t .. '|' .. now)
 end
+-- The purchase under admission `admission` committed: the pass is used,
+-- its units no longer outstanding (see SETTLE). Returns 1, or 0 when
+-- another admission holds it or it lapsed.
+local function settle_pass(t, number, admission)
+  local p = redis.call('HMGET', pass_key(t), 'n', 'state', 'units', 'admission')
+  if p[1] ~= number then return 0 end
+  if p[2] == 'used' then
+    if p[4] == admission then return 1 end
+    return 0
+  end
+  if not (p[2] == 'issued' or (p[2] == 'claimed' and p[4] == admission)) then return 0 end
+  local units = tonumber(p[3])
+  redis.call('HSET', pass_key(t), 'state', 'used', 'admission', admission, 'ended_ms', now_ms())
+  redis.call('ZREM', K_DEADLINES, t)
+  redis.call('DECRBY', K_OUTSTANDING, units)
+  redis.call('HINCRBY', K_META, 'used', 1)
+  -- With the gate off the mirror is the bound: the units just sold leave
+  -- it with the pass, or the next ISSUE would count them twice (once sold,
+  -- once free). `settled_units` lets a mirror read from Postgres before
+  -- this step take them off too (MIRROR_STOCK).
+  redis.call('HINCRBY', K_META, 'settled_units', units)
+  if redis.call('EXISTS', K_MIRROR_STOCK) == 1 then redis.call('DECRBY', K_MIRROR_STOCK, units) end
+  return 1
+end
 -- Takes `customer`'s place `t` out: from the pre-queue, or from the line,
 -- where the places behind close up (the cursor never passed an unconfirmed
 -- place: ISSUE stops at one).
@@ -521,51 +545,24 @@ return 1
 pub(super) const SETTLE: &str = script!(
     r#"
 if redis.call('EXISTS', K_META) == 0 then return 0 end
-local t, number, admission = ARGV[2], ARGV[3], ARGV[4]
-local p = redis.call('HMGET', pass_key(t), 'n', 'state', 'units', 'admission')
-if p[1] ~= number then return 0 end
-if p[2] == 'used' then
-  if p[4] == admission then return 1 end
-  return 0
-end
-if not (p[2] == 'issued' or (p[2] == 'claimed' and p[4] == admission)) then return 0 end
-local units = tonumber(p[3])
-redis.call('HSET', pass_key(t), 'state', 'used', 'admission', admission, 'ended_ms', now_ms())
-redis.call('ZREM', K_DEADLINES, t)
-redis.call('DECRBY', K_OUTSTANDING, units)
-redis.call('HINCRBY', K_META, 'used', 1)
--- With the gate off the mirror is the bound: the units just sold leave it
--- with the pass, or the next ISSUE would count them twice (once sold, once
--- free). `settled_units` lets a mirror read from Postgres before this step
--- take them off too (MIRROR_STOCK).
-redis.call('HINCRBY', K_META, 'settled_units', units)
-if redis.call('EXISTS', K_MIRROR_STOCK) == 1 then redis.call('DECRBY', K_MIRROR_STOCK, units) end
-return 1
+return settle_pass(ARGV[2], ARGV[3], ARGV[4])
 "#
 );
 
-/// ARGV: base, how many were read before. The issued passes among the
-/// open ones that the last rebuild wrote (issued no later than it), read
-/// from the latest deadline back, at most 1000 of `deadlines` per call:
-/// {next or -1, {{ticket, number}, ...}}. From the back, because lapses
-/// leave from the front while this is paged (ranks counted from there would
-/// shift, and skip a pass). Read-only.
-pub(super) const ISSUED_PASSES: &str = script!(
+/// ARGV: base, then {ticket, number, admission} per pass Postgres has
+/// used by the order with that admission key: SETTLE for each (a rebuild
+/// reopened those it finds issued). Returns how many it settled.
+pub(super) const SETTLE_USED: &str = script!(
     r#"
-local rebuilt = tonumber(redis.call('HGET', K_META, 'rebuilt_ms'))
-if not rebuilt then return {-1, {}} end
-local read = tonumber(ARGV[2])
-local open = redis.call('ZRANGE', K_DEADLINES, -(read + 1000), -(read + 1))
-local next = -1
-if #open == 1000 then next = read + 1000 end
-local issued = {}
-for _, t in ipairs(open) do
-  local p = redis.call('HMGET', pass_key(t), 'n', 'state', 'issued_ms')
-  if p[2] == 'issued' and (tonumber(p[3]) or 0) <= rebuilt then
-    table.insert(issued, {t, tonumber(p[1])})
+if redis.call('EXISTS', K_META) == 0 then return 0 end
+local settled = 0
+for i = 2, #ARGV, 3 do
+  local p = redis.call('HMGET', pass_key(ARGV[i]), 'n', 'state')
+  if p[1] == ARGV[i + 1] and p[2] ~= 'used' and settle_pass(ARGV[i], ARGV[i + 1], ARGV[i + 2]) == 1 then
+    settled = settled + 1
   end
 end
-return {next, issued}
+return settled
 "#
 );
 
@@ -689,6 +686,20 @@ pub(super) const MARK_RECONCILED: &str = script!(
 if redis.call('HGET', K_META, 'rebuilt_ms') ~= ARGV[2] then return 0 end
 if not redis.call('HGET', K_META, 'state') then return 0 end
 redis.call('HSET', K_META, 'reconciled', 1)
+return 1
+"#
+);
+
+/// ARGV: base, the queue's `life` as read with `checked_seq`, a seq.
+/// Every place of the record numbered up to that seq has been confirmed in
+/// this queue (the tick's check for joins Redis lost): `checked_seq` moves
+/// up to it, unless the queue is another life since. Returns 1 if moved.
+pub(super) const MARK_CHECKED: &str = script!(
+    r#"
+local meta = redis.call('HMGET', K_META, 'state', 'life', 'checked_seq')
+if not meta[1] or (meta[2] or '') ~= ARGV[2] then return 0 end
+if (tonumber(meta[3]) or 0) >= tonumber(ARGV[3]) then return 0 end
+redis.call('HSET', K_META, 'checked_seq', ARGV[3])
 return 1
 "#
 );
@@ -857,7 +868,10 @@ redis.call('SET', K_OUTSTANDING, ARGV[12])
 redis.call('HSET', K_META, 'starts_at_ms', ARGV[3], 'pass_ms', ARGV[4], 'units', ARGV[5],
   'state', ARGV[6], 'drawn', ARGV[7], 'last_join_ms', ARGV[9], 'tail', ARGV[10],
   'admissions', ARGV[11], 'used', ARGV[13], 'lapsed', ARGV[14], 'last_issued_ms', ARGV[15],
-  'rebuilt_ms', now_ms(), 'life', now_ms())
+  'rebuilt_ms', now_ms(), 'life', now_ms(), 'rebuilt_admissions', ARGV[11],
+  'checked_seq', ARGV[8])
+-- (Places of the record numbered below the snapshot's last that commit
+-- after it are the reconcile's, which confirms the whole record.)
 -- The snapshot may predate rows still committing: the tick puts those
 -- places back (CONFIRM) before it draws.
 redis.call('HDEL', K_META, 'reconciled')

@@ -1606,9 +1606,9 @@ async fn a_failover_the_count_of_admissions_misses_is_found_by_the_records_numbe
 /// the replica issues conflicts with the record, yet its line lacks the
 /// place, so the unit that comes back would go to whoever joined behind
 /// it, and the replica's next arrival number is the lost place's (a new
-/// join's row could not be written). The tick finds the record's place
-/// numbered past Redis's last, puts it back where the line has it, and
-/// takes the numbering past it.
+/// join's row cannot be written). The tick finds the record's place past
+/// the queue's checked mark (which the replica lost with the join), puts
+/// it back where the line has it, and takes the numbering past it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_late_join_a_failover_took_back_is_put_back_in_its_place() {
     let app = failover_app(Duration::from_millis(1500)).await;
@@ -1636,6 +1636,14 @@ async fn a_late_join_a_failover_took_back_is_put_back_in_its_place() {
         Standing::NotJoined,
         "the replica never saw the join"
     );
+    // A join on the replica before the tick looks draws the lost place's
+    // number, so its row is turned away; Redis's last number is then no
+    // lower than the record's, and only the checked mark tells.
+    let behind = who[4];
+    assert!(matches!(
+        queue::join(&app.shop, behind, product).await,
+        Err(AppError::Unavailable(_))
+    ));
     let report = tick(&app).await;
     assert_eq!(report.put_back, 1, "{report:?}");
     let put_back = status(&app, lost, product).await;
@@ -1643,7 +1651,6 @@ async fn a_late_join_a_failover_took_back_is_put_back_in_its_place() {
         (put_back.standing, put_back.position),
         (Standing::Waiting, Some(4))
     );
-    let behind = who[4];
     join_all(&app, product, &[behind]).await;
     assert_eq!(
         status(&app, behind, product).await.position,

@@ -10,6 +10,7 @@ use diesel::prelude::*;
 
 use crate::db::schema::{orders, queue_admissions};
 use crate::db::{self, PgConn};
+use crate::domain::draw::Ticket;
 use crate::domain::{CustomerId, OrderId, ProductId};
 use crate::error::AppError;
 use crate::queue::{Behind, Issued, LogEvent, PassRef, StaleClaim};
@@ -110,7 +111,7 @@ fn record_events(
                 // Never over `used`: a purchase that did commit wins, also
                 // one whose claim a rebuild lost and whose process died
                 // before it said so.
-                used_by_their_orders(conn, product, Some(number(*n)?))?;
+                used_by_their_orders(conn, product, Numbers::Only(number(*n)?))?;
                 diesel::update(
                     queue_admissions::table
                         .filter(queue_admissions::product_id.eq(product.get()))
@@ -151,8 +152,17 @@ pub fn pass_admission(pass: &PassRef, fresh: &str) -> String {
     format!("{}-{fresh}", pass.ticket.as_str())
 }
 
-/// Marks `used` every admission of `product` still `issued` in Postgres
-/// (only number `only`, if given) whose pass an order was bought with, by
+/// Which admissions `used_by_their_orders` looks at.
+#[derive(Debug, Clone, Copy)]
+pub enum Numbers {
+    All,
+    Only(i32),
+    /// Numbers 1..=n: those a rebuild wrote.
+    Through(i32),
+}
+
+/// Marks `used` every admission of `product` (of `numbers`) still `issued`
+/// in Postgres whose pass an order was bought with, by
 /// the order's admission key (`pass_admission`). A purchase records its
 /// pass used after its commit; one whose process died first left only its
 /// claim in Redis, and a rebuild or a lapse must not take that pass for
@@ -160,8 +170,13 @@ pub fn pass_admission(pass: &PassRef, fresh: &str) -> String {
 pub fn used_by_their_orders(
     conn: &mut PgConn,
     product: ProductId,
-    only: Option<i32>,
+    numbers: Numbers,
 ) -> Result<usize, AppError> {
+    let (only, through) = match numbers {
+        Numbers::All => (None, None),
+        Numbers::Only(n) => (Some(n), None),
+        Numbers::Through(n) => (None, Some(n)),
+    };
     // Tickets are [0-9A-Z] only, so the LIKE pattern is the exact prefix.
     Ok(diesel::sql_query(
         "UPDATE queue_admissions a
@@ -170,6 +185,7 @@ pub fn used_by_their_orders(
            JOIN orders o ON o.customer_id = e.customer_id
           WHERE a.product_id = $1
             AND ($2::int IS NULL OR a.number = $2)
+            AND ($3::int IS NULL OR a.number <= $3)
             AND a.state = 'issued'
             AND e.product_id = a.product_id AND e.ticket = a.ticket
             AND o.gate_key LIKE a.ticket || '-%'
@@ -178,6 +194,7 @@ pub fn used_by_their_orders(
     )
     .bind::<diesel::sql_types::BigInt, _>(product.get())
     .bind::<diesel::sql_types::Nullable<diesel::sql_types::Integer>, _>(only)
+    .bind::<diesel::sql_types::Nullable<diesel::sql_types::Integer>, _>(through)
     .execute(conn)?)
 }
 
@@ -211,31 +228,33 @@ pub async fn record_used(
     Ok(())
 }
 
-/// After a rebuild: settles every pass the rebuilt queue has open that
-/// Postgres has used. A purchase that committed after the rebuild's
-/// snapshot was read, and settled before the queue was whole again, found
-/// nothing to settle (a half-built queue takes no change), so its pass came
-/// back open over a sold unit; so did one whose process died after its
-/// commit. Returns the passes settled.
+/// After a rebuild: settles every pass the rebuild wrote (the record's
+/// numbers up to its count then) that Postgres has used. A purchase that
+/// committed after the rebuild's snapshot was read, and settled before the
+/// queue was whole again, found nothing to settle (a half-built queue takes
+/// no change), so its pass came back open over a sold unit; so did one
+/// whose process died after its commit. Driven by the record, not by
+/// paging Redis's open passes (which purchases and lapses change
+/// meanwhile), and bounded by number, not by time (two Redis hosts' clocks
+/// differ). Returns the passes settled here.
 pub async fn settle_uses_a_rebuild_missed(
     shop: &Shop,
     product: ProductId,
 ) -> Result<usize, AppError> {
-    let open = shop.waiting_room.issued_passes(product).await?;
-    if open.is_empty() {
+    let Some(rebuilt) = shop.waiting_room.rebuilt_admissions(product).await? else {
+        return Ok(0);
+    };
+    if rebuilt <= 0 {
         return Ok(0);
     }
-    let numbers = open
-        .iter()
-        .map(|pass| number(pass.number))
-        .collect::<Result<Vec<i32>, _>>()?;
+    let through = number(rebuilt)?;
     let used: Vec<(i32, String, Option<String>)> = db::run(&shop.pool, move |conn| {
-        used_by_their_orders(conn, product, None)?;
+        used_by_their_orders(conn, product, Numbers::Through(through))?;
         Ok(queue_admissions::table
             .inner_join(orders::table.on(orders::id.nullable().eq(queue_admissions::order_id)))
             .filter(queue_admissions::product_id.eq(product.get()))
             .filter(queue_admissions::state.eq("used"))
-            .filter(queue_admissions::number.eq_any(numbers))
+            .filter(queue_admissions::number.le(through))
             .select((
                 queue_admissions::number,
                 queue_admissions::ticket,
@@ -244,20 +263,20 @@ pub async fn settle_uses_a_rebuild_missed(
             .load(conn)?)
     })
     .await?;
-    let mut settled = 0;
+    let mut passes = Vec::with_capacity(used.len());
     for (number, ticket, admission) in used {
-        let (Some(pass), Some(admission)) = (
-            open.iter()
-                .find(|p| p.number == i64::from(number) && p.ticket.as_str() == ticket),
-            admission,
-        ) else {
+        let (Ok(ticket), Some(admission)) = (Ticket::parse(&ticket), admission) else {
             continue;
         };
-        if shop.waiting_room.settle(product, pass, &admission).await? {
-            settled += 1;
-        }
+        passes.push((
+            PassRef {
+                ticket,
+                number: i64::from(number),
+            },
+            admission,
+        ));
     }
-    Ok(settled)
+    shop.waiting_room.settle_used(product, &passes).await
 }
 
 /// Rows marked: 0 when the admission's row is not there (yet).

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 
-use super::admissions::{settle_uses_a_rebuild_missed, used_by_their_orders};
+use super::admissions::{settle_uses_a_rebuild_missed, used_by_their_orders, Numbers};
 use super::entries::record_entries;
 use super::local::local;
 use super::sale::QueueSale;
@@ -169,7 +169,7 @@ pub async fn snapshot(shop: &Shop, sale: &QueueSale) -> Result<QueueSnapshot, Ap
     let record = db::run(&shop.pool, move |conn| {
         // A pass whose order committed while its claim lived only in the
         // Redis that was lost would come back open, holding a sold unit.
-        used_by_their_orders(conn, product, None)?;
+        used_by_their_orders(conn, product, Numbers::All)?;
         read_record(conn, product)
     })
     .await?;
@@ -276,11 +276,12 @@ pub fn read_record(conn: &mut PgConn, product: ProductId) -> Result<QueueRecord,
 }
 
 /// The record's places that arrived after arrival number `seq`, in
-/// arrival order.
+/// arrival order, at most `max`.
 pub fn places_after(
     conn: &mut PgConn,
     product: ProductId,
     seq: i64,
+    max: i64,
 ) -> Result<Vec<Entry>, AppError> {
     let revealed: bool = diesel::select(diesel::dsl::exists(
         queue_draws::table
@@ -290,6 +291,7 @@ pub fn places_after(
     .get_result(conn)?;
     let rows: Vec<EntryRow> = record_entries(product, revealed)
         .filter(queue_entries::seq.gt(seq))
+        .limit(max)
         .select((
             queue_entries::customer_id,
             queue_entries::ticket,

@@ -231,8 +231,8 @@ async fn tick_queue(
         }
     };
     // On each read from Postgres (the draw asks afresh, below).
-    if fresh && numbers.last_seq.unwrap_or(0) > room.last_seq(product).await? {
-        put_back_lost_joins(shop, product, report).await?;
+    if fresh {
+        put_back_lost_joins(shop, product, numbers.last_seq, report).await?;
     }
     let now = Utc::now();
     let ended = sale.has_ended(now);
@@ -445,39 +445,62 @@ async fn put_back_after_rebuild(
     room.mark_reconciled(product, mark).await
 }
 
+/// Places one check for lost joins confirms at most; the next goes on.
+const CHECK_PLACES: i64 = 5_000;
+
 /// Puts back the places the record has that Redis lost: a failover to a
 /// replica that was behind can lose joins without losing an admission, and
 /// then nothing conflicts; its line would admit those behind a lost place
 /// in its stead (against the published order), and its draw would go
-/// without a lost pre-queue place. Redis numbers every arrival (`:seq`),
-/// so a place of the record numbered past Redis's last is one it lost:
-/// CONFIRM puts each back where the line has it (a late one among the late
-/// places not yet admitted), and takes `:seq` past it, so new joins stop
-/// drawing numbers the record already has.
+/// without a lost pre-queue place. The queue keeps a mark (`checked_seq`)
+/// of how far every place of the record has been confirmed in it: a
+/// replica that lost joins lost the marks made after them too, so the
+/// record's places past the mark are confirmed here, which puts back each
+/// one Redis lacks where the line has it (a late one among the late places
+/// not yet admitted) and takes `:seq` past it, then the mark moves. Not
+/// Redis's `:seq` itself: on a replica every new join draws a number, also
+/// one whose row is turned away, and soon passes the lost ones. `last` is
+/// the record's highest arrival number when the caller has it (nothing to
+/// do at or below the mark). Returns the places put back.
 async fn put_back_lost_joins(
     shop: &Shop,
     product: ProductId,
+    last: Option<i64>,
     report: &mut TickReport,
 ) -> Result<usize, AppError> {
     let room = &shop.waiting_room;
-    let seq = room.last_seq(product).await?;
-    let lost = db::run(&shop.pool, move |conn| places_after(conn, product, seq)).await?;
-    if lost.is_empty() {
+    let Some(checked) = room.checked_seq(product).await? else {
+        return Ok(0);
+    };
+    if last.is_some_and(|last| last <= checked.seq) {
         return Ok(0);
     }
-    tracing::warn!(%product, lost = lost.len(), last_seq = seq, "Redis lost joins the record has; putting their places back");
-    let answers = room.confirm_all(product, &lost).await?;
+    let from = checked.seq;
+    let places = db::run(&shop.pool, move |conn| {
+        places_after(conn, product, from, CHECK_PLACES)
+    })
+    .await?;
+    let Some(through) = places.last().map(|place| place.seq) else {
+        return Ok(0);
+    };
+    let answers = room.confirm_all(product, &places).await?;
     let mut put_back = 0;
-    for (entry, answer) in lost.iter().zip(answers) {
+    for (place, answer) in places.iter().zip(&answers) {
         match answer {
             Confirmed::PutBack => put_back += 1,
             Confirmed::TooLate => report.undone += 1,
             Confirmed::Refused => {
-                tracing::error!(%product, customer = %entry.customer, "a lost place conflicts with another place of its customer in Redis");
+                tracing::error!(%product, customer = %place.customer, "a committed place conflicts with another place of its customer in Redis");
             }
-            Confirmed::Confirmed | Confirmed::Missing => {}
+            Confirmed::Confirmed => {}
+            // Lost meanwhile: the rebuild starts over, and so does its mark.
+            Confirmed::Missing => return Ok(put_back),
         }
     }
+    if put_back > 0 {
+        tracing::warn!(%product, put_back, checked_from = from, "Redis lost joins the record has; put their places back");
+    }
+    room.mark_checked(product, &checked, through).await?;
     report.put_back += put_back;
     Ok(put_back)
 }
@@ -558,7 +581,7 @@ async fn draw(shop: &Shop, sale: &QueueSale, report: &mut TickReport) -> Result<
         // A pre-queue place Redis lost would be drawn out: the record is
         // asked afresh right before the draw, and the pre-queue read
         // again (next tick) if one was.
-        if put_back_lost_joins(shop, product, report).await? > 0 {
+        if put_back_lost_joins(shop, product, None, report).await? > 0 {
             return Ok(Drew::Kept);
         }
         // DRAW itself refuses while a pre-queue place is unconfirmed (or the
