@@ -377,7 +377,7 @@ struct Inner {
     unclaim: Script,
     settle: Script,
     settle_used: Script,
-    mark_checked: Script,
+    confirm_checked: Script,
     lapse_due: Script,
     lapse_claim: Script,
     status: Script,
@@ -480,7 +480,7 @@ impl WaitingRoom {
                 unclaim: Script::new(scripts::UNCLAIM),
                 settle: Script::new(scripts::SETTLE),
                 settle_used: Script::new(scripts::SETTLE_USED),
-                mark_checked: Script::new(scripts::MARK_CHECKED),
+                confirm_checked: Script::new(scripts::CONFIRM_CHECKED),
                 lapse_due: Script::new(scripts::LAPSE_DUE),
                 lapse_claim: Script::new(scripts::LAPSE_CLAIM),
                 status: Script::new(scripts::STATUS),
@@ -653,30 +653,47 @@ impl WaitingRoom {
     ) -> Result<Vec<Confirmed>, AppError> {
         let mut answers = Vec::with_capacity(entries.len());
         for batch in entries.chunks(CONFIRM_BATCH) {
-            let mut args = Vec::with_capacity(batch.len() * 5);
-            for entry in batch {
-                args.extend(entry_args(entry));
-            }
+            let args: Vec<String> = batch.iter().flat_map(entry_args).collect();
             crate::metrics::redis_batch("confirm", batch.len());
             let codes: Vec<i64> = self.run(&self.inner.confirm, product, &args).await?;
-            if codes == [-1] {
-                answers.extend(batch.iter().map(|_| Confirmed::Missing));
-                continue;
-            }
-            if codes.len() != batch.len() {
-                return Err(broken("confirm"));
-            }
-            for code in codes {
-                answers.push(match code {
-                    1 => Confirmed::Confirmed,
-                    2 => Confirmed::PutBack,
-                    0 => Confirmed::TooLate,
-                    3 => Confirmed::Refused,
-                    _ => return Err(broken("confirm")),
-                });
+            match confirmed_from(&codes, batch.len())? {
+                Some(batch_answers) => answers.extend(batch_answers),
+                None => answers.extend(batch.iter().map(|_| Confirmed::Missing)),
             }
         }
         Ok(answers)
+    }
+
+    /// The tick's check for joins Redis lost: `confirm_all` of the record's
+    /// places past the mark `checked` read (in arrival order), each batch
+    /// moving the mark to its last place (short of a refused one) in the
+    /// same step. None when the queue is missing, another life, or its mark
+    /// is below `checked` (a failover since): nothing confirmed here, and
+    /// the next check starts from that queue's own mark.
+    pub async fn confirm_checked(
+        &self,
+        product: ProductId,
+        checked: &Checked,
+        places: &[Entry],
+    ) -> Result<Option<Vec<Confirmed>>, AppError> {
+        let mut answers = Vec::with_capacity(places.len());
+        for batch in places.chunks(CONFIRM_BATCH) {
+            let args: Vec<String> = [checked.life.clone(), checked.seq.to_string()]
+                .into_iter()
+                .chain(batch.iter().flat_map(entry_args))
+                .collect();
+            let codes: Vec<i64> = self
+                .run(&self.inner.confirm_checked, product, &args)
+                .await?;
+            if codes == [-2] {
+                return Ok(None);
+            }
+            match confirmed_from(&codes, batch.len())? {
+                Some(batch_answers) => answers.extend(batch_answers),
+                None => return Ok(None),
+            }
+        }
+        Ok(Some(answers))
     }
 
     /// Tickets whose rows must be deleted (`Confirmed::TooLate`).
@@ -1042,8 +1059,9 @@ impl WaitingRoom {
         Ok(settled)
     }
 
-    /// How many admissions the queue's last rebuild wrote (the record's
-    /// numbers 1..=that); None when it was never rebuilt (or is missing).
+    /// The highest admission number the queue's last rebuild wrote (every
+    /// admission up to it is the record's); None when it was never rebuilt
+    /// (or is missing).
     pub async fn rebuilt_admissions(&self, product: ProductId) -> Result<Option<i64>, AppError> {
         let key = format!("{}meta", self.key_base(product));
         with_retry!(self, connection => redis::cmd("HGET")
@@ -1284,25 +1302,6 @@ impl WaitingRoom {
         }))
     }
 
-    /// Every place of the record numbered up to `seq` is confirmed in this
-    /// queue (as `checked` read it): a later check starts past it. False
-    /// when the queue is another life since (rebuilt, dropped).
-    pub async fn mark_checked(
-        &self,
-        product: ProductId,
-        checked: &Checked,
-        seq: i64,
-    ) -> Result<bool, AppError> {
-        let moved: i64 = self
-            .run(
-                &self.inner.mark_checked,
-                product,
-                &[checked.life.clone(), seq.to_string()],
-            )
-            .await?;
-        Ok(moved == 1)
-    }
-
     /// Units sold under passes so far, to read before the Postgres stock
     /// handed to `mirror_stock`.
     pub async fn settled_units(&self, product: ProductId) -> Result<i64, AppError> {
@@ -1519,6 +1518,12 @@ impl Rebuilder {
                 .unwrap_or(0)
                 .to_string(),
             first_unadmitted(&line, &admissions).to_string(),
+            admissions
+                .iter()
+                .map(|(issued, _)| issued.number)
+                .max()
+                .unwrap_or(0)
+                .to_string(),
         ];
         let finished: i64 = self
             .room
@@ -1644,6 +1649,27 @@ fn pass_state_from(name: &str) -> Result<PassState, AppError> {
         "lapsed" => PassState::Lapsed,
         _ => return Err(broken("pass state")),
     })
+}
+
+/// CONFIRM's codes for a batch of `n`: None for a missing queue.
+fn confirmed_from(codes: &[i64], n: usize) -> Result<Option<Vec<Confirmed>>, AppError> {
+    if codes == [-1] {
+        return Ok(None);
+    }
+    if codes.len() != n {
+        return Err(broken("confirm"));
+    }
+    codes
+        .iter()
+        .map(|code| match code {
+            1 => Ok(Confirmed::Confirmed),
+            2 => Ok(Confirmed::PutBack),
+            0 => Ok(Confirmed::TooLate),
+            3 => Ok(Confirmed::Refused),
+            _ => Err(broken("confirm")),
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map(Some)
 }
 
 fn drawn_from(code: i64) -> Result<Drawn, AppError> {

@@ -112,6 +112,57 @@ local function entry_of(t)
   local e = redis.call('HMGET', entry_key(t), 'customer', 'seq', 'joined_ms', 'late', 'confirmed')
   return {t, e[1] or '', tonumber(e[2]) or 0, tonumber(e[3]) or 0, tonumber(e[4]) or 0, tonumber(e[5]) or 0}
 end
+-- CONFIRM of the places in ARGV from `first` on, 5 values each (see
+-- CONFIRM); `drawn` is `:meta`'s.
+local function confirm_places(drawn, first)
+  local out = {}
+  local i = first
+  while i + 4 <= #ARGV do
+    local t, customer, seq, joined, late = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]), ARGV[i + 4]
+    i = i + 5
+    -- The place is there when its customer's is it: a hash alone may be
+    -- what a rebuilder that died part-way left.
+    if redis.call('HGET', K_BY_CUSTOMER, customer) == t then
+      redis.call('HSET', entry_key(t), 'confirmed', 1)
+      redis.call('ZREM', K_UNCONFIRMED, t)
+      table.insert(out, 1)
+    elseif late == '0' and drawn == '1' then
+      -- Kept until the row is deleted (`services::queue::entries`).
+      redis.call('SADD', K_FORGET, t)
+      table.insert(out, 0)
+    else
+      local other = redis.call('HGET', K_BY_CUSTOMER, customer)
+      local blocked = false
+      if other then
+        local o = redis.call('HGET', entry_key(other), 'confirmed')
+        if o == '0' and redis.call('EXISTS', pass_key(other)) == 0 then
+          take_place(customer, other)
+        else
+          blocked = true
+        end
+      end
+      if blocked then
+        table.insert(out, 3)
+      else
+      redis.call('HSET', entry_key(t), 'customer', customer, 'seq', seq, 'joined_ms', joined,
+        'late', late, 'confirmed', 1, 'created_ms', joined)
+      redis.call('HSET', K_BY_CUSTOMER, customer, t)
+      if (tonumber(redis.call('GET', K_SEQ)) or 0) < seq then redis.call('SET', K_SEQ, seq) end
+      if joined > (tonumber(redis.call('HGET', K_META, 'last_join_ms')) or 0) then
+        redis.call('HSET', K_META, 'last_join_ms', joined)
+      end
+      if late == '0' then
+        redis.call('ZADD', K_PRE, seq, t)
+        pre_changed()
+      else
+        place_late(t, seq, joined)
+      end
+      table.insert(out, 2)
+      end
+    end
+  end
+  return out
+end
 "#
     };
 }
@@ -200,51 +251,32 @@ pub(super) const CONFIRM: &str = script!(
     r#"
 local drawn = redis.call('HGET', K_META, 'drawn')
 if not drawn then return {-1} end
-local out = {}
-local i = 2
-while i + 4 <= #ARGV do
-  local t, customer, seq, joined, late = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]), ARGV[i + 4]
-  i = i + 5
-  -- The place is there when its customer's is it: a hash alone may be
-  -- what a rebuilder that died part-way left.
-  if redis.call('HGET', K_BY_CUSTOMER, customer) == t then
-    redis.call('HSET', entry_key(t), 'confirmed', 1)
-    redis.call('ZREM', K_UNCONFIRMED, t)
-    table.insert(out, 1)
-  elseif late == '0' and drawn == '1' then
-    -- Kept until the row is deleted (`services::queue::entries`).
-    redis.call('SADD', K_FORGET, t)
-    table.insert(out, 0)
-  else
-    local other = redis.call('HGET', K_BY_CUSTOMER, customer)
-    local blocked = false
-    if other then
-      local o = redis.call('HGET', entry_key(other), 'confirmed')
-      if o == '0' and redis.call('EXISTS', pass_key(other)) == 0 then
-        take_place(customer, other)
-      else
-        blocked = true
-      end
-    end
-    if blocked then
-      table.insert(out, 3)
-    else
-    redis.call('HSET', entry_key(t), 'customer', customer, 'seq', seq, 'joined_ms', joined,
-      'late', late, 'confirmed', 1, 'created_ms', joined)
-    redis.call('HSET', K_BY_CUSTOMER, customer, t)
-    if (tonumber(redis.call('GET', K_SEQ)) or 0) < seq then redis.call('SET', K_SEQ, seq) end
-    if joined > (tonumber(redis.call('HGET', K_META, 'last_join_ms')) or 0) then
-      redis.call('HSET', K_META, 'last_join_ms', joined)
-    end
-    if late == '0' then
-      redis.call('ZADD', K_PRE, seq, t)
-      pre_changed()
-    else
-      place_late(t, seq, joined)
-    end
-    table.insert(out, 2)
-    end
-  end
+return confirm_places(drawn, 2)
+"#
+);
+
+/// ARGV: base, life, from, then places as CONFIRM takes them, in arrival
+/// order: the tick's check for joins Redis lost. Confirms them (putting
+/// back those missing) and moves `checked_seq` to the last one's seq, in
+/// one step, and only while the queue is the same `life` and its mark is
+/// still `from` or past it: after a failover to a replica whose mark is
+/// lower, a check read on the old primary confirms nothing there and moves
+/// nothing (the replica's own check starts from its own mark). The mark
+/// stops short of a refused place, so it is tried again. Returns CONFIRM's
+/// codes, or {-2} when the mark or life moved.
+pub(super) const CONFIRM_CHECKED: &str = script!(
+    r#"
+local meta = redis.call('HMGET', K_META, 'drawn', 'life', 'checked_seq')
+if not meta[1] then return {-1} end
+if (meta[2] or '') ~= ARGV[2] or (tonumber(meta[3]) or 0) < tonumber(ARGV[3]) then return {-2} end
+local out = confirm_places(meta[1], 4)
+local through = nil
+for n, code in ipairs(out) do
+  if code == 3 then break end
+  through = tonumber(ARGV[4 + (n - 1) * 5 + 2])
+end
+if through and through > (tonumber(meta[3]) or 0) then
+  redis.call('HSET', K_META, 'checked_seq', through)
 end
 return out
 "#
@@ -690,20 +722,6 @@ return 1
 "#
 );
 
-/// ARGV: base, the queue's `life` as read with `checked_seq`, a seq.
-/// Every place of the record numbered up to that seq has been confirmed in
-/// this queue (the tick's check for joins Redis lost): `checked_seq` moves
-/// up to it, unless the queue is another life since. Returns 1 if moved.
-pub(super) const MARK_CHECKED: &str = script!(
-    r#"
-local meta = redis.call('HMGET', K_META, 'state', 'life', 'checked_seq')
-if not meta[1] or (meta[2] or '') ~= ARGV[2] then return 0 end
-if (tonumber(meta[3]) or 0) >= tonumber(ARGV[3]) then return 0 end
-redis.call('HSET', K_META, 'checked_seq', ARGV[3])
-return 1
-"#
-);
-
 /// ARGV: base, Postgres's stock, `settled_units` as read before that stock
 /// was. Sets the mirror to the stock less what passes settled since: such
 /// a sale may or may not be in the stock read, so it counts as sold (a
@@ -856,7 +874,7 @@ return 1
 
 /// ARGV: base, token, starts_at_ms, pass_ms, units, state, drawn, max_seq,
 /// last_join_ms, line length, admissions, outstanding, used, lapsed,
-/// last_issued_ms, cursor. Completes this rebuilder's rebuild: the counters, then
+/// last_issued_ms, cursor, the highest admission number. Completes this rebuilder's rebuild: the counters, then
 /// `:meta`, which makes the queue exist. Returns 1 if rebuilt.
 pub(super) const REBUILD_FINISH: &str = script!(
     r#"
@@ -868,7 +886,7 @@ redis.call('SET', K_OUTSTANDING, ARGV[12])
 redis.call('HSET', K_META, 'starts_at_ms', ARGV[3], 'pass_ms', ARGV[4], 'units', ARGV[5],
   'state', ARGV[6], 'drawn', ARGV[7], 'last_join_ms', ARGV[9], 'tail', ARGV[10],
   'admissions', ARGV[11], 'used', ARGV[13], 'lapsed', ARGV[14], 'last_issued_ms', ARGV[15],
-  'rebuilt_ms', now_ms(), 'life', now_ms(), 'rebuilt_admissions', ARGV[11],
+  'rebuilt_ms', now_ms(), 'life', now_ms(), 'rebuilt_admissions', ARGV[17],
   'checked_seq', ARGV[8])
 -- (Places of the record numbered below the snapshot's last that commit
 -- after it are the reconcile's, which confirms the whole record.)

@@ -2146,3 +2146,109 @@ async fn two_drawers_at_once_leave_one_order_whole() {
         f.cleanup_queue(product).await;
     }
 }
+
+/// The check for joins Redis lost confirms the record's places past the
+/// queue's mark and moves the mark in the same step, and only from the
+/// mark it read: after a failover to a replica whose mark is lower (or a
+/// queue of another life), a check read on the old primary does nothing
+/// there, so the replica's own next check still finds what it lost. The
+/// mark stops short of a refused place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_check_for_lost_joins_moves_the_mark_only_from_where_it_read_it() {
+    let f = Fixture::new().await;
+    let room = &f.room;
+    room.prepare(PRODUCT, &setup(60_000, 1000, 1))
+        .await
+        .unwrap();
+    let mut places = Vec::new();
+    for customer in 1..=3 {
+        places.push(join_confirmed(room, PRODUCT, customer).await);
+    }
+    let checked = room.checked_seq(PRODUCT).await.unwrap().expect("a queue");
+    assert_eq!(checked.seq, 0);
+    assert_eq!(
+        room.confirm_checked(PRODUCT, &checked, &places[..2])
+            .await
+            .unwrap(),
+        Some(vec![Confirmed::Confirmed; 2])
+    );
+    let moved = room.checked_seq(PRODUCT).await.unwrap().unwrap();
+    assert_eq!(moved.seq, places[1].seq);
+
+    // A replica whose mark is below the one the check read: nothing
+    // confirmed there, nothing moved.
+    let mut raw = f.raw.clone();
+    let meta = format!("{}meta", room.key_base(PRODUCT));
+    let _: () = redis::cmd("HSET")
+        .arg(&meta)
+        .arg("checked_seq")
+        .arg(places[0].seq)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let lost = Entry {
+        customer: CustomerId(9),
+        ticket: Ticket::generate(),
+        seq: 9,
+        joined_at: Utc::now(),
+        late: false,
+        confirmed: true,
+    };
+    assert_eq!(
+        room.confirm_checked(PRODUCT, &moved, std::slice::from_ref(&lost))
+            .await
+            .unwrap(),
+        None
+    );
+    assert_eq!(
+        room.status(PRODUCT, CustomerId(9)).await.unwrap().entry,
+        None,
+        "not put back by a check read elsewhere"
+    );
+    let other_life = Checked {
+        life: "another".into(),
+        seq: places[0].seq,
+    };
+    assert_eq!(
+        room.confirm_checked(PRODUCT, &other_life, std::slice::from_ref(&lost))
+            .await
+            .unwrap(),
+        None
+    );
+    assert_eq!(
+        room.checked_seq(PRODUCT).await.unwrap().unwrap().seq,
+        places[0].seq
+    );
+
+    // The replica's own check: the lost place comes back; a place that
+    // conflicts with its customer's confirmed one holds the mark before it.
+    let own = room.checked_seq(PRODUCT).await.unwrap().unwrap();
+    let conflicting = Entry {
+        customer: CustomerId(2),
+        ticket: Ticket::generate(),
+        seq: 8,
+        ..lost.clone()
+    };
+    assert_eq!(
+        room.confirm_checked(PRODUCT, &own, &[places[2].clone(), conflicting, lost])
+            .await
+            .unwrap(),
+        Some(vec![
+            Confirmed::Confirmed,
+            Confirmed::Refused,
+            Confirmed::PutBack
+        ])
+    );
+    assert!(room
+        .status(PRODUCT, CustomerId(9))
+        .await
+        .unwrap()
+        .entry
+        .is_some());
+    assert_eq!(
+        room.checked_seq(PRODUCT).await.unwrap().unwrap().seq,
+        places[2].seq,
+        "held short of the refused place"
+    );
+    f.cleanup().await;
+}

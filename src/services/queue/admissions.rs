@@ -229,7 +229,7 @@ pub async fn record_used(
 }
 
 /// After a rebuild: settles every pass the rebuild wrote (the record's
-/// numbers up to its count then) that Postgres has used. A purchase that
+/// numbers up to its highest then) that Postgres has used. A purchase that
 /// committed after the rebuild's snapshot was read, and settled before the
 /// queue was whole again, found nothing to settle (a half-built queue takes
 /// no change), so its pass came back open over a sold unit; so did one

@@ -461,48 +461,67 @@ const CHECK_PLACES: i64 = 5_000;
 /// Redis's `:seq` itself: on a replica every new join draws a number, also
 /// one whose row is turned away, and soon passes the lost ones. `last` is
 /// the record's highest arrival number when the caller has it (nothing to
-/// do at or below the mark). Returns the places put back.
+/// do at or below the mark).
 async fn put_back_lost_joins(
     shop: &Shop,
     product: ProductId,
     last: Option<i64>,
     report: &mut TickReport,
-) -> Result<usize, AppError> {
+) -> Result<LostJoins, AppError> {
     let room = &shop.waiting_room;
     let Some(checked) = room.checked_seq(product).await? else {
-        return Ok(0);
+        return Ok(LostJoins::Moved);
     };
     if last.is_some_and(|last| last <= checked.seq) {
-        return Ok(0);
+        return Ok(LostJoins::Through);
     }
     let from = checked.seq;
     let places = db::run(&shop.pool, move |conn| {
         places_after(conn, product, from, CHECK_PLACES)
     })
     .await?;
-    let Some(through) = places.last().map(|place| place.seq) else {
-        return Ok(0);
+    if places.is_empty() {
+        return Ok(LostJoins::Through);
+    }
+    let full = places.len() as i64 == CHECK_PLACES;
+    let Some(answers) = room.confirm_checked(product, &checked, &places).await? else {
+        // A failover (or a rebuild) since the mark was read: that queue's
+        // own mark is where its next check starts.
+        return Ok(LostJoins::Moved);
     };
-    let answers = room.confirm_all(product, &places).await?;
     let mut put_back = 0;
     for (place, answer) in places.iter().zip(&answers) {
         match answer {
             Confirmed::PutBack => put_back += 1,
             Confirmed::TooLate => report.undone += 1,
             Confirmed::Refused => {
+                // The mark stops short of it: tried (and logged) again.
                 tracing::error!(%product, customer = %place.customer, "a committed place conflicts with another place of its customer in Redis");
             }
-            Confirmed::Confirmed => {}
-            // Lost meanwhile: the rebuild starts over, and so does its mark.
-            Confirmed::Missing => return Ok(put_back),
+            Confirmed::Confirmed | Confirmed::Missing => {}
         }
     }
     if put_back > 0 {
         tracing::warn!(%product, put_back, checked_from = from, "Redis lost joins the record has; put their places back");
     }
-    room.mark_checked(product, &checked, through).await?;
     report.put_back += put_back;
-    Ok(put_back)
+    Ok(if put_back > 0 || full {
+        LostJoins::NotYet
+    } else {
+        LostJoins::Through
+    })
+}
+
+/// What a check for lost joins found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LostJoins {
+    /// Every place of the record is in the queue.
+    Through,
+    /// Places were put back, or more are past this check's window: a draw
+    /// waits for the next tick.
+    NotYet,
+    /// The queue is not the one the mark was read from.
+    Moved,
 }
 
 /// Deletes the pre-queue rows a revealed draw went without (not `drawn`).
@@ -579,9 +598,10 @@ async fn draw(shop: &Shop, sale: &QueueSale, report: &mut TickReport) -> Result<
             return Ok(Drew::Discarded);
         }
         // A pre-queue place Redis lost would be drawn out: the record is
-        // asked afresh right before the draw, and the pre-queue read
-        // again (next tick) if one was.
-        if put_back_lost_joins(shop, product, None, report).await? > 0 {
+        // asked afresh right before the draw, which waits for the next
+        // tick if one was put back, more are past this check, or the
+        // queue moved.
+        if put_back_lost_joins(shop, product, None, report).await? != LostJoins::Through {
             return Ok(Drew::Kept);
         }
         // DRAW itself refuses while a pre-queue place is unconfirmed (or the
