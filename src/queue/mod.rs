@@ -1287,7 +1287,7 @@ impl WaitingRoom {
     }
 
     /// How far the record's places are known to be in this queue: its
-    /// `life` and `checked_seq` (see `mark_checked`); None when missing.
+    /// `life` and `checked_seq` (see `confirm_checked`); None when missing.
     pub async fn checked_seq(&self, product: ProductId) -> Result<Option<Checked>, AppError> {
         let key = format!("{}meta", self.key_base(product));
         let (state, life, seq): (Option<String>, Option<String>, Option<i64>) = with_retry!(self, connection => redis::cmd("HMGET")
