@@ -1444,30 +1444,7 @@ async fn a_queue_of_a_hundred_thousand_places_is_rebuilt_in_parts() {
     };
     // Seen, not asserted (speed belongs in benchmarks): how long Redis
     // kept others waiting while the parts were written.
-    let mut raw = f.raw.clone();
-    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let pinger = tokio::spawn({
-        let done = done.clone();
-        async move {
-            let mut slowest = Duration::ZERO;
-            while !done.load(std::sync::atomic::Ordering::Relaxed) {
-                let asked = std::time::Instant::now();
-                let answer: redis::RedisResult<String> =
-                    redis::cmd("PING").query_async(&mut raw).await;
-                if answer.is_err() {
-                    break;
-                }
-                slowest = slowest.max(asked.elapsed());
-                tokio::time::sleep(Duration::from_millis(2)).await;
-            }
-            slowest
-        }
-    });
-    let began = std::time::Instant::now();
-    let rebuilt = room.rebuild(PRODUCT, &snapshot).await;
-    let took = began.elapsed();
-    done.store(true, std::sync::atomic::Ordering::Relaxed);
-    let slowest = pinger.await.unwrap();
+    let (rebuilt, took, slowest) = beside_pings(&f, room.rebuild(PRODUCT, &snapshot)).await;
     println!("rebuilt {places} places in {took:?}; the slowest PING meanwhile took {slowest:?}");
     assert!(rebuilt.unwrap(), "rebuilt");
     let counts = room.counts(PRODUCT).await.unwrap();

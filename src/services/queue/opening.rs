@@ -300,18 +300,19 @@ pub fn places_after(
             queue_entries::late,
         ))
         .load(conn)?;
-    rows.into_iter()
-        .map(|(customer, ticket, seq, joined_at, late)| {
-            Ok(Entry {
-                customer: CustomerId(customer),
-                ticket: stored_ticket(&ticket)?,
-                seq,
-                joined_at,
-                late,
-                confirmed: true,
-            })
-        })
-        .collect()
+    rows.into_iter().map(entry_from_row).collect()
+}
+
+/// A place of the record, as Redis takes it (confirmed: its row is there).
+fn entry_from_row((customer, ticket, seq, joined_at, late): EntryRow) -> Result<Entry, AppError> {
+    Ok(Entry {
+        customer: CustomerId(customer),
+        ticket: stored_ticket(&ticket)?,
+        seq,
+        joined_at,
+        late,
+        confirmed: true,
+    })
 }
 
 fn record_from_rows(
@@ -328,17 +329,10 @@ fn record_from_rows(
         }
         None => (None, None),
     };
-    let mut entries = Vec::with_capacity(rows.len());
-    for (customer, ticket, seq, joined_at, late) in rows {
-        entries.push(Entry {
-            customer: CustomerId(customer),
-            ticket: stored_ticket(&ticket)?,
-            seq,
-            joined_at,
-            late,
-            confirmed: true,
-        });
-    }
+    let entries = rows
+        .into_iter()
+        .map(entry_from_row)
+        .collect::<Result<Vec<_>, _>>()?;
     let customers: HashMap<&Ticket, CustomerId> =
         entries.iter().map(|e| (&e.ticket, e.customer)).collect();
     let mut admissions = Vec::with_capacity(admitted.len());
