@@ -667,7 +667,8 @@ impl WaitingRoom {
     /// The tick's check for joins Redis lost: `confirm_all` of the record's
     /// places past the mark `checked` read (in arrival order), each batch
     /// moving the mark to its last place (short of a refused one) in the
-    /// same step. None when the queue is missing, another life, or its mark
+    /// same step; the batches after one with a refused place are not sent
+    /// (fewer answers than places). None when the queue is missing, another life, or its mark
     /// is below `checked` (a failover since): nothing confirmed here, and
     /// the next check starts from that queue's own mark.
     pub async fn confirm_checked(
@@ -688,9 +689,15 @@ impl WaitingRoom {
             if codes == [-2] {
                 return Ok(None);
             }
-            match confirmed_from(&codes, batch.len())? {
-                Some(batch_answers) => answers.extend(batch_answers),
-                None => return Ok(None),
+            let Some(batch_answers) = confirmed_from(&codes, batch.len())? else {
+                return Ok(None);
+            };
+            // The mark stopped short of a refused place: a later batch,
+            // read from the same mark, must not move it past.
+            let refused = batch_answers.contains(&Confirmed::Refused);
+            answers.extend(batch_answers);
+            if refused {
+                break;
             }
         }
         Ok(Some(answers))
