@@ -120,6 +120,9 @@ pub struct PreQueue {
     pub tickets: Vec<Ticket>,
     /// Entries (pre-queue or late) whose Postgres row is not yet confirmed.
     pub unconfirmed: usize,
+    /// Another drawer holds the draw's lease: nothing was read (`tickets`
+    /// is empty); its draw is done or taken over by a later tick.
+    pub busy: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -288,6 +291,41 @@ pub struct Checked {
     pub seq: i64,
 }
 
+/// What `retire` did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Retire {
+    /// Gone from Redis (or never there), or made again meanwhile (an admin
+    /// moved the end): nothing of this life is left to free.
+    Retired,
+    /// Its log holds events Postgres has not recorded, a pass is open or a
+    /// rebuild is under way: nothing was freed.
+    NotYet,
+    /// Its page budget ran out part-way; `retire` goes on from here.
+    PartWay(RetireCursor),
+}
+
+/// Where a retirement stopped: the keyspace's SCAN cursor and the life of
+/// the queue it is freeing (a later page frees nothing of another life).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RetireCursor {
+    cursor: String,
+    life: String,
+    sweep: bool,
+}
+
+impl RetireCursor {
+    /// From the start. `sweep`: page the keyspace even when the queue is
+    /// gone, for a caller that knows a queue was just dropped and left its
+    /// per-ticket hashes (it is rebuilt no more).
+    pub fn start(sweep: bool) -> RetireCursor {
+        RetireCursor {
+            cursor: "0".to_string(),
+            life: String::new(),
+            sweep,
+        }
+    }
+}
+
 /// Counts for the admin dashboard.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct QueueCounts {
@@ -383,6 +421,7 @@ struct Inner {
     status: Script,
     set_state: Script,
     mirror_stock: Script,
+    mirror_unpaid: Script,
     reconcile_due: Script,
     mark_reconciled: Script,
     counts: Script,
@@ -391,6 +430,7 @@ struct Inner {
     rebuild_finish: Script,
     rebuild_abandon: Script,
     discard_behind: Script,
+    retire: Script,
     /// Polls of a product waiting to be sent together (`send_views`).
     views: Batches<CustomerId, redis::Value>,
 }
@@ -419,6 +459,9 @@ const DRAW_LEASE: Duration = Duration::from_secs(2);
 const ISSUE_BATCH: usize = 1000;
 /// Places one CONFIRM call takes (a reconcile may hand it a whole queue).
 pub const CONFIRM_BATCH: usize = 500;
+/// Keys of the keyspace one RETIRE call looks at: each call is one script
+/// that holds Redis, and the whole keyspace is paged through.
+const RETIRE_PAGE: usize = 1000;
 
 /// Runs one call, once more on a fresh connection if the first lost its
 /// connection: every script here is idempotent or, like ISSUE, only does
@@ -486,6 +529,7 @@ impl WaitingRoom {
                 status: Script::new(scripts::STATUS),
                 set_state: Script::new(scripts::SET_STATE),
                 mirror_stock: Script::new(scripts::MIRROR_STOCK),
+                mirror_unpaid: Script::new(scripts::MIRROR_UNPAID),
                 reconcile_due: Script::new(scripts::RECONCILE_DUE),
                 mark_reconciled: Script::new(scripts::MARK_RECONCILED),
                 counts: Script::new(scripts::COUNTS),
@@ -494,6 +538,7 @@ impl WaitingRoom {
                 rebuild_finish: Script::new(scripts::REBUILD_FINISH),
                 rebuild_abandon: Script::new(scripts::REBUILD_ABANDON),
                 discard_behind: Script::new(scripts::DISCARD_BEHIND),
+                retire: Script::new(scripts::RETIRE),
                 views: Batches::default(),
             }),
         }
@@ -821,13 +866,15 @@ impl WaitingRoom {
     }
 
     /// An absent queue reads as undrawn and empty (`draw` then says
-    /// `Missing`). Read in pages of `DRAW_PART`: before the draw the set may
-    /// move between pages, which `draw` finds.
+    /// `Missing`), and an undrawn one another drawer is drawing as `busy`.
+    /// Read in pages of `DRAW_PART`: before the draw the set may move
+    /// between pages, which `draw` finds.
     pub async fn pre_queue(&self, product: ProductId) -> Result<PreQueue, AppError> {
         let mut read = PreQueue {
             drawn: false,
             tickets: Vec::new(),
             unconfirmed: 0,
+            busy: false,
         };
         let mut rank = 0i64;
         while rank >= 0 {
@@ -843,7 +890,8 @@ impl WaitingRoom {
             read.drawn = number(1)? == 1;
             read.unconfirmed = number(2)?.max(0) as usize;
             rank = number(3)?;
-            for value in &values[4..] {
+            read.busy = number(4)? == 1;
+            for value in &values[5..] {
                 let ticket = redis::from_redis_value_ref::<String>(value)
                     .ok()
                     .and_then(|t| Ticket::parse(&t).ok())
@@ -1289,10 +1337,6 @@ impl WaitingRoom {
         })
     }
 
-    async fn set(&self, key: String, units: i64) -> Result<(), AppError> {
-        with_retry!(self, connection => redis::cmd("SET").arg(&key).arg(units).query_async::<()>(&mut connection))
-    }
-
     /// How far the record's places are known to be in this queue: its
     /// `life` and `checked_seq` (see `confirm_checked`); None when missing.
     pub async fn checked_seq(&self, product: ProductId) -> Result<Option<Checked>, AppError> {
@@ -1339,8 +1383,10 @@ impl WaitingRoom {
 
     /// Units in unpaid orders (shown as held).
     pub async fn mirror_unpaid(&self, product: ProductId, units: i64) -> Result<(), AppError> {
-        self.set(format!("{}mirror_unpaid", self.key_base(product)), units)
-            .await
+        let _: i64 = self
+            .run(&self.inner.mirror_unpaid, product, &[units.to_string()])
+            .await?;
+        Ok(())
     }
 
     /// Drops a queue that is behind the record (Redis lost writes): undrawn
@@ -1397,6 +1443,50 @@ impl WaitingRoom {
     /// than a rebuilder that died part-way.
     pub async fn begin_rebuild(&self, product: ProductId) -> Result<Option<Rebuilder>, AppError> {
         Rebuilder::begin(self, product).await
+    }
+
+    /// Frees a finished queue from Redis, every key of it, a page of the
+    /// keyspace (`RETIRE_PAGE` keys looked at) per call, at most `pages`
+    /// calls: Postgres has its whole record, and nothing asks Redis for it
+    /// again (`QueueSale::has_retired`). The keyspace is the whole
+    /// Redis's, so a caller that ticks live sales too spends a bounded
+    /// share of each tick on it and goes on from `PartWay` next time.
+    /// `NotYet` while its log still holds unrecorded events, a pass is open
+    /// or a rebuild runs. A caller that stops part-way leaves `:meta`, so
+    /// starting over is always safe.
+    pub async fn retire(
+        &self,
+        product: ProductId,
+        from: RetireCursor,
+        pages: usize,
+    ) -> Result<Retire, AppError> {
+        let mut at = from;
+        for _ in 0..pages.max(1) {
+            let (next, life): (String, String) = self
+                .run(
+                    &self.inner.retire,
+                    product,
+                    &[
+                        at.cursor.clone(),
+                        RETIRE_PAGE.to_string(),
+                        at.life.clone(),
+                        if at.sweep { "1" } else { "0" }.to_string(),
+                    ],
+                )
+                .await?;
+            match next.as_str() {
+                "-1" => return Ok(Retire::NotYet),
+                "0" => return Ok(Retire::Retired),
+                _ => {
+                    at = RetireCursor {
+                        cursor: next,
+                        life,
+                        sweep: at.sweep,
+                    }
+                }
+            }
+        }
+        Ok(Retire::PartWay(at))
     }
 
     /// Whether some caller is rebuilding the queue now.
@@ -1491,6 +1581,11 @@ impl Rebuilder {
                 .to_string()
         };
         let outstanding = admissions.iter().filter(|(_, state)| open(state)).count() as i64 * units;
+        let highest_number = admissions
+            .iter()
+            .map(|(issued, _)| issued.number)
+            .max()
+            .unwrap_or(0);
         let setup = &snapshot.setup;
         let finish = [
             self.token.clone(),
@@ -1514,7 +1609,11 @@ impl Rebuilder {
                 .unwrap_or(0)
                 .to_string(),
             line.len().to_string(),
-            admissions.len().to_string(),
+            // The highest number, not how many: ISSUE numbers the next
+            // admission one past this, and a record with a gap in its
+            // numbers would have it give out one the record holds (every
+            // drain would then find the queue behind, and drop it again).
+            highest_number.to_string(),
             outstanding.to_string(),
             count(PassState::Used),
             count(PassState::Lapsed),
@@ -1525,12 +1624,7 @@ impl Rebuilder {
                 .unwrap_or(0)
                 .to_string(),
             first_unadmitted(&line, &admissions).to_string(),
-            admissions
-                .iter()
-                .map(|(issued, _)| issued.number)
-                .max()
-                .unwrap_or(0)
-                .to_string(),
+            highest_number.to_string(),
         ];
         let finished: i64 = self
             .room

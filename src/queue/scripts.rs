@@ -317,17 +317,24 @@ return out
 );
 
 /// ARGV: base, first rank. Returns {exists, drawn, unconfirmed, next rank
-/// or -1, then at most 1000 pre-queue tickets from that rank, in arrival
-/// order}.
+/// or -1, busy, then at most 1000 pre-queue tickets from that rank, in
+/// arrival order}. Busy (1, and nothing read) when the first page is asked
+/// for while another drawer's lease is live (see DRAW_PART): every
+/// instance's tick draws at the opening second, and each would otherwise
+/// page the whole pre-queue, and shuffle it, only to be told so.
 pub(super) const PRE_QUEUE: &str = script!(
     r#"
-local drawn = redis.call('HGET', K_META, 'drawn')
-if not drawn then return {0, 0, 0, -1} end
+local meta = redis.call('HMGET', K_META, 'drawn', 'drawer_until_ms')
+local drawn = meta[1]
+if not drawn then return {0, 0, 0, -1, 0} end
 local first = tonumber(ARGV[2])
+if first == 0 and drawn == '0' and now_ms() < (tonumber(meta[2]) or 0) then
+  return {1, 0, redis.call('ZCARD', K_UNCONFIRMED), -1, 1}
+end
 local page = redis.call('ZRANGE', K_PRE, first, first + 999)
 local next = -1
 if #page == 1000 then next = first + 1000 end
-local out = {1, tonumber(drawn), redis.call('ZCARD', K_UNCONFIRMED), next}
+local out = {1, tonumber(drawn), redis.call('ZCARD', K_UNCONFIRMED), next, 0}
 for _, t in ipairs(page) do table.insert(out, t) end
 return out
 "#
@@ -728,10 +735,22 @@ return 1
 /// bound one tick low, never high). Returns the mirror.
 pub(super) const MIRROR_STOCK: &str = script!(
     r#"
+-- A queue freed or dropped meanwhile is not made again, key by key.
+if redis.call('EXISTS', K_META) == 0 then return tonumber(ARGV[2]) end
 local settled = tonumber(redis.call('HGET', K_META, 'settled_units')) or 0
 local mirror = tonumber(ARGV[2]) - math.max(0, settled - tonumber(ARGV[3]))
 redis.call('SET', K_MIRROR_STOCK, mirror)
 return mirror
+"#
+);
+
+/// ARGV: base, units in unpaid orders. Sets `:mirror_unpaid` of a queue
+/// Redis has; one freed or dropped meanwhile is not made again, key by key.
+pub(super) const MIRROR_UNPAID: &str = script!(
+    r#"
+if redis.call('EXISTS', K_META) == 0 then return 0 end
+redis.call('SET', K_MIRROR_UNPAID, ARGV[2])
+return 1
 "#
 );
 
@@ -790,6 +809,49 @@ if not behind then return 0 end
 redis.call('UNLINK', K_META, K_BY_CUSTOMER, K_SEQ, K_PRE, K_LINE, K_CURSOR, K_DEADLINES,
   K_OUTSTANDING, K_LOG, K_UNCONFIRMED, K_MIRROR_STOCK, K_MIRROR_UNPAID, K_DRAWING)
 return 1
+"#
+);
+
+/// ARGV: base, SCAN cursor ('0' to begin), keys to look at, the life it
+/// began on (any at '0'), sweep ('1': page even when the queue is gone).
+/// Frees a finished queue from Redis, a page of the keyspace per call:
+/// every key under `base`, the per-ticket hashes too (also those a
+/// discarded life of the queue or a rebuilder that died part-way left,
+/// which nothing else reaches), `:meta` last, so a retirer that dies
+/// part-way leaves a queue that still exists and is retired again from the
+/// start. Begins only while the log is empty (every admission and lapse is
+/// in Postgres), no pass is open and nobody rebuilds; a later page goes on
+/// only while the queue is the life it began on (a second retirer may have
+/// finished it, or an admin moved the end and it was rebuilt: those keys
+/// are the new queue's) and nobody rebuilds. Returns {'-1', life} when it
+/// may not begin, else {next cursor, life}, '0' once it is done.
+pub(super) const RETIRE: &str = script!(
+    r#"
+local cursor = ARGV[2]
+local life = ''
+if redis.call('EXISTS', K_META) == 1 then
+  life = redis.call('HGET', K_META, 'life') or 'unknown'
+end
+if redis.call('EXISTS', K_REBUILD) == 1 then
+  if cursor == '0' then return {'-1', life} end
+  return {'0', life}
+end
+if cursor == '0' then
+  if life == '' then
+    if ARGV[5] ~= '1' then return {'0', life} end
+  elseif redis.call('LLEN', K_LOG) > 0 or redis.call('ZCARD', K_DEADLINES) > 0 then
+    return {'-1', life}
+  end
+elseif life ~= ARGV[4] then
+  return {'0', life}
+end
+local pattern = string.gsub(base, '[%*%?%[%]\\]', '\\%0') .. '*'
+local page = redis.call('SCAN', cursor, 'MATCH', pattern, 'COUNT', ARGV[3])
+for _, key in ipairs(page[2]) do
+  if key ~= K_META then redis.call('UNLINK', key) end
+end
+if page[1] == '0' then redis.call('UNLINK', K_META) end
+return {page[1], life}
 "#
 );
 

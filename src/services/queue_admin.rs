@@ -18,7 +18,7 @@ use crate::error::AppError;
 use crate::queue::{QueueCounts, QueueState};
 use crate::services::action_log::{self, ActionKind, AdminAction};
 use crate::services::catalog::{find_product, queue_opening};
-use crate::services::queue::entries_in_record;
+use crate::services::queue::{entries_in_record, QueueSale};
 use crate::services::Shop;
 
 /// What Postgres has recorded of a sale's waiting room.
@@ -56,6 +56,9 @@ pub enum LiveQueue {
     /// Redis has no queue for the sale: not prepared yet (it is when the
     /// waiting room opens), or lost and not yet rebuilt.
     Absent,
+    /// The sale is over for good and its queue was freed from Redis
+    /// (`QueueSale::has_retired`); the recorded counts are the whole story.
+    Retired,
     /// Redis did not answer; the recorded counts still stand.
     Unreadable(String),
 }
@@ -118,7 +121,9 @@ pub async fn queue_overviews(shop: &Shop) -> Result<Vec<QueueOverview>, AppError
     .await?;
     let mut overviews = Vec::with_capacity(recorded.len());
     for (product, recorded, draw, last_admin_change) in recorded {
-        let live = live_queue(shop, product.product_id()).await;
+        let retired = QueueSale::of(&product)
+            .is_some_and(|sale| sale.has_retired(&shop.settings, Utc::now()));
+        let live = live_queue(shop, product.product_id(), retired).await;
         overviews.push(QueueOverview {
             opens_at: queue_opening(product.sale_starts_at, product.queue_opens_at),
             product,
@@ -131,11 +136,15 @@ pub async fn queue_overviews(shop: &Shop) -> Result<Vec<QueueOverview>, AppError
     Ok(overviews)
 }
 
-async fn live_queue(shop: &Shop, product: ProductId) -> LiveQueue {
+async fn live_queue(shop: &Shop, product: ProductId, retired: bool) -> LiveQueue {
     let room = &shop.waiting_room;
     let read = async {
         if !room.exists(product).await? {
-            return Ok(LiveQueue::Absent);
+            return Ok(if retired {
+                LiveQueue::Retired
+            } else {
+                LiveQueue::Absent
+            });
         }
         let state = room.status(product, NOBODY).await?.queue;
         let counts = room.counts(product).await?;
@@ -263,6 +272,11 @@ pub async fn set_admission_paused(
     let room = &shop.waiting_room;
     let unchanged = |message: String| AppError::conflict("Admission unchanged", message);
     if !room.exists(product).await? {
+        if QueueSale::of(&sale).is_some_and(|sale| sale.has_ended(Utc::now())) {
+            return Err(unchanged(format!(
+                "Sale #{product} is over: its waiting room is closed, so there is no admission to pause or resume."
+            )));
+        }
         return Err(unchanged(format!(
             "Sale #{product}'s waiting room is not running yet (it opens {}), so there is no admission to pause or resume.",
             audit_time(queue_opening(sale.sale_starts_at, sale.queue_opens_at))

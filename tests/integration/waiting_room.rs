@@ -764,6 +764,122 @@ async fn a_queue_redis_lost_is_rebuilt_with_every_place_and_no_oversell() {
     assert!(verify(&record_of(&app, product).await).passed());
 }
 
+/// Every key Redis holds under the queue's base (its per-ticket hashes too).
+async fn keys_of_the_queue(app: &TestApp, product: ProductId) -> Vec<String> {
+    let mut redis = raw_redis().await;
+    redis::cmd("KEYS")
+        .arg(format!("{}*", app.shop.waiting_room.key_base(product)))
+        .query_async(&mut redis)
+        .await
+        .unwrap()
+}
+
+/// A sale that is over for good (its end and the linger after it passed)
+/// has its queue freed from Redis, every key of it, also a per-ticket hash
+/// nothing reaches (what a discarded life of the queue leaves), but only
+/// once no pass is open and its log is recorded. Polls then answer from the
+/// sale and bring nothing back into Redis; a customer still sees their
+/// ticket, and the record still verifies. A sale an admin extends comes
+/// back from the record, every place where it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_finished_queue_is_freed_from_redis_and_an_extended_sale_gets_it_back() {
+    let pass = Duration::from_secs(3);
+    let app = queue_app(pass).await;
+    let product = queue_product(&app, 2, 1).await;
+    let who = customers(&app, 4);
+    join_all(&app, product, &who).await;
+    start_now(&app, product);
+    assert_eq!(tick(&app).await.issued, 2);
+    let (buyer, before) = at_place(&app, &who, product, 1).await;
+    assert!(matches!(
+        buy(&app, buyer, product, before.pass.clone())
+            .await
+            .unwrap(),
+        PurchaseOutcome::Purchased(_)
+    ));
+    let mut redis = raw_redis().await;
+    let orphan = format!(
+        "{}entry:ZZZZZZZZZZ",
+        app.shop.waiting_room.key_base(product)
+    );
+    let _: () = redis::cmd("HSET")
+        .arg(&orphan)
+        .arg("customer")
+        .arg(999_999)
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    let end_long_ago = |app: &TestApp| {
+        sql(
+            app,
+            &format!(
+                "UPDATE products SET queue_opens_at = now() - interval '3 hours', \
+                 sale_starts_at = now() - interval '2 hours', sale_ends_at = now() - interval '1 hour' \
+                 WHERE id = {product}"
+            ),
+        )
+    };
+    // The record is checked against the start the draw had: the times are
+    // moved back only so the sale is long over.
+    let started = record_of(&app, product).await.starts_at;
+    end_long_ago(&app);
+
+    // The second place's pass is still open: nothing is freed.
+    assert_eq!(tick(&app).await.retired, 0);
+    assert!(app.shop.waiting_room.exists(product).await.unwrap());
+    tokio::time::sleep(pass + Duration::from_millis(200)).await;
+    // A tick looks at a bounded part of the keyspace (this Redis is shared
+    // with the other tests), going on from where the last one stopped.
+    let mut ticks = 0;
+    while tick(&app).await.retired == 0 {
+        ticks += 1;
+        assert!(ticks < 500, "never freed");
+    }
+    assert_eq!(keys_of_the_queue(&app, product).await, Vec::<String>::new());
+    assert_eq!(admissions(&app, product, "used"), 1);
+    assert_eq!(admissions(&app, product, "lapsed"), 1);
+    assert_eq!(admissions(&app, product, "issued"), 0);
+    let mut record = record_of(&app, product).await;
+    record.starts_at = started;
+    let verified = verify(&record);
+    assert!(verified.passed(), "{verified:?}");
+
+    for customer in &who {
+        let after = status(&app, *customer, product).await;
+        assert_eq!(after.standing, Standing::Closed);
+        assert!(after.ticket.is_some(), "{customer} still sees their ticket");
+    }
+    assert_eq!(status(&app, buyer, product).await.ticket, before.ticket);
+    let anonymous = queue::status(&app.shop, None, product).await.unwrap();
+    assert_eq!(anonymous.standing, Standing::Closed);
+    let paused =
+        flashsale::services::queue_admin::set_admission_paused(&app.shop, product, true, who[0])
+            .await
+            .unwrap_err();
+    assert!(paused.to_string().contains("is over"), "{paused}");
+    // A buy from a tab left open finds the room closed and makes no queue.
+    let late = buy(&app, buyer, product, before.pass.clone()).await;
+    assert!(matches!(&late, Err(AppError::Conflict { .. })), "{late:?}");
+    assert_eq!(tick(&app).await.retired, 0);
+    assert_eq!(
+        keys_of_the_queue(&app, product).await,
+        Vec::<String>::new(),
+        "neither polls nor the tick bring it back"
+    );
+
+    sql(
+        &app,
+        &format!(
+            "UPDATE products SET sale_ends_at = now() + interval '1 hour' WHERE id = {product}"
+        ),
+    );
+    assert_eq!(tick(&app).await.rebuilt, 1);
+    let back = status(&app, buyer, product).await;
+    assert_eq!((back.ticket, back.position), (before.ticket, Some(1)));
+    assert_eq!(back.pass_state, Some(PassState::Used));
+    assert_eq!(count(&app, "SELECT count(*) AS n FROM orders"), 1);
+}
+
 /// An admin's pause outlives Redis: a queue rebuilt mid-pause stays paused
 /// until the admin resumes it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -1779,6 +1895,60 @@ async fn a_record_with_a_number_out_of_place_does_not_drop_the_queue_for_ever() 
         Some(5),
         "the displaced place is admitted"
     );
+}
+
+/// A record whose numbers have a gap (3, then 5) is rebuilt to number on
+/// from its highest: numbering on from how many it holds would give the
+/// next waiter number 5 again, which the record holds, so every drain
+/// would find the queue behind and drop it, for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_record_with_a_gap_in_its_numbers_numbers_on_from_its_highest() {
+    let app = failover_app(Duration::from_millis(600)).await;
+    let product = queue_product(&app, 3, 1).await;
+    let who = customers(&app, 6);
+    join_all(&app, product, &who).await;
+    tick(&app).await;
+    start_now(&app, product);
+    assert_eq!(tick(&app).await.issued, 3);
+    let line = line_of(&app, product, &who).await;
+    sql(
+        &app,
+        &format!(
+            "INSERT INTO queue_admissions (product_id, number, ticket, issued_at, expires_at, state) \
+             VALUES ({product}, 5, '{}', now(), now() + interval '600 milliseconds', 'issued')",
+            line[4]
+        ),
+    );
+    lose_the_queues(&app).await;
+    assert_eq!(tick(&app).await.rebuilt, 1);
+    tokio::time::sleep(app.shop.settings.longest_join() + Duration::from_millis(700)).await;
+    let mut dropped = 0;
+    let mut issued = 0;
+    for _ in 0..4 {
+        let report = tick(&app).await;
+        dropped += report.discarded + report.rebuilt;
+        issued += report.issued;
+    }
+    assert_eq!(dropped, 0, "the queue stays");
+    assert_eq!(issued, 2, "places 4 and 6 are admitted");
+    #[derive(QueryableByName)]
+    struct Admitted {
+        #[diesel(sql_type = diesel::sql_types::Integer)]
+        number: i32,
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        ticket: String,
+    }
+    let rows: Vec<Admitted> = diesel::sql_query(format!(
+        "SELECT number, ticket FROM queue_admissions WHERE product_id = {product} ORDER BY number"
+    ))
+    .load(&mut app.db.conn())
+    .unwrap();
+    let rows: Vec<(i32, String)> = rows.into_iter().map(|r| (r.number, r.ticket)).collect();
+    let expected: Vec<(i32, String)> = [(1, 0), (2, 1), (3, 2), (5, 4), (6, 3), (7, 5)]
+        .into_iter()
+        .map(|(n, place)| (n, line[place].as_str().to_string()))
+        .collect();
+    assert_eq!(rows, expected);
 }
 
 /// A rebuild whose read of Postgres outlasts the rebuild key's life keeps

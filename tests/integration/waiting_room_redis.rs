@@ -2073,8 +2073,16 @@ async fn two_drawers_at_once_leave_one_order_whole() {
     let now_ms = Utc::now().timestamp_millis();
     let _: () = lease(now_ms + 60_000).query_async(&mut raw).await.unwrap();
     assert_eq!(room.draw(PRODUCT, &tickets).await.unwrap(), Drawn::Busy);
-    assert!(!room.pre_queue(PRODUCT).await.unwrap().drawn);
+    let read = room.pre_queue(PRODUCT).await.unwrap();
+    assert!(!read.drawn);
+    assert!(
+        read.busy && read.tickets.is_empty(),
+        "another drawer's live lease: the pre-queue is not paged"
+    );
     let _: () = lease(now_ms - 1).query_async(&mut raw).await.unwrap();
+    let read = room.pre_queue(PRODUCT).await.unwrap();
+    assert!(!read.busy);
+    assert_eq!(read.tickets.len(), places as usize);
     assert_eq!(
         room.draw(PRODUCT, &tickets).await.unwrap(),
         Drawn::Done,
@@ -2227,5 +2235,144 @@ async fn a_check_for_lost_joins_moves_the_mark_only_from_where_it_read_it() {
         places[2].seq,
         "held short of the refused place"
     );
+    f.cleanup().await;
+}
+
+/// RETIRE frees every key under its queue's base (the per-ticket hashes
+/// too) and nothing else; it does not begin while a pass is open, the log
+/// holds events Postgres has not recorded or a rebuild runs; a retirement
+/// part-way frees nothing of a queue made again meanwhile (an admin moved
+/// the end); and a queue already dropped is paged for only when asked to
+/// sweep (its hashes are reached by nothing else).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn retiring_frees_its_own_queue_only_once_its_log_is_recorded() {
+    let f = Fixture::new().await;
+    let room = &f.room;
+    let other = ProductId(42);
+    let mut raw = f.raw.clone();
+    // Enough keys that one page of the keyspace cannot be all of it.
+    let mut fill = redis::cmd("MSET");
+    for i in 0..3000 {
+        fill.arg(format!("{}filler:{i}", f.prefix)).arg(1);
+    }
+    let _: () = fill.query_async(&mut raw).await.unwrap();
+    let under = |keys: &[String], product: ProductId| {
+        let base = room.key_base(product);
+        keys.iter().filter(|k| k.starts_with(&base)).count()
+    };
+
+    drawn_queue(&f, PRODUCT, 3, 300, 1).await;
+    drawn_queue(&f, other, 2, 60_000, 1).await;
+    f.set_stock(PRODUCT, 1).await;
+    assert_eq!(issue(room, PRODUCT, IssueBound::Gate).await.len(), 1);
+    assert_eq!(
+        room.retire(PRODUCT, RetireCursor::start(false), 10_000)
+            .await
+            .unwrap(),
+        Retire::NotYet,
+        "a pass is open"
+    );
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    room.lapse_due(PRODUCT, Duration::ZERO).await.unwrap();
+    assert_eq!(
+        room.retire(PRODUCT, RetireCursor::start(false), 10_000)
+            .await
+            .unwrap(),
+        Retire::NotYet,
+        "the issue and the lapse are not recorded"
+    );
+    let log = room.log(PRODUCT, 10).await.unwrap();
+    assert_eq!(log.len(), 2);
+    room.ack_log(PRODUCT, log.last().unwrap()).await.unwrap();
+    let rebuilding = format!("{}rebuilding", room.key_base(PRODUCT));
+    let _: () = redis::cmd("SET")
+        .arg(&rebuilding)
+        .arg("someone")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(
+        room.retire(PRODUCT, RetireCursor::start(false), 10_000)
+            .await
+            .unwrap(),
+        Retire::NotYet,
+        "a rebuild runs"
+    );
+    let _: () = redis::cmd("DEL")
+        .arg(&rebuilding)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+
+    // Part-way, the queue is made again: the rest of the pages free none
+    // of the new life.
+    let Retire::PartWay(at) = room
+        .retire(PRODUCT, RetireCursor::start(false), 1)
+        .await
+        .unwrap()
+    else {
+        panic!("one page of a keyspace of over 3,000 keys is not all of it");
+    };
+    let _: () = redis::cmd("DEL")
+        .arg(format!("{}meta", room.key_base(PRODUCT)))
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    room.prepare(PRODUCT, &setup(60_000, 300, 1)).await.unwrap();
+    let again = join_confirmed(room, PRODUCT, 9).await;
+    assert_eq!(
+        room.retire(PRODUCT, at, 10_000).await.unwrap(),
+        Retire::Retired
+    );
+    let entry_key = format!("{}entry:{}", room.key_base(PRODUCT), again.ticket.as_str());
+    let keys = f.keys().await;
+    assert!(keys.contains(&entry_key), "the new life's place is kept");
+    assert!(keys.contains(&format!("{}meta", room.key_base(PRODUCT))));
+
+    // Its own retirement frees it whole, and nothing of another sale's.
+    let before_other = under(&keys, other);
+    assert!(before_other > 2);
+    let mut done = room
+        .retire(PRODUCT, RetireCursor::start(false), 1)
+        .await
+        .unwrap();
+    while let Retire::PartWay(at) = done {
+        done = room.retire(PRODUCT, at, 1).await.unwrap();
+    }
+    assert_eq!(done, Retire::Retired);
+    let keys = f.keys().await;
+    assert_eq!(under(&keys, PRODUCT), 0, "{keys:?}");
+    assert_eq!(under(&keys, other), before_other);
+    let filler = format!("{}filler:", f.prefix);
+    assert_eq!(keys.iter().filter(|k| k.starts_with(&filler)).count(), 3000);
+    // A tick of another instance that read the queue before it went makes
+    // no key of it again.
+    room.mirror_unpaid(PRODUCT, 3).await.unwrap();
+    room.mirror_stock(PRODUCT, 5, 0).await.unwrap();
+    assert_eq!(under(&f.keys().await, PRODUCT), 0);
+
+    // A dropped queue leaves its per-ticket hashes; only a sweep pages for them.
+    assert!(room
+        .discard_behind(other, Behind::Admissions { recorded: 5 })
+        .await
+        .unwrap());
+    assert!(!room.exists(other).await.unwrap());
+    let left = under(&f.keys().await, other);
+    assert!(left >= 2, "the entry hashes are left");
+    assert_eq!(
+        room.retire(other, RetireCursor::start(false), 10_000)
+            .await
+            .unwrap(),
+        Retire::Retired
+    );
+    assert_eq!(under(&f.keys().await, other), left);
+    assert_eq!(
+        room.retire(other, RetireCursor::start(true), 10_000)
+            .await
+            .unwrap(),
+        Retire::Retired
+    );
+    assert_eq!(under(&f.keys().await, other), 0);
     f.cleanup().await;
 }

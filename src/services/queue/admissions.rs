@@ -41,10 +41,11 @@ pub async fn drain_log(shop: &Shop, product: ProductId) -> Result<Drained, AppEr
             break;
         };
         let count = events.len();
-        let conflict = db::run(&shop.pool, move |conn| {
+        let (recorded, conflict) = db::run(&shop.pool, move |conn| {
             db::transaction(conn, |conn| record_events(conn, product, &events))
         })
         .await?;
+        drained.recorded += recorded;
         if let Some(conflict) = conflict {
             // Dropping the queue drops its log too, so the proof is not
             // acknowledged away before it is acted on: a drop that fails
@@ -60,8 +61,6 @@ pub async fn drain_log(shop: &Shop, product: ProductId) -> Result<Drained, AppEr
             }
             // Rebuilt since, from a record that has this number: this
             // batch came from the queue that was lost.
-        } else {
-            drained.recorded += count;
         }
         shop.waiting_room.ack_log(product, &last).await?;
         if count < DRAIN_BATCH {
@@ -73,7 +72,8 @@ pub async fn drain_log(shop: &Shop, product: ProductId) -> Result<Drained, AppEr
 
 /// Records `events` up to the first issue Postgres already has under
 /// another admission (same number or ticket, not this issue), and returns
-/// that one, if any: the queue that issued it trails the record, so nothing it
+/// how many it recorded and that issue, if any: the queue that issued it
+/// trails the record, so nothing it
 /// logged after it is recorded (a later issue there, though it conflicts
 /// with nothing, went to the wrong place, and its row would make every
 /// queue rebuilt from the record hand a ticket a second number).
@@ -81,8 +81,8 @@ fn record_events(
     conn: &mut PgConn,
     product: ProductId,
     events: &[LogEvent],
-) -> Result<Option<Issued>, AppError> {
-    for event in events {
+) -> Result<(usize, Option<Issued>), AppError> {
+    for (recorded, event) in events.iter().enumerate() {
         match event {
             LogEvent::Issued(issued) => {
                 let inserted = diesel::insert_into(queue_admissions::table)
@@ -100,7 +100,7 @@ fn record_events(
                 // same issue, to the millisecond), or the number or ticket
                 // is another admission's.
                 if inserted == 0 && !is_recorded(conn, product, issued)? {
-                    return Ok(Some(issued.clone()));
+                    return Ok((recorded, Some(issued.clone())));
                 }
             }
             LogEvent::Lapsed {
@@ -127,7 +127,7 @@ fn record_events(
             }
         }
     }
-    Ok(None)
+    Ok((events.len(), None))
 }
 
 /// Whether Postgres has exactly this issue: its number, ticket and times

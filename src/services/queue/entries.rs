@@ -26,7 +26,7 @@ use diesel::sql_types::{Array, BigInt, Bool, Text, Timestamptz};
 use tokio::sync::oneshot;
 
 use crate::config::JOIN_CONFIRM_WAIT;
-use crate::db::schema::queue_entries;
+use crate::db::schema::{queue_draws, queue_entries};
 use crate::db::{self, PgConn, PgPool};
 use crate::domain::draw::Ticket;
 use crate::domain::{CustomerId, ProductId};
@@ -337,9 +337,41 @@ pub async fn committed_entry(
     product: ProductId,
     customer: CustomerId,
 ) -> Result<Option<Entry>, AppError> {
+    entry_of(shop, product, customer, false).await
+}
+
+/// The customer's place among the record's (`entries_in_record`), if any:
+/// a pre-queue row the revealed draw went without is no place.
+pub async fn recorded_entry(
+    shop: &Shop,
+    product: ProductId,
+    customer: CustomerId,
+) -> Result<Option<Entry>, AppError> {
+    entry_of(shop, product, customer, true).await
+}
+
+async fn entry_of(
+    shop: &Shop,
+    product: ProductId,
+    customer: CustomerId,
+    in_record: bool,
+) -> Result<Option<Entry>, AppError> {
     db::run(&shop.pool, move |conn| {
-        let row: Option<(String, i64, DateTime<Utc>, bool)> = queue_entries::table
-            .find((product.get(), customer.get()))
+        let mut row = queue_entries::table
+            .filter(queue_entries::customer_id.eq(customer.get()))
+            .filter(queue_entries::product_id.eq(product.get()))
+            .into_boxed();
+        if in_record {
+            let revealed = queue_draws::table
+                .find(product.get())
+                .filter(queue_draws::drawn_at.is_not_null());
+            row = row.filter(
+                queue_entries::late
+                    .or(queue_entries::drawn)
+                    .or(diesel::dsl::not(diesel::dsl::exists(revealed))),
+            );
+        }
+        let row: Option<(String, i64, DateTime<Utc>, bool)> = row
             .select((
                 queue_entries::ticket,
                 queue_entries::seq,

@@ -51,6 +51,10 @@ pub enum Readied {
     Rebuilt,
     /// Another caller is rebuilding it: try again in a moment.
     Rebuilding,
+    /// The sale is over for good (`QueueSale::has_retired`): its queue is
+    /// freed, not made again, whatever still asks for it (a buy from a tab
+    /// left open, a forged pass), or no running tick would free it again.
+    Retired,
 }
 
 /// Makes sure Redis has the sale's queue (its seed committed first), and
@@ -68,6 +72,9 @@ pub async fn ensure_queue(shop: &Shop, sale: &QueueSale) -> Result<Readied, AppE
             local(&shop.redis_prefix).prepared_with(sale.product, &setup);
         }
         return Ok(Readied::Present);
+    }
+    if sale.has_retired(&shop.settings, Utc::now()) {
+        return Ok(Readied::Retired);
     }
     // Callers that find another rebuilding read nothing from Postgres.
     if room.is_rebuilding(sale.product).await? {

@@ -4,6 +4,7 @@
 
 use super::join::queue_sale;
 use super::opening::{ensure_queue, Readied};
+use super::sale::closed;
 use crate::domain::{CustomerId, ProductId};
 use crate::error::{AppError, PassRefusal};
 use crate::queue::{Claim, PassRef};
@@ -25,10 +26,14 @@ pub async fn claim(
         // Redis lost the queue: rebuilt from Postgres, passes issued there
         // are open again.
         let sale = queue_sale(shop, product).await?;
-        if ensure_queue(shop, &sale).await? == Readied::Rebuilding {
-            return Err(AppError::Unavailable(
-                "the waiting room is being rebuilt; try again".into(),
-            ));
+        match ensure_queue(shop, &sale).await? {
+            Readied::Rebuilding => {
+                return Err(AppError::Unavailable(
+                    "the waiting room is being rebuilt; try again".into(),
+                ))
+            }
+            Readied::Retired => return Err(closed(&sale.name)),
+            Readied::Present | Readied::Prepared | Readied::Rebuilt => {}
         }
         claimed = room.claim(product, customer, pass, admission).await?;
     }

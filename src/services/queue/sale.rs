@@ -2,6 +2,8 @@
 //! when the draw happens, when it ends, and what its Redis queue is set up
 //! with.
 
+use std::time::Duration;
+
 use chrono::{DateTime, Duration as TimeDelta, Utc};
 
 use crate::config::Settings;
@@ -63,6 +65,21 @@ impl QueueSale {
 
     pub fn has_ended(&self, now: DateTime<Utc>) -> bool {
         self.ends_at.is_some_and(|end| now >= end)
+    }
+
+    /// When the waiting room is over for good: a while after the end, long
+    /// enough for the last passes and claims to be settled and the record
+    /// to be complete. From then on nobody needs its Redis queue (the tick
+    /// frees it, and a poll answers from the sale alone); None for a sale
+    /// without an end.
+    pub fn retires_at(&self, settings: &Settings) -> Option<DateTime<Utc>> {
+        let linger = settings.queue_pass + settings.gate_pending_ttl() + Duration::from_secs(60);
+        let linger = TimeDelta::from_std(linger).unwrap_or(TimeDelta::minutes(5));
+        self.ends_at.map(|end| end + linger)
+    }
+
+    pub fn has_retired(&self, settings: &Settings, now: DateTime<Utc>) -> bool {
+        self.retires_at(settings).is_some_and(|at| now >= at)
     }
 
     /// Why nobody may join now, if so.

@@ -1,15 +1,17 @@
 //! One customer's standing in a waiting room, for the waiting page and
 //! `queue.json`, polled by everyone waiting: built from the shelf (the
 //! sale's times, in memory), one Redis call and what this process's tick
-//! last saw. No Postgres.
+//! last saw. No Postgres (but for one row once the sale is over for good).
 
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
+use super::entries::recorded_entry;
 use super::join::queue_sale;
 use super::local::local;
 use super::opening::ensure_queue;
+use super::sale::QueueSale;
 use crate::domain::draw::Ticket;
 use crate::domain::{CustomerId, ProductId};
 use crate::error::AppError;
@@ -62,7 +64,8 @@ pub struct QueueStatus {
 /// counts and no place.
 const NOBODY: CustomerId = CustomerId(0);
 
-/// `customer`'s standing (None: signed out, `NotJoined`). No Postgres.
+/// `customer`'s standing (None: signed out, `NotJoined`). No Postgres while
+/// the room is live.
 pub async fn status(
     shop: &Shop,
     customer: Option<CustomerId>,
@@ -71,7 +74,12 @@ pub async fn status(
     let sale = queue_sale(shop, product).await?;
     let now = Utc::now();
     let who = customer.unwrap_or(NOBODY);
-    let view = match shop.waiting_room.view(product, who).await? {
+    let view = if sale.has_retired(&shop.settings, now) {
+        Some(retired_view(shop, &sale, customer).await?)
+    } else {
+        shop.waiting_room.view(product, who).await?
+    };
+    let view = match view {
         Some(view) => view,
         // Not prepared yet: nobody has a place before the opening.
         None if !sale.is_open(now) => QueueView {
@@ -123,6 +131,35 @@ pub async fn status(
         estimated_wait: ahead
             .zip(rate)
             .map(|(ahead, rate)| Duration::from_secs_f64((ahead.max(0) as f64 + 1.0) / rate)),
+    })
+}
+
+/// A finished waiting room, its queue freed from Redis (or about to be),
+/// as the sale and the customer's own row say: a poll never brings a
+/// hundred thousand places back into Redis for a sale that is over, and a
+/// customer still finds their ticket to look up in the published order.
+/// One read of Postgres, by key, for a signed-in customer: the page stops
+/// polling once the room is closed.
+async fn retired_view(
+    shop: &Shop,
+    sale: &QueueSale,
+    customer: Option<CustomerId>,
+) -> Result<QueueView, AppError> {
+    let entry = match customer {
+        Some(customer) => recorded_entry(shop, sale.product, customer).await?,
+        None => None,
+    };
+    Ok(QueueView {
+        queue: QueueState::Closed,
+        drawn: true,
+        entry,
+        position: None,
+        ahead: None,
+        pass: None,
+        units_left: sale.stock_on_shelf,
+        counted: true,
+        outstanding: 0,
+        unpaid: 0,
     })
 }
 

@@ -38,7 +38,10 @@ use crate::db::schema::{queue_draws, queue_entries};
 use crate::domain::draw::{shuffle, DrawSeed, Ticket};
 use crate::domain::{CustomerId, ProductId};
 use crate::error::AppError;
-use crate::queue::{Behind, Confirmed, Drawn, Issue, IssueBound, QueueState, QueueView, Reconcile};
+use crate::queue::{
+    Behind, Confirmed, Drawn, Issue, IssueBound, QueueState, QueueView, Reconcile, Retire,
+    RetireCursor,
+};
 use crate::services::stock_gate::seed_if_absent;
 use crate::services::Shop;
 
@@ -76,6 +79,8 @@ pub struct TickReport {
     /// fewer admissions than Postgres recorded (it lost writes): dropped,
     /// to be rebuilt from Postgres.
     pub discarded: usize,
+    /// Finished queues freed from Redis (`QueueSale::has_retired`).
+    pub retired: usize,
     /// Queues whose tick failed (Redis or Postgres down); tried again next tick.
     pub failed: usize,
 }
@@ -156,11 +161,7 @@ async fn queue_sales(shop: &Shop) -> Result<Vec<QueueSale>, AppError> {
 /// From the opening until a while after the end: long enough for the last
 /// passes and claims to be settled and the record to be complete.
 fn is_live(shop: &Shop, sale: &QueueSale, now: DateTime<Utc>) -> bool {
-    let linger = chrono::Duration::from_std(
-        shop.settings.queue_pass + shop.settings.gate_pending_ttl() + Duration::from_secs(60),
-    )
-    .unwrap_or(chrono::Duration::minutes(5));
-    sale.is_open(now) && sale.ends_at.is_none_or(|end| now < end + linger)
+    sale.is_open(now) && !sale.has_retired(&shop.settings, now)
 }
 
 async fn tick_all(
@@ -177,12 +178,88 @@ async fn tick_all(
     });
     for sale in sales.iter().filter(|s| is_live(shop, s, now)) {
         report.queues += 1;
+        // Live again (an admin moved the end): freed again when it ends.
+        {
+            let mut this = local(&shop.redis_prefix);
+            this.retired.remove(&sale.product);
+            this.retiring.remove(&sale.product);
+        }
         if let Err(error) = tick_queue(shop, sale, recent, &mut report).await {
             tracing::warn!(product = %sale.product, %error, "waiting room tick failed; trying again next tick");
             report.failed += 1;
         }
     }
+    for sale in sales.iter().filter(|s| s.has_retired(&shop.settings, now)) {
+        if local(&shop.redis_prefix).retired.contains(&sale.product) {
+            continue;
+        }
+        match retire(shop, sale, recent, &mut report).await {
+            Ok(true) => {
+                local(&shop.redis_prefix).retired.insert(sale.product);
+            }
+            Ok(false) => {}
+            Err(error) => {
+                tracing::warn!(product = %sale.product, %error, "could not free a finished waiting room; trying again next tick");
+                report.failed += 1;
+            }
+        }
+    }
     report
+}
+
+/// Pages of the keyspace (`RETIRE_PAGE` keys looked at each) one tick
+/// gives to freeing one finished queue: the keyspace is the whole Redis's,
+/// and the same tick draws and admits for the live sales.
+const RETIRE_PAGES_PER_TICK: usize = 50;
+
+/// Frees a finished sale's queue from Redis (a crowd's sale leaves a
+/// hundred thousand keys, and a shop runs sale after sale), once one last
+/// tick has settled what it could and recorded its log, a bounded part of
+/// the keyspace per tick. True once it is gone; false while a pass is
+/// still open, its log unrecorded or its pages not all looked at (tried
+/// again, or gone on with, next tick).
+async fn retire(
+    shop: &Shop,
+    sale: &QueueSale,
+    recent: &mut RecentNumbers,
+    report: &mut TickReport,
+) -> Result<bool, AppError> {
+    let room = &shop.waiting_room;
+    let product = sale.product;
+    let going_on = local(&shop.redis_prefix).retiring.remove(&product);
+    let from = match going_on {
+        Some(from) => from,
+        None => {
+            // Never rebuilt to be freed (a queue Redis lost is in Postgres
+            // whole), also not when another instance freed it meanwhile.
+            if !room.exists(product).await? {
+                return Ok(true);
+            }
+            if let Err(error) = tick_present_queue(shop, sale, recent, report).await {
+                // Another instance freed it under this last tick.
+                return match room.exists(product).await? {
+                    true => Err(error),
+                    false => Ok(true),
+                };
+            }
+            recent.forget(product);
+            // The last tick dropped a queue behind the record: no rebuild
+            // comes to reach its per-ticket hashes, so they are paged for.
+            RetireCursor::start(!room.exists(product).await?)
+        }
+    };
+    match room.retire(product, from, RETIRE_PAGES_PER_TICK).await? {
+        Retire::Retired => {
+            tracing::info!(%product, "the sale's waiting room is over; freed its queue from Redis");
+            report.retired += 1;
+            Ok(true)
+        }
+        Retire::NotYet => Ok(false),
+        Retire::PartWay(at) => {
+            local(&shop.redis_prefix).retiring.insert(product, at);
+            Ok(false)
+        }
+    }
 }
 
 /// Nobody's id: the queue's counts without a customer's place.
@@ -195,7 +272,6 @@ async fn tick_queue(
     report: &mut TickReport,
 ) -> Result<(), AppError> {
     let product = sale.product;
-    let room = &shop.waiting_room;
     match ensure_queue(shop, sale).await? {
         Readied::Present => {}
         // A queue new in Redis has no unpaid units mirrored yet (one made
@@ -208,8 +284,20 @@ async fn tick_queue(
             report.rebuilt += 1;
             recent.forget(product);
         }
-        Readied::Rebuilding => return Ok(()),
+        Readied::Rebuilding | Readied::Retired => return Ok(()),
     }
+    tick_present_queue(shop, sale, recent, report).await
+}
+
+/// The tick of a queue Redis has (steps 2 to 8).
+async fn tick_present_queue(
+    shop: &Shop,
+    sale: &QueueSale,
+    recent: &mut RecentNumbers,
+    report: &mut TickReport,
+) -> Result<(), AppError> {
+    let product = sale.product;
+    let room = &shop.waiting_room;
     if shop.gate.is_some() {
         // Passes are bounded by the gate's stock: it must be there.
         seed_if_absent(shop, vec![product]).await?;
@@ -294,7 +382,9 @@ async fn tick_queue(
                 // places, out again, and its passes trail what was used or
                 // lapsed. The queue is dropped and rebuilt from the record.
                 let recorded = numbers.admissions;
-                if drain_log(shop, product).await?.discarded
+                let drained = drain_log(shop, product).await?;
+                report.recorded += drained.recorded;
+                if drained.discarded
                     || room
                         .discard_behind(product, Behind::Admissions { recorded })
                         .await?
@@ -579,6 +669,11 @@ async fn draw(shop: &Shop, sale: &QueueSale, report: &mut TickReport) -> Result<
         local(&shop.redis_prefix).revealed.remove(&product);
     }
     let pre = room.pre_queue(product).await?;
+    if pre.busy {
+        // Another instance is drawing: reading the record and shuffling
+        // here would only end in `Busy`.
+        return Ok(Drew::Kept);
+    }
     let drawn = if pre.drawn {
         pre
     } else {
@@ -588,8 +683,10 @@ async fn draw(shop: &Shop, sale: &QueueSale, report: &mut TickReport) -> Result<
             // its line and passes trail the record, and drawing again would
             // hand out passes the record has as used or lapsed. The queue
             // is dropped and rebuilt from the record instead.
-            let dropped = drain_log(shop, product).await?.discarded
-                || room.discard_behind(product, Behind::Undrawn).await?;
+            let drained = drain_log(shop, product).await?;
+            report.recorded += drained.recorded;
+            let dropped =
+                drained.discarded || room.discard_behind(product, Behind::Undrawn).await?;
             if !dropped {
                 return Ok(Drew::Kept);
             }
@@ -695,8 +792,10 @@ struct SaleNumbers {
     /// The latest deadline of an open pass.
     #[diesel(sql_type = Nullable<Timestamptz>)]
     passes_until: Option<DateTime<Utc>>,
-    /// Admissions recorded: Redis, which makes them, never has fewer
-    /// unless it lost writes.
+    /// The highest admission number recorded: Redis, which numbers them
+    /// (`:meta` `admissions`), never has a lower last one unless it lost
+    /// writes. The highest, not how many: a record with a gap in its
+    /// numbers (a failover's conflict) holds fewer than its last number.
     #[diesel(sql_type = BigInt)]
     admissions: i64,
     /// The highest arrival number among the record's places: Redis, which
@@ -713,7 +812,8 @@ async fn sale_numbers(shop: &Shop, product: ProductId) -> Result<SaleNumbers, Ap
                     unpaid.until AS unpaid_until,
                     (SELECT max(a.expires_at) FROM queue_admissions a
                       WHERE a.product_id = p.id AND a.state = 'issued') AS passes_until,
-                    (SELECT count(*) FROM queue_admissions a
+                    -- The top of the primary key (product_id, number).
+                    (SELECT COALESCE(max(a.number), 0) FROM queue_admissions a
                       WHERE a.product_id = p.id)::bigint AS admissions,
                     -- The places of the record (`entries_in_record`); the
                     -- (product_id, seq) index reads it from the top.

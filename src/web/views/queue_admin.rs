@@ -60,6 +60,12 @@ impl QueuePanel {
                 Some("Redis holds no queue for this sale: it is set up when the waiting room opens (or rebuilt from Postgres after Redis lost it).".to_string()),
                 None,
             ),
+            LiveQueue::Retired => (
+                "Over".to_string(),
+                "ended",
+                Some("The sale is over, so its queue was freed from Redis; the counts below are Postgres's record of it.".to_string()),
+                None,
+            ),
             LiveQueue::Unreadable(error) => (
                 "Unknown".to_string(),
                 "ended",
