@@ -294,37 +294,21 @@ pub struct Checked {
 /// What `retire` did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Retire {
-    /// Gone from Redis (or never there), or made again meanwhile (an admin
-    /// moved the end): nothing of this life is left to free.
+    /// Gone from Redis (or never there).
     Retired,
-    /// Its log holds events Postgres has not recorded, a pass is open or a
-    /// rebuild is under way: nothing was freed.
+    /// Its log holds events Postgres has not recorded, a pass is open, a
+    /// place waits to be forgotten or a rebuild runs: nothing was freed.
     NotYet,
+    /// Made again meanwhile (an admin moved the end and it was rebuilt):
+    /// what is there now is the new life's, and nothing more was freed.
+    MadeAgain,
     /// Its page budget ran out part-way; `retire` goes on from here.
     PartWay(RetireCursor),
 }
 
-/// Where a retirement stopped: the keyspace's SCAN cursor and the life of
-/// the queue it is freeing (a later page frees nothing of another life).
+/// Where a retirement stopped in the keyspace (a SCAN cursor).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RetireCursor {
-    cursor: String,
-    life: String,
-    sweep: bool,
-}
-
-impl RetireCursor {
-    /// From the start. `sweep`: page the keyspace even when the queue is
-    /// gone, for a caller that knows a queue was just dropped and left its
-    /// per-ticket hashes (it is rebuilt no more).
-    pub fn start(sweep: bool) -> RetireCursor {
-        RetireCursor {
-            cursor: "0".to_string(),
-            life: String::new(),
-            sweep,
-        }
-    }
-}
+pub struct RetireCursor(String);
 
 /// Counts for the admin dashboard.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -1445,48 +1429,44 @@ impl WaitingRoom {
         Rebuilder::begin(self, product).await
     }
 
-    /// Frees a finished queue from Redis, every key of it, a page of the
-    /// keyspace (`RETIRE_PAGE` keys looked at) per call, at most `pages`
-    /// calls: Postgres has its whole record, and nothing asks Redis for it
-    /// again (`QueueSale::has_retired`). The keyspace is the whole
-    /// Redis's, so a caller that ticks live sales too spends a bounded
-    /// share of each tick on it and goes on from `PartWay` next time.
-    /// `NotYet` while its log still holds unrecorded events, a pass is open
-    /// or a rebuild runs. A caller that stops part-way leaves `:meta`, so
-    /// starting over is always safe.
+    /// Frees a finished queue from Redis, every key of it (RETIRE), from
+    /// the start or from where an earlier call stopped: Postgres has its
+    /// whole record, and nothing asks Redis for it again
+    /// (`QueueSale::has_retired`). A page of the keyspace (`RETIRE_PAGE`
+    /// keys looked at) is one call, taken from `budget`: the keyspace is
+    /// the whole Redis's, so a caller that ticks live sales too spends a
+    /// bounded share of each tick on it and goes on from `PartWay` later.
     pub async fn retire(
         &self,
         product: ProductId,
-        from: RetireCursor,
-        pages: usize,
+        from: Option<RetireCursor>,
+        budget: &mut usize,
     ) -> Result<Retire, AppError> {
-        let mut at = from;
-        for _ in 0..pages.max(1) {
-            let (next, life): (String, String) = self
+        let mut cursor = from.map_or_else(|| "0".to_string(), |from| from.0);
+        while *budget > 0 {
+            *budget -= 1;
+            let next: Vec<String> = self
                 .run(
                     &self.inner.retire,
                     product,
-                    &[
-                        at.cursor.clone(),
-                        RETIRE_PAGE.to_string(),
-                        at.life.clone(),
-                        if at.sweep { "1" } else { "0" }.to_string(),
-                    ],
+                    &[cursor, RETIRE_PAGE.to_string()],
                 )
                 .await?;
-            match next.as_str() {
-                "-1" => return Ok(Retire::NotYet),
-                "0" => return Ok(Retire::Retired),
-                _ => {
-                    at = RetireCursor {
-                        cursor: next,
-                        life,
-                        sweep: at.sweep,
-                    }
-                }
+            match next.first().map(String::as_str) {
+                Some("-1") => return Ok(Retire::NotYet),
+                Some("-2") => return Ok(Retire::MadeAgain),
+                Some("0") | None => return Ok(Retire::Retired),
+                Some(next) => cursor = next.to_string(),
             }
         }
-        Ok(Retire::PartWay(at))
+        Ok(Retire::PartWay(RetireCursor(cursor)))
+    }
+
+    /// Whether a retirement has begun and not finished (its fixed keys are
+    /// gone, its pages not all freed): a retirer that stopped part-way, or
+    /// another instance's under way.
+    pub async fn is_retiring(&self, product: ProductId) -> Result<bool, AppError> {
+        self.has_key(product, "retiring").await
     }
 
     /// Whether some caller is rebuilding the queue now.

@@ -186,6 +186,8 @@ if not state then
     'life', now_ms())
   redis.call('SET', K_CURSOR, 1)
   redis.call('SET', K_OUTSTANDING, 0)
+  -- A new life: a retirement part-way frees nothing of it (RETIRE).
+  redis.call('UNLINK', base .. 'retiring')
   return 1
 end
 if redis.call('HGET', K_META, 'drawn') == '0' then
@@ -812,46 +814,57 @@ return 1
 "#
 );
 
-/// ARGV: base, SCAN cursor ('0' to begin), keys to look at, the life it
-/// began on (any at '0'), sweep ('1': page even when the queue is gone).
-/// Frees a finished queue from Redis, a page of the keyspace per call:
-/// every key under `base`, the per-ticket hashes too (also those a
-/// discarded life of the queue or a rebuilder that died part-way left,
-/// which nothing else reaches), `:meta` last, so a retirer that dies
-/// part-way leaves a queue that still exists and is retired again from the
-/// start. Begins only while the log is empty (every admission and lapse is
-/// in Postgres), no pass is open and nobody rebuilds; a later page goes on
-/// only while the queue is the life it began on (a second retirer may have
-/// finished it, or an admin moved the end and it was rebuilt: those keys
-/// are the new queue's) and nobody rebuilds. Returns {'-1', life} when it
-/// may not begin, else {next cursor, life}, '0' once it is done.
+/// ARGV: base, SCAN cursor ('0' to begin), keys to look at. Frees a
+/// finished queue from Redis, a page of the keyspace per call.
+///
+/// The first call begins only while the log is empty (every admission and
+/// lapse is in Postgres), no pass is open, no place waits to be forgotten
+/// and nobody rebuilds. It marks the queue `:retiring` and unlinks its
+/// fixed keys at once, so from then on every script finds the queue gone
+/// and writes nothing into it, and a sale an admin makes live again is
+/// rebuilt from the record like any queue Redis lost. Each call then
+/// unlinks a page's keys under `base` (the per-ticket hashes, also those a
+/// discarded life or a rebuilder that died part-way left, which nothing
+/// else reaches), and the last one the mark. A retirer that stops
+/// part-way leaves the mark, and any retirer starts its pages over.
+///
+/// Returns {'-1'} when it may not begin, {'-2'} when the queue was made
+/// again meanwhile (its keys are the new life's: the mark goes, nothing
+/// more is freed), else {next cursor}, '0' once the queue is gone (or was
+/// never there).
 pub(super) const RETIRE: &str = script!(
     r#"
 local cursor = ARGV[2]
-local life = ''
-if redis.call('EXISTS', K_META) == 1 then
-  life = redis.call('HGET', K_META, 'life') or 'unknown'
+local K_RETIRING = base .. 'retiring'
+local function made_again()
+  return redis.call('EXISTS', K_META) == 1 or redis.call('EXISTS', K_REBUILD) == 1
 end
-if redis.call('EXISTS', K_REBUILD) == 1 then
-  if cursor == '0' then return {'-1', life} end
-  return {'0', life}
-end
-if cursor == '0' then
-  if life == '' then
-    if ARGV[5] ~= '1' then return {'0', life} end
-  elseif redis.call('LLEN', K_LOG) > 0 or redis.call('ZCARD', K_DEADLINES) > 0 then
-    return {'-1', life}
+if redis.call('EXISTS', K_RETIRING) == 0 then
+  -- Finished by another retirer, or the queue was made again (which
+  -- takes the mark).
+  if cursor ~= '0' then
+    if made_again() then return {'-2'} end
+    return {'0'}
   end
-elseif life ~= ARGV[4] then
-  return {'0', life}
+  if redis.call('EXISTS', K_REBUILD) == 1 then return {'-1'} end
+  if redis.call('EXISTS', K_META) == 0 then return {'0'} end
+  if redis.call('LLEN', K_LOG) > 0 or redis.call('ZCARD', K_DEADLINES) > 0
+    or redis.call('SCARD', K_FORGET) > 0 then return {'-1'} end
+  redis.call('SET', K_RETIRING, now_ms())
+  redis.call('UNLINK', K_META, K_BY_CUSTOMER, K_SEQ, K_PRE, K_LINE, K_CURSOR, K_DEADLINES,
+    K_OUTSTANDING, K_LOG, K_UNCONFIRMED, K_MIRROR_STOCK, K_MIRROR_UNPAID, K_FORGET, K_DRAWING)
+end
+if made_again() then
+  redis.call('UNLINK', K_RETIRING)
+  return {'-2'}
 end
 local pattern = string.gsub(base, '[%*%?%[%]\\]', '\\%0') .. '*'
 local page = redis.call('SCAN', cursor, 'MATCH', pattern, 'COUNT', ARGV[3])
 for _, key in ipairs(page[2]) do
-  if key ~= K_META then redis.call('UNLINK', key) end
+  if key ~= K_RETIRING then redis.call('UNLINK', key) end
 end
-if page[1] == '0' then redis.call('UNLINK', K_META) end
-return {page[1], life}
+if page[1] == '0' then redis.call('UNLINK', K_RETIRING) end
+return {page[1]}
 "#
 );
 
@@ -872,8 +885,9 @@ pub(super) const REBUILD_BEGIN: &str = script!(
     r#"
 if redis.call('EXISTS', K_META) == 1 then return 0 end
 if not redis.call('SET', K_REBUILD, ARGV[2], 'NX', 'PX', ARGV[3]) then return 0 end
+-- `:retiring` too: a retirement part-way frees nothing of the new life.
 redis.call('UNLINK', K_BY_CUSTOMER, K_SEQ, K_PRE, K_LINE, K_CURSOR, K_DEADLINES, K_OUTSTANDING,
-  K_LOG, K_UNCONFIRMED, K_DRAWING)
+  K_LOG, K_UNCONFIRMED, K_DRAWING, base .. 'retiring')
 return 1
 "#
 );

@@ -15,7 +15,7 @@ use flashsale::domain::draw::{
 };
 use flashsale::domain::{CustomerId, OrderStatus, ProductId, Quantity};
 use flashsale::error::{AppError, PassRefusal};
-use flashsale::queue::{Entry, PassRef, PassState, QueueState};
+use flashsale::queue::{Behind, Entry, PassRef, PassState, QueueState, Retire};
 use flashsale::services::checkout::{purchase, purchase_with_pass, Line, PurchaseOutcome};
 use flashsale::services::queue::{self, read_record, run_once, QueueStatus, Standing};
 use flashsale::services::restore::restore_order;
@@ -764,6 +764,39 @@ async fn a_queue_redis_lost_is_rebuilt_with_every_place_and_no_oversell() {
     assert!(verify(&record_of(&app, product).await).passed());
 }
 
+/// Moves a sale's times back so it is long over (its end and the linger
+/// after it passed).
+fn end_long_ago(app: &TestApp, product: ProductId) {
+    sql(
+        app,
+        &format!(
+            "UPDATE products SET queue_opens_at = now() - interval '3 hours', \
+             sale_starts_at = now() - interval '2 hours', sale_ends_at = now() - interval '1 hour' \
+             WHERE id = {product}"
+        ),
+    )
+}
+
+/// Ticks until a finished queue is freed (a tick looks at a bounded part of
+/// the keyspace, and this Redis is shared with the other tests).
+async fn tick_until_retired(app: &TestApp) {
+    for _ in 0..500 {
+        if tick(app).await.retired == 1 {
+            return;
+        }
+    }
+    panic!("never freed");
+}
+
+/// Each customer's position, in `who`'s order.
+async fn positions(app: &TestApp, who: &[CustomerId], product: ProductId) -> Vec<Option<i64>> {
+    let mut positions = Vec::new();
+    for customer in who {
+        positions.push(status(app, *customer, product).await.position);
+    }
+    positions
+}
+
 /// Every key Redis holds under the queue's base (its per-ticket hashes too).
 async fn keys_of_the_queue(app: &TestApp, product: ProductId) -> Vec<String> {
     let mut redis = raw_redis().await;
@@ -809,32 +842,16 @@ async fn a_finished_queue_is_freed_from_redis_and_an_extended_sale_gets_it_back(
         .query_async(&mut redis)
         .await
         .unwrap();
-    let end_long_ago = |app: &TestApp| {
-        sql(
-            app,
-            &format!(
-                "UPDATE products SET queue_opens_at = now() - interval '3 hours', \
-                 sale_starts_at = now() - interval '2 hours', sale_ends_at = now() - interval '1 hour' \
-                 WHERE id = {product}"
-            ),
-        )
-    };
     // The record is checked against the start the draw had: the times are
     // moved back only so the sale is long over.
     let started = record_of(&app, product).await.starts_at;
-    end_long_ago(&app);
+    end_long_ago(&app, product);
 
     // The second place's pass is still open: nothing is freed.
     assert_eq!(tick(&app).await.retired, 0);
     assert!(app.shop.waiting_room.exists(product).await.unwrap());
     tokio::time::sleep(pass + Duration::from_millis(200)).await;
-    // A tick looks at a bounded part of the keyspace (this Redis is shared
-    // with the other tests), going on from where the last one stopped.
-    let mut ticks = 0;
-    while tick(&app).await.retired == 0 {
-        ticks += 1;
-        assert!(ticks < 500, "never freed");
-    }
+    tick_until_retired(&app).await;
     assert_eq!(keys_of_the_queue(&app, product).await, Vec::<String>::new());
     assert_eq!(admissions(&app, product, "used"), 1);
     assert_eq!(admissions(&app, product, "lapsed"), 1);
@@ -860,11 +877,11 @@ async fn a_finished_queue_is_freed_from_redis_and_an_extended_sale_gets_it_back(
     // A buy from a tab left open finds the room closed and makes no queue.
     let late = buy(&app, buyer, product, before.pass.clone()).await;
     assert!(matches!(&late, Err(AppError::Conflict { .. })), "{late:?}");
-    assert_eq!(tick(&app).await.retired, 0);
+    tick(&app).await;
     assert_eq!(
         keys_of_the_queue(&app, product).await,
         Vec::<String>::new(),
-        "neither polls nor the tick bring it back"
+        "neither polls, a buy nor the tick bring it back"
     );
 
     sql(
@@ -878,6 +895,104 @@ async fn a_finished_queue_is_freed_from_redis_and_an_extended_sale_gets_it_back(
     assert_eq!((back.ticket, back.position), (before.ticket, Some(1)));
     assert_eq!(back.pass_state, Some(PassState::Used));
     assert_eq!(count(&app, "SELECT count(*) AS n FROM orders"), 1);
+}
+
+/// A finished queue found behind the record after its last live tick
+/// (dropped, its passes still open in the record) is rebuilt from the
+/// record so that its last tick ends those passes, and then freed whole,
+/// the hashes the drop left among it. One whose retirement another process
+/// began and left part-way is freed from where it is by the tick, with no
+/// last tick over a half-freed queue; and a sale an admin extends while its
+/// queue is part-way freed comes back whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_finished_queue_dropped_or_left_part_way_is_still_freed_whole() {
+    let pass = Duration::from_secs(2);
+    let app = queue_app(pass).await;
+    let room = &app.shop.waiting_room;
+    let product = queue_product(&app, 2, 1).await;
+    let who = customers(&app, 4);
+    join_all(&app, product, &who).await;
+    start_now(&app, product);
+    assert_eq!(tick(&app).await.issued, 2);
+    assert_eq!(admissions(&app, product, "issued"), 2);
+    assert!(room
+        .discard_behind(product, Behind::Admissions { recorded: 99 })
+        .await
+        .unwrap());
+    assert!(!room.exists(product).await.unwrap());
+    assert!(
+        !keys_of_the_queue(&app, product).await.is_empty(),
+        "a drop leaves the per-ticket hashes"
+    );
+    let started = record_of(&app, product).await.starts_at;
+    end_long_ago(&app, product);
+    tokio::time::sleep(pass + Duration::from_millis(200)).await;
+
+    let first = tick(&app).await;
+    assert_eq!(first.retired, 0, "{first:?}");
+    assert!(
+        room.exists(product).await.unwrap(),
+        "rebuilt to end its passes"
+    );
+    tick_until_retired(&app).await;
+    assert_eq!(keys_of_the_queue(&app, product).await, Vec::<String>::new());
+    assert_eq!(admissions(&app, product, "issued"), 0);
+    assert_eq!(admissions(&app, product, "lapsed"), 2);
+    let mut record = record_of(&app, product).await;
+    record.starts_at = started;
+    let verified = verify(&record);
+    assert!(verified.passed(), "{verified:?}");
+
+    // Extended, rebuilt, over again: another process begins its retirement
+    // and stops after one page (filler keys make sure one is not all).
+    sql(
+        &app,
+        &format!("UPDATE products SET stock = 0, sale_ends_at = now() + interval '1 hour' WHERE id = {product}"),
+    );
+    assert_eq!(tick(&app).await.rebuilt, 1);
+    let placed = positions(&app, &who, product).await;
+    assert!(placed.iter().all(Option::is_some), "{placed:?}");
+    end_long_ago(&app, product);
+    let mut redis = raw_redis().await;
+    let filler = format!("{}filler:", app.shop.redis_prefix);
+    let mut fill = redis::cmd("MSET");
+    for i in 0..3000 {
+        fill.arg(format!("{filler}{i}")).arg(1);
+    }
+    let _: () = fill.query_async(&mut redis).await.unwrap();
+    let mut one_page = 1;
+    assert!(matches!(
+        room.retire(product, None, &mut one_page).await.unwrap(),
+        Retire::PartWay(_)
+    ));
+    assert!(room.is_retiring(product).await.unwrap());
+
+    // Extended while part-way: the queue comes back whole, every place
+    // where it was.
+    sql(
+        &app,
+        &format!(
+            "UPDATE products SET sale_ends_at = now() + interval '1 hour' WHERE id = {product}"
+        ),
+    );
+    assert_eq!(tick(&app).await.rebuilt, 1);
+    assert_eq!(positions(&app, &who, product).await, placed);
+
+    // Over again, and left part-way by a process that stopped: the tick
+    // goes on from the start and frees it.
+    end_long_ago(&app, product);
+    let mut one_page = 1;
+    let part_way = room.retire(product, None, &mut one_page).await.unwrap();
+    assert!(matches!(part_way, Retire::PartWay(_)), "{part_way:?}");
+    tick_until_retired(&app).await;
+    assert_eq!(keys_of_the_queue(&app, product).await, Vec::<String>::new());
+    assert!(!room.is_retiring(product).await.unwrap());
+    let fillers: Vec<String> = (0..3000).map(|i| format!("{filler}{i}")).collect();
+    let _: () = redis::cmd("DEL")
+        .arg(&fillers)
+        .query_async(&mut redis)
+        .await
+        .unwrap();
 }
 
 /// An admin's pause outlives Redis: a queue rebuilt mid-pause stays paused

@@ -1326,10 +1326,12 @@ async fn a_rebuilt_queue_shows_everyone_what_they_saw_before() {
         .collect();
     f.delete(&queue_keys).await;
     assert!(!room.exists(PRODUCT).await.unwrap());
-    // Redis lost the mirror too; the jobs set it again.
+    // Redis lost the mirror too; the jobs set it again once the queue is
+    // back (a mirror is written only into a queue that exists).
     room.mirror_unpaid(PRODUCT, 1).await.unwrap();
     assert!(room.rebuild(PRODUCT, &snapshot).await.unwrap());
     assert!(!room.rebuild(PRODUCT, &snapshot).await.unwrap(), "once");
+    room.mirror_unpaid(PRODUCT, 1).await.unwrap();
     for (c, was) in customers.iter().zip(&before) {
         assert_eq!(
             &room.status(PRODUCT, *c).await.unwrap(),
@@ -2239,11 +2241,12 @@ async fn a_check_for_lost_joins_moves_the_mark_only_from_where_it_read_it() {
 }
 
 /// RETIRE frees every key under its queue's base (the per-ticket hashes
-/// too) and nothing else; it does not begin while a pass is open, the log
-/// holds events Postgres has not recorded or a rebuild runs; a retirement
-/// part-way frees nothing of a queue made again meanwhile (an admin moved
-/// the end); and a queue already dropped is paged for only when asked to
-/// sweep (its hashes are reached by nothing else).
+/// too) and nothing else. It does not begin while a pass is open, the log
+/// holds events Postgres has not recorded, a place waits to be forgotten
+/// or a rebuild runs. Once begun, the queue is gone for every script (no
+/// join, no mirror makes a key of it again), a queue made again part-way
+/// (an admin moved the end) keeps everything of its new life, and a
+/// second retirer going on after the first finished frees nothing more.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn retiring_frees_its_own_queue_only_once_its_log_is_recorded() {
     let f = Fixture::new().await;
@@ -2260,119 +2263,113 @@ async fn retiring_frees_its_own_queue_only_once_its_log_is_recorded() {
         let base = room.key_base(product);
         keys.iter().filter(|k| k.starts_with(&base)).count()
     };
+    let retire_whole = |product: ProductId| async move {
+        let mut budget = usize::MAX;
+        room.retire(product, None, &mut budget).await.unwrap()
+    };
+    let set = |key: String| {
+        let mut raw = f.raw.clone();
+        async move {
+            let _: () = redis::cmd("SADD")
+                .arg(key)
+                .arg("ZZZZZZZZZZ")
+                .query_async(&mut raw)
+                .await
+                .unwrap();
+        }
+    };
 
     drawn_queue(&f, PRODUCT, 3, 300, 1).await;
     drawn_queue(&f, other, 2, 60_000, 1).await;
     f.set_stock(PRODUCT, 1).await;
     assert_eq!(issue(room, PRODUCT, IssueBound::Gate).await.len(), 1);
     assert_eq!(
-        room.retire(PRODUCT, RetireCursor::start(false), 10_000)
-            .await
-            .unwrap(),
+        retire_whole(PRODUCT).await,
         Retire::NotYet,
         "a pass is open"
     );
     tokio::time::sleep(Duration::from_millis(400)).await;
     room.lapse_due(PRODUCT, Duration::ZERO).await.unwrap();
     assert_eq!(
-        room.retire(PRODUCT, RetireCursor::start(false), 10_000)
-            .await
-            .unwrap(),
+        retire_whole(PRODUCT).await,
         Retire::NotYet,
         "the issue and the lapse are not recorded"
     );
     let log = room.log(PRODUCT, 10).await.unwrap();
     assert_eq!(log.len(), 2);
     room.ack_log(PRODUCT, log.last().unwrap()).await.unwrap();
-    let rebuilding = format!("{}rebuilding", room.key_base(PRODUCT));
-    let _: () = redis::cmd("SET")
-        .arg(&rebuilding)
-        .arg("someone")
-        .query_async(&mut raw)
-        .await
-        .unwrap();
-    assert_eq!(
-        room.retire(PRODUCT, RetireCursor::start(false), 10_000)
+    let base = room.key_base(PRODUCT);
+    for (key, why) in [
+        (format!("{base}forget"), "a place waits to be forgotten"),
+        (format!("{base}rebuilding"), "a rebuild runs"),
+    ] {
+        set(key.clone()).await;
+        assert_eq!(retire_whole(PRODUCT).await, Retire::NotYet, "{why}");
+        let _: () = redis::cmd("DEL")
+            .arg(&key)
+            .query_async(&mut raw)
             .await
-            .unwrap(),
-        Retire::NotYet,
-        "a rebuild runs"
-    );
-    let _: () = redis::cmd("DEL")
-        .arg(&rebuilding)
-        .query_async(&mut raw)
-        .await
-        .unwrap();
+            .unwrap();
+    }
+    assert!(room.exists(PRODUCT).await.unwrap(), "nothing was freed");
 
-    // Part-way, the queue is made again: the rest of the pages free none
-    // of the new life.
-    let Retire::PartWay(at) = room
-        .retire(PRODUCT, RetireCursor::start(false), 1)
-        .await
-        .unwrap()
-    else {
+    // Begun: the queue is gone for every script at once.
+    let mut one_page = 1;
+    let Retire::PartWay(at) = room.retire(PRODUCT, None, &mut one_page).await.unwrap() else {
         panic!("one page of a keyspace of over 3,000 keys is not all of it");
     };
-    let _: () = redis::cmd("DEL")
-        .arg(format!("{}meta", room.key_base(PRODUCT)))
-        .query_async(&mut raw)
-        .await
-        .unwrap();
-    tokio::time::sleep(Duration::from_millis(5)).await;
+    assert_eq!(one_page, 0);
+    assert!(!room.exists(PRODUCT).await.unwrap());
+    assert!(room.is_retiring(PRODUCT).await.unwrap());
+    assert_eq!(
+        room.join(PRODUCT, CustomerId(1), &Ticket::generate())
+            .await
+            .unwrap(),
+        Joined::Missing
+    );
+    room.mirror_unpaid(PRODUCT, 3).await.unwrap();
+    room.mirror_stock(PRODUCT, 5, 0).await.unwrap();
+    let keys = f.keys().await;
+    assert!(!keys.contains(&format!("{base}mirror_unpaid")));
+    assert!(!keys.contains(&format!("{base}mirror_stock")));
+
+    // Made again part-way (an admin moved the end): the rest of the pages
+    // free nothing of the new life.
     room.prepare(PRODUCT, &setup(60_000, 300, 1)).await.unwrap();
     let again = join_confirmed(room, PRODUCT, 9).await;
+    let mut budget = usize::MAX;
     assert_eq!(
-        room.retire(PRODUCT, at, 10_000).await.unwrap(),
-        Retire::Retired
+        room.retire(PRODUCT, Some(at), &mut budget).await.unwrap(),
+        Retire::MadeAgain
     );
-    let entry_key = format!("{}entry:{}", room.key_base(PRODUCT), again.ticket.as_str());
     let keys = f.keys().await;
-    assert!(keys.contains(&entry_key), "the new life's place is kept");
-    assert!(keys.contains(&format!("{}meta", room.key_base(PRODUCT))));
+    assert!(keys.contains(&format!("{base}entry:{}", again.ticket.as_str())));
+    assert!(keys.contains(&format!("{base}meta")));
+    assert!(!room.is_retiring(PRODUCT).await.unwrap());
 
     // Its own retirement frees it whole, and nothing of another sale's.
     let before_other = under(&keys, other);
     assert!(before_other > 2);
-    let mut done = room
-        .retire(PRODUCT, RetireCursor::start(false), 1)
-        .await
-        .unwrap();
-    while let Retire::PartWay(at) = done {
-        done = room.retire(PRODUCT, at, 1).await.unwrap();
-    }
-    assert_eq!(done, Retire::Retired);
+    assert_eq!(retire_whole(PRODUCT).await, Retire::Retired);
     let keys = f.keys().await;
     assert_eq!(under(&keys, PRODUCT), 0, "{keys:?}");
     assert_eq!(under(&keys, other), before_other);
     let filler = format!("{}filler:", f.prefix);
     assert_eq!(keys.iter().filter(|k| k.starts_with(&filler)).count(), 3000);
-    // A tick of another instance that read the queue before it went makes
-    // no key of it again.
-    room.mirror_unpaid(PRODUCT, 3).await.unwrap();
-    room.mirror_stock(PRODUCT, 5, 0).await.unwrap();
-    assert_eq!(under(&f.keys().await, PRODUCT), 0);
+    assert_eq!(retire_whole(PRODUCT).await, Retire::Retired, "and again");
 
-    // A dropped queue leaves its per-ticket hashes; only a sweep pages for them.
-    assert!(room
-        .discard_behind(other, Behind::Admissions { recorded: 5 })
-        .await
-        .unwrap());
-    assert!(!room.exists(other).await.unwrap());
-    let left = under(&f.keys().await, other);
-    assert!(left >= 2, "the entry hashes are left");
-    assert_eq!(
-        room.retire(other, RetireCursor::start(false), 10_000)
-            .await
-            .unwrap(),
-        Retire::Retired
-    );
-    assert_eq!(under(&f.keys().await, other), left);
-    assert_eq!(
-        room.retire(other, RetireCursor::start(true), 10_000)
-            .await
-            .unwrap(),
-        Retire::Retired
-    );
+    // Two retirers: one that goes on after the other finished frees
+    // nothing more and finds it done.
+    let mut one_page = 1;
+    let Retire::PartWay(first) = room.retire(other, None, &mut one_page).await.unwrap() else {
+        panic!("one page is not all of it");
+    };
+    assert_eq!(retire_whole(other).await, Retire::Retired);
     assert_eq!(under(&f.keys().await, other), 0);
+    let mut budget = usize::MAX;
+    assert_eq!(
+        room.retire(other, Some(first), &mut budget).await.unwrap(),
+        Retire::Retired
+    );
     f.cleanup().await;
 }

@@ -121,7 +121,7 @@ async fn has_record(shop: &Shop, product: ProductId) -> Result<bool, AppError> {
 
 /// Rebuilds the queue from the record, read once the rebuild key is ours:
 /// a rebuilder that died part-way wrote a snapshot no newer than this one.
-async fn rebuild(shop: &Shop, sale: &QueueSale) -> Result<Readied, AppError> {
+pub(super) async fn rebuild(shop: &Shop, sale: &QueueSale) -> Result<Readied, AppError> {
     let room = &shop.waiting_room;
     let Some(rebuilder) = room.begin_rebuild(sale.product).await? else {
         return Ok(if room.exists(sale.product).await? {

@@ -31,16 +31,15 @@ use diesel::sql_types::{BigInt, Nullable, Timestamptz};
 use super::admissions::{drain_log, resolve_stale, settle_uses_a_rebuild_missed, Resolved};
 use super::entries::{committed_entry, forget_entries, insert_entries};
 use super::local::local;
-use super::opening::{ensure_queue, places_after, read_record, Readied};
+use super::opening::{ensure_queue, places_after, read_record, rebuild, Readied};
 use super::sale::QueueSale;
 use crate::db;
-use crate::db::schema::{queue_draws, queue_entries};
+use crate::db::schema::{queue_admissions, queue_draws, queue_entries};
 use crate::domain::draw::{shuffle, DrawSeed, Ticket};
 use crate::domain::{CustomerId, ProductId};
 use crate::error::AppError;
 use crate::queue::{
     Behind, Confirmed, Drawn, Issue, IssueBound, QueueState, QueueView, Reconcile, Retire,
-    RetireCursor,
 };
 use crate::services::stock_gate::seed_if_absent;
 use crate::services::Shop;
@@ -189,11 +188,15 @@ async fn tick_all(
             report.failed += 1;
         }
     }
+    let mut budget = RETIRE_PAGES_PER_TICK;
     for sale in sales.iter().filter(|s| s.has_retired(&shop.settings, now)) {
+        if budget == 0 {
+            break;
+        }
         if local(&shop.redis_prefix).retired.contains(&sale.product) {
             continue;
         }
-        match retire(shop, sale, recent, &mut report).await {
+        match retire(shop, sale, recent, &mut budget, &mut report).await {
             Ok(true) => {
                 local(&shop.redis_prefix).retired.insert(sale.product);
             }
@@ -208,58 +211,78 @@ async fn tick_all(
 }
 
 /// Pages of the keyspace (`RETIRE_PAGE` keys looked at each) one tick
-/// gives to freeing one finished queue: the keyspace is the whole Redis's,
-/// and the same tick draws and admits for the live sales.
+/// gives to freeing finished queues, all of them together: the keyspace
+/// is the whole Redis's, and the same tick draws and admits for the live
+/// sales.
 const RETIRE_PAGES_PER_TICK: usize = 50;
 
 /// Frees a finished sale's queue from Redis (a crowd's sale leaves a
 /// hundred thousand keys, and a shop runs sale after sale), once one last
 /// tick has settled what it could and recorded its log, a bounded part of
-/// the keyspace per tick. True once it is gone; false while a pass is
-/// still open, its log unrecorded or its pages not all looked at (tried
-/// again, or gone on with, next tick).
+/// the keyspace per tick. True once it is gone; false while it may not
+/// begin yet or its pages are not all freed (tried again, or gone on with,
+/// next tick).
 async fn retire(
     shop: &Shop,
     sale: &QueueSale,
     recent: &mut RecentNumbers,
+    budget: &mut usize,
     report: &mut TickReport,
 ) -> Result<bool, AppError> {
     let room = &shop.waiting_room;
     let product = sale.product;
     let going_on = local(&shop.redis_prefix).retiring.remove(&product);
-    let from = match going_on {
-        Some(from) => from,
-        None => {
-            // Never rebuilt to be freed (a queue Redis lost is in Postgres
-            // whole), also not when another instance freed it meanwhile.
-            if !room.exists(product).await? {
-                return Ok(true);
-            }
-            if let Err(error) = tick_present_queue(shop, sale, recent, report).await {
-                // Another instance freed it under this last tick.
-                return match room.exists(product).await? {
-                    true => Err(error),
-                    false => Ok(true),
-                };
-            }
-            recent.forget(product);
-            // The last tick dropped a queue behind the record: no rebuild
-            // comes to reach its per-ticket hashes, so they are paged for.
-            RetireCursor::start(!room.exists(product).await?)
+    if going_on.is_none() && !room.exists(product).await? {
+        if room.is_retiring(product).await? {
+            // Begun by another instance, or by a process that stopped
+            // part-way: its pages are freed from the start.
+        } else if room.is_rebuilding(product).await? {
+            // Begun just before the end and the linger passed: freed once
+            // it is whole.
+            return Ok(false);
+        } else if has_open_admissions(shop, product).await? {
+            // Dropped (found behind the record) after its last live tick:
+            // rebuilt from the record so that its last tick ends its
+            // passes, and then freed whole, its leftover hashes among them.
+            rebuild(shop, sale).await?;
+            return Ok(false);
+        } else {
+            // Never rebuilt only to be freed: Postgres has it whole.
+            return Ok(true);
         }
-    };
-    match room.retire(product, from, RETIRE_PAGES_PER_TICK).await? {
+    } else if going_on.is_none() {
+        let last_tick = tick_present_queue(shop, sale, recent, report).await;
+        recent.forget(product);
+        last_tick?;
+        if !room.exists(product).await? {
+            // Dropped by its last tick, or freed by another instance
+            // meanwhile: the next tick sees which.
+            return Ok(false);
+        }
+    }
+    match room.retire(product, going_on, budget).await? {
         Retire::Retired => {
             tracing::info!(%product, "the sale's waiting room is over; freed its queue from Redis");
             report.retired += 1;
             Ok(true)
         }
-        Retire::NotYet => Ok(false),
+        Retire::NotYet | Retire::MadeAgain => Ok(false),
         Retire::PartWay(at) => {
             local(&shop.redis_prefix).retiring.insert(product, at);
             Ok(false)
         }
     }
+}
+
+/// Whether the record still has passes it shows open.
+async fn has_open_admissions(shop: &Shop, product: ProductId) -> Result<bool, AppError> {
+    db::run(&shop.pool, move |conn| {
+        let open = queue_admissions::table
+            .filter(queue_admissions::product_id.eq(product.get()))
+            .filter(queue_admissions::state.eq("issued"));
+        Ok(diesel::select(diesel::dsl::exists(open)).get_result(conn)?)
+    })
+    .await
 }
 
 /// Nobody's id: the queue's counts without a customer's place.
