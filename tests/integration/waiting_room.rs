@@ -1939,85 +1939,31 @@ async fn a_pre_queue_join_a_failover_took_back_is_in_the_draw() {
     assert!(verdict.passed(), "{verdict:?}");
 }
 
-/// A record that already gave a ticket a number out of its place (here
-/// number 4 to the ticket at place 5, as a replica that lost a late join
-/// could once write): every queue rebuilt from it would reach that ticket
-/// again at the cursor. The rebuilt cursor is the place that number
-/// displaced, so its waiter is admitted next rather than left behind the
-/// cursor; the ticket holding the number gets no second pass, so the drain
-/// finds nothing conflicting and the queue is not dropped and rebuilt for
-/// ever.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_record_with_a_number_out_of_place_does_not_drop_the_queue_for_ever() {
-    let app = failover_app(Duration::from_millis(600)).await;
-    let product = queue_product(&app, 3, 1).await;
-    let who = customers(&app, 6);
-    join_all(&app, product, &who).await;
-    tick(&app).await;
-    start_now(&app, product);
-    assert_eq!(tick(&app).await.issued, 3);
-    let line = line_of(&app, product, &who).await;
-    sql(
-        &app,
-        &format!(
-            "INSERT INTO queue_admissions (product_id, number, ticket, issued_at, expires_at, state) \
-             VALUES ({product}, 4, '{}', now(), now() + interval '600 milliseconds', 'issued')",
-            line[4]
-        ),
-    );
-    lose_the_queues(&app).await;
-    assert_eq!(tick(&app).await.rebuilt, 1);
-    tokio::time::sleep(app.shop.settings.longest_join() + Duration::from_millis(700)).await;
-    let mut discarded = 0;
-    let mut issued = 0;
-    for _ in 0..4 {
-        let report = tick(&app).await;
-        discarded += report.discarded + report.rebuilt;
-        issued += report.issued;
-    }
-    assert_eq!(discarded, 0, "the queue stays");
-    assert_eq!(
-        issued, 2,
-        "places 4 and 6 are admitted; place 5 is not admitted again"
-    );
-    #[derive(QueryableByName)]
-    struct Admitted {
-        #[diesel(sql_type = diesel::sql_types::Integer)]
-        number: i32,
-        #[diesel(sql_type = diesel::sql_types::Text)]
-        ticket: String,
-    }
-    let rows: Vec<Admitted> = diesel::sql_query(format!(
-        "SELECT number, ticket FROM queue_admissions WHERE product_id = {product} ORDER BY number"
-    ))
-    .load(&mut app.db.conn())
-    .unwrap();
-    let rows: Vec<(i32, String)> = rows.into_iter().map(|r| (r.number, r.ticket)).collect();
-    let expected: Vec<(i32, String)> = [(1, 0), (2, 1), (3, 2), (4, 4), (5, 3), (6, 5)]
-        .into_iter()
-        .map(|(n, place)| (n, line[place].as_str().to_string()))
-        .collect();
-    assert_eq!(rows, expected);
-    let fifth = at_place(&app, &who, product, 5).await.1;
-    assert_eq!(
-        fifth.pass.map(|p| p.number),
-        Some(4),
-        "one pass, the record's"
-    );
-    let fourth = at_place(&app, &who, product, 4).await.1;
-    assert_eq!(
-        fourth.pass.map(|p| p.number),
-        Some(5),
-        "the displaced place is admitted"
-    );
+/// A sale of 3 units and 6 waiters whose record, after the first three
+/// admissions, holds one more: `number` to the ticket at place 5, as a
+/// failover's conflict could once write. The queue is then lost, rebuilt
+/// from that record and ticked four times.
+struct OneMoreAdmission {
+    app: TestApp,
+    product: ProductId,
+    who: Vec<CustomerId>,
+    line: Vec<Ticket>,
+    /// Times the queue was dropped or rebuilt over the four ticks.
+    dropped: usize,
+    issued: usize,
 }
 
-/// A record whose numbers have a gap (3, then 5) is rebuilt to number on
-/// from its highest: numbering on from how many it holds would give the
-/// next waiter number 5 again, which the record holds, so every drain
-/// would find the queue behind and drop it, for ever.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_record_with_a_gap_in_its_numbers_numbers_on_from_its_highest() {
+impl OneMoreAdmission {
+    /// (number, ticket at that place of the line), as `admitted` reads.
+    fn at_places(&self, numbers: &[(i32, usize)]) -> Vec<(i32, String)> {
+        numbers
+            .iter()
+            .map(|&(n, place)| (n, self.line[place].as_str().to_string()))
+            .collect()
+    }
+}
+
+async fn rebuilt_with_one_more_admission(number: i32) -> OneMoreAdmission {
     let app = failover_app(Duration::from_millis(600)).await;
     let product = queue_product(&app, 3, 1).await;
     let who = customers(&app, 6);
@@ -2030,7 +1976,7 @@ async fn a_record_with_a_gap_in_its_numbers_numbers_on_from_its_highest() {
         &app,
         &format!(
             "INSERT INTO queue_admissions (product_id, number, ticket, issued_at, expires_at, state) \
-             VALUES ({product}, 5, '{}', now(), now() + interval '600 milliseconds', 'issued')",
+             VALUES ({product}, {number}, '{}', now(), now() + interval '600 milliseconds', 'issued')",
             line[4]
         ),
     );
@@ -2044,8 +1990,18 @@ async fn a_record_with_a_gap_in_its_numbers_numbers_on_from_its_highest() {
         dropped += report.discarded + report.rebuilt;
         issued += report.issued;
     }
-    assert_eq!(dropped, 0, "the queue stays");
-    assert_eq!(issued, 2, "places 4 and 6 are admitted");
+    OneMoreAdmission {
+        app,
+        product,
+        who,
+        line,
+        dropped,
+        issued,
+    }
+}
+
+/// The record's admissions as (number, ticket), by number.
+fn admitted(app: &TestApp, product: ProductId) -> Vec<(i32, String)> {
     #[derive(QueryableByName)]
     struct Admitted {
         #[diesel(sql_type = diesel::sql_types::Integer)]
@@ -2058,12 +2014,57 @@ async fn a_record_with_a_gap_in_its_numbers_numbers_on_from_its_highest() {
     ))
     .load(&mut app.db.conn())
     .unwrap();
-    let rows: Vec<(i32, String)> = rows.into_iter().map(|r| (r.number, r.ticket)).collect();
-    let expected: Vec<(i32, String)> = [(1, 0), (2, 1), (3, 2), (5, 4), (6, 3), (7, 5)]
-        .into_iter()
-        .map(|(n, place)| (n, line[place].as_str().to_string()))
-        .collect();
-    assert_eq!(rows, expected);
+    rows.into_iter().map(|r| (r.number, r.ticket)).collect()
+}
+
+/// A record that already gave a ticket a number out of its place (here
+/// number 4 to the ticket at place 5, as a replica that lost a late join
+/// could once write): every queue rebuilt from it would reach that ticket
+/// again at the cursor. The rebuilt cursor is the place that number
+/// displaced, so its waiter is admitted next rather than left behind the
+/// cursor; the ticket holding the number gets no second pass, so the drain
+/// finds nothing conflicting and the queue is not dropped and rebuilt for
+/// ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_record_with_a_number_out_of_place_does_not_drop_the_queue_for_ever() {
+    let odd = rebuilt_with_one_more_admission(4).await;
+    assert_eq!(odd.dropped, 0, "the queue stays");
+    assert_eq!(
+        odd.issued, 2,
+        "places 4 and 6 are admitted; place 5 is not admitted again"
+    );
+    assert_eq!(
+        admitted(&odd.app, odd.product),
+        odd.at_places(&[(1, 0), (2, 1), (3, 2), (4, 4), (5, 3), (6, 5)])
+    );
+    let (app, who, product) = (&odd.app, &odd.who, odd.product);
+    let fifth = at_place(app, who, product, 5).await.1;
+    assert_eq!(
+        fifth.pass.map(|p| p.number),
+        Some(4),
+        "one pass, the record's"
+    );
+    let fourth = at_place(app, who, product, 4).await.1;
+    assert_eq!(
+        fourth.pass.map(|p| p.number),
+        Some(5),
+        "the displaced place is admitted"
+    );
+}
+
+/// A record whose numbers have a gap (3, then 5) is rebuilt to number on
+/// from its highest: numbering on from how many it holds would give the
+/// next waiter number 5 again, which the record holds, so every drain
+/// would find the queue behind and drop it, for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_record_with_a_gap_in_its_numbers_numbers_on_from_its_highest() {
+    let gap = rebuilt_with_one_more_admission(5).await;
+    assert_eq!(gap.dropped, 0, "the queue stays");
+    assert_eq!(gap.issued, 2, "places 4 and 6 are admitted");
+    assert_eq!(
+        admitted(&gap.app, gap.product),
+        gap.at_places(&[(1, 0), (2, 1), (3, 2), (5, 4), (6, 3), (7, 5)])
+    );
 }
 
 /// A rebuild whose read of Postgres outlasts the rebuild key's life keeps

@@ -15,7 +15,7 @@ use super::sale::QueueSale;
 use crate::domain::draw::Ticket;
 use crate::domain::{CustomerId, ProductId};
 use crate::error::AppError;
-use crate::queue::{PassRef, PassState, QueueState, QueueView};
+use crate::queue::{Entry, PassRef, PassState, QueueState, QueueView};
 use crate::services::Shop;
 
 /// Where one customer stands (`queue.json`'s `state`).
@@ -82,18 +82,7 @@ pub async fn status(
     let view = match view {
         Some(view) => view,
         // Not prepared yet: nobody has a place before the opening.
-        None if !sale.is_open(now) => QueueView {
-            queue: QueueState::Pre,
-            drawn: false,
-            entry: None,
-            position: None,
-            ahead: None,
-            pass: None,
-            units_left: sale.stock_on_shelf,
-            counted: true,
-            outstanding: 0,
-            unpaid: 0,
-        },
+        None if !sale.is_open(now) => view_without_queue(&sale, QueueState::Pre, None),
         // Redis lost it (or nobody prepared it yet): the one poll that
         // notices asks Postgres, so no waiter is told they have no place.
         None => {
@@ -149,9 +138,16 @@ async fn retired_view(
         Some(customer) => recorded_entry(shop, sale.product, customer).await?,
         None => None,
     };
-    Ok(QueueView {
-        queue: QueueState::Closed,
-        drawn: true,
+    Ok(view_without_queue(sale, QueueState::Closed, entry))
+}
+
+/// What the sale alone says of a room Redis holds no queue for (before its
+/// opening, or after it is over for good): its state, the customer's place
+/// if known, the shelf's stock, nothing held and no position.
+fn view_without_queue(sale: &QueueSale, queue: QueueState, entry: Option<Entry>) -> QueueView {
+    QueueView {
+        queue,
+        drawn: queue == QueueState::Closed,
         entry,
         position: None,
         ahead: None,
@@ -160,7 +156,7 @@ async fn retired_view(
         counted: true,
         outstanding: 0,
         unpaid: 0,
-    })
+    }
 }
 
 fn standing_of(view: &QueueView, ended: bool) -> Standing {
