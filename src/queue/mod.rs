@@ -297,7 +297,8 @@ pub enum Retire {
     /// Gone from Redis (or never there).
     Retired,
     /// Its log holds events Postgres has not recorded, a pass is open, a
-    /// place waits to be forgotten or a rebuild runs: nothing was freed.
+    /// place waits to be confirmed or forgotten, a rebuild runs, or another
+    /// retirer's lease is live: nothing was freed.
     NotYet,
     /// Made again meanwhile (an admin moved the end and it was rebuilt):
     /// what is there now is the new life's, and nothing more was freed.
@@ -306,9 +307,13 @@ pub enum Retire {
     PartWay(RetireCursor),
 }
 
-/// Where a retirement stopped in the keyspace (a SCAN cursor).
+/// Where a retirement stopped in the keyspace (a SCAN cursor), and whose
+/// it is (the token its mark names).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RetireCursor(String);
+pub struct RetireCursor {
+    cursor: String,
+    token: String,
+}
 
 /// Counts for the admin dashboard.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -1435,31 +1440,41 @@ impl WaitingRoom {
     /// (`QueueSale::has_retired`). A page of the keyspace (`RETIRE_PAGE`
     /// keys looked at) is one call, taken from `budget`: the keyspace is
     /// the whole Redis's, so a caller that ticks live sales too spends a
-    /// bounded share of each tick on it and goes on from `PartWay` later.
+    /// bounded share of each tick on it and goes on from `PartWay` later,
+    /// within `lease`, or another retirer takes it over.
     pub async fn retire(
         &self,
         product: ProductId,
         from: Option<RetireCursor>,
         budget: &mut usize,
+        lease: Duration,
     ) -> Result<Retire, AppError> {
-        let mut cursor = from.map_or_else(|| "0".to_string(), |from| from.0);
+        let mut at = from.unwrap_or_else(|| RetireCursor {
+            cursor: "0".to_string(),
+            token: uuid::Uuid::new_v4().simple().to_string(),
+        });
         while *budget > 0 {
             *budget -= 1;
             let next: Vec<String> = self
                 .run(
                     &self.inner.retire,
                     product,
-                    &[cursor, RETIRE_PAGE.to_string()],
+                    &[
+                        at.cursor.clone(),
+                        RETIRE_PAGE.to_string(),
+                        at.token.clone(),
+                        lease.as_millis().to_string(),
+                    ],
                 )
                 .await?;
             match next.first().map(String::as_str) {
                 Some("-1") => return Ok(Retire::NotYet),
                 Some("-2") => return Ok(Retire::MadeAgain),
                 Some("0") | None => return Ok(Retire::Retired),
-                Some(next) => cursor = next.to_string(),
+                Some(next) => at.cursor = next.to_string(),
             }
         }
-        Ok(Retire::PartWay(RetireCursor(cursor)))
+        Ok(Retire::PartWay(at))
     }
 
     /// Whether a retirement has begun and not finished (its fixed keys are

@@ -814,32 +814,40 @@ return 1
 "#
 );
 
-/// ARGV: base, SCAN cursor ('0' to begin), keys to look at. Frees a
-/// finished queue from Redis, a page of the keyspace per call.
+/// ARGV: base, SCAN cursor ('0' to begin), keys to look at, the
+/// retirer's token, its lease in ms. Frees a finished queue from Redis, a
+/// page of the keyspace per call.
 ///
 /// The first call begins only while the log is empty (every admission and
-/// lapse is in Postgres), no pass is open, no place waits to be forgotten
-/// and nobody rebuilds. It marks the queue `:retiring` and unlinks its
-/// fixed keys at once, so from then on every script finds the queue gone
-/// and writes nothing into it, and a sale an admin makes live again is
-/// rebuilt from the record like any queue Redis lost. Each call then
-/// unlinks a page's keys under `base` (the per-ticket hashes, also those a
-/// discarded life or a rebuilder that died part-way left, which nothing
-/// else reaches), and the last one the mark. A retirer that stops
-/// part-way leaves the mark, and any retirer starts its pages over.
+/// lapse is in Postgres), no pass is open, no place waits to be confirmed
+/// or forgotten and nobody rebuilds. It marks the queue `:retiring` and
+/// unlinks its fixed keys at once, so from then on every script finds the
+/// queue gone and writes nothing into it, and a sale an admin makes live
+/// again is rebuilt from the record like any queue Redis lost. Each call
+/// then unlinks a page's keys under `base` (the per-ticket hashes, also
+/// those a discarded life or a rebuilder that died part-way left, which
+/// nothing else reaches), and the last one the mark.
 ///
-/// Returns {'-1'} when it may not begin, {'-2'} when the queue was made
-/// again meanwhile (its keys are the new life's: the mark goes, nothing
-/// more is freed), else {next cursor}, '0' once the queue is gone (or was
-/// never there).
+/// The mark names one retirer and a lease its every call renews: the pass
+/// over the keyspace is made once, not by every instance's tick at once.
+/// Another retirer waits while the lease is live and, once it lapsed (a
+/// retirer that stopped part-way), takes the mark over and pages from the
+/// start; so does a cursor another retirement left behind.
+///
+/// Returns {'-1'} when it may not begin (or another retirer's lease is
+/// live), {'-2'} when the queue was made again meanwhile (its keys are the
+/// new life's: the mark goes, nothing more is freed), else {next cursor},
+/// '0' once the queue is gone (or was never there).
 pub(super) const RETIRE: &str = script!(
     r#"
-local cursor = ARGV[2]
+local cursor, token = ARGV[2], ARGV[4]
 local K_RETIRING = base .. 'retiring'
 local function made_again()
   return redis.call('EXISTS', K_META) == 1 or redis.call('EXISTS', K_REBUILD) == 1
 end
-if redis.call('EXISTS', K_RETIRING) == 0 then
+local now = now_ms()
+local mark = redis.call('GET', K_RETIRING)
+if not mark then
   -- Finished by another retirer, or the queue was made again (which
   -- takes the mark).
   if cursor ~= '0' then
@@ -849,15 +857,23 @@ if redis.call('EXISTS', K_RETIRING) == 0 then
   if redis.call('EXISTS', K_REBUILD) == 1 then return {'-1'} end
   if redis.call('EXISTS', K_META) == 0 then return {'0'} end
   if redis.call('LLEN', K_LOG) > 0 or redis.call('ZCARD', K_DEADLINES) > 0
-    or redis.call('SCARD', K_FORGET) > 0 then return {'-1'} end
-  redis.call('SET', K_RETIRING, now_ms())
+    or redis.call('ZCARD', K_UNCONFIRMED) > 0 or redis.call('SCARD', K_FORGET) > 0 then
+    return {'-1'}
+  end
   redis.call('UNLINK', K_META, K_BY_CUSTOMER, K_SEQ, K_PRE, K_LINE, K_CURSOR, K_DEADLINES,
     K_OUTSTANDING, K_LOG, K_UNCONFIRMED, K_MIRROR_STOCK, K_MIRROR_UNPAID, K_FORGET, K_DRAWING)
+else
+  local owner, lease_until = string.match(mark, '^(.*)|(%d+)$')
+  if owner ~= token then
+    if now < (tonumber(lease_until) or 0) then return {'-1'} end
+    cursor = '0'
+  end
 end
 if made_again() then
   redis.call('UNLINK', K_RETIRING)
   return {'-2'}
 end
+redis.call('SET', K_RETIRING, token .. '|' .. (now + tonumber(ARGV[5])))
 local pattern = string.gsub(base, '[%*%?%[%]\\]', '\\%0') .. '*'
 local page = redis.call('SCAN', cursor, 'MATCH', pattern, 'COUNT', ARGV[3])
 for _, key in ipairs(page[2]) do

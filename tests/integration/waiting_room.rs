@@ -906,6 +906,8 @@ async fn a_finished_queue_is_freed_from_redis_and_an_extended_sale_gets_it_back(
 /// queue is part-way freed comes back whole.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_finished_queue_dropped_or_left_part_way_is_still_freed_whole() {
+    // The lease of a retirer that stops part-way (another process's).
+    const STOPPED_LEASE: Duration = Duration::from_millis(300);
     let pass = Duration::from_secs(2);
     let app = queue_app(pass).await;
     let room = &app.shop.waiting_room;
@@ -962,7 +964,9 @@ async fn a_finished_queue_dropped_or_left_part_way_is_still_freed_whole() {
     let _: () = fill.query_async(&mut redis).await.unwrap();
     let mut one_page = 1;
     assert!(matches!(
-        room.retire(product, None, &mut one_page).await.unwrap(),
+        room.retire(product, None, &mut one_page, STOPPED_LEASE)
+            .await
+            .unwrap(),
         Retire::PartWay(_)
     ));
     assert!(room.is_retiring(product).await.unwrap());
@@ -982,8 +986,17 @@ async fn a_finished_queue_dropped_or_left_part_way_is_still_freed_whole() {
     // goes on from the start and frees it.
     end_long_ago(&app, product);
     let mut one_page = 1;
-    let part_way = room.retire(product, None, &mut one_page).await.unwrap();
+    let part_way = room
+        .retire(product, None, &mut one_page, STOPPED_LEASE)
+        .await
+        .unwrap();
     assert!(matches!(part_way, Retire::PartWay(_)), "{part_way:?}");
+    assert_eq!(
+        tick(&app).await.retired,
+        0,
+        "the stopped retirer's lease is still live"
+    );
+    tokio::time::sleep(STOPPED_LEASE + Duration::from_millis(50)).await;
     tick_until_retired(&app).await;
     assert_eq!(keys_of_the_queue(&app, product).await, Vec::<String>::new());
     assert!(!room.is_retiring(product).await.unwrap());
@@ -993,6 +1006,47 @@ async fn a_finished_queue_dropped_or_left_part_way_is_still_freed_whole() {
         .query_async(&mut redis)
         .await
         .unwrap();
+}
+
+/// An ended sale whose queue Redis lost is made again only while the
+/// record shows a pass open (its last tick must end it). Otherwise a poll
+/// answers from the record and nothing comes back into Redis: an instance
+/// whose clock is behind never remakes a queue another has just freed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_ended_sale_s_lost_queue_is_made_again_only_for_an_open_pass() {
+    let app = queue_app(Duration::from_secs(60)).await;
+    let room = &app.shop.waiting_room;
+    let product = queue_product(&app, 1, 1).await;
+    let who = customers(&app, 2);
+    join_all(&app, product, &who).await;
+    start_now(&app, product);
+    assert_eq!(tick(&app).await.issued, 1);
+    sql(
+        &app,
+        &format!("UPDATE products SET sale_ends_at = now() WHERE id = {product}"),
+    );
+
+    lose_the_queues(&app).await;
+    let polled = status(&app, who[1], product).await;
+    assert_eq!(polled.standing, Standing::Closed);
+    assert!(
+        room.exists(product).await.unwrap(),
+        "rebuilt: a pass is open"
+    );
+
+    sql(
+        &app,
+        &format!("UPDATE queue_admissions SET state = 'lapsed', ended_at = now() WHERE product_id = {product}"),
+    );
+    lose_the_queues(&app).await;
+    let polled = status(&app, who[1], product).await;
+    assert_eq!(polled.standing, Standing::Closed);
+    assert!(
+        polled.ticket.is_some(),
+        "the customer still sees their ticket"
+    );
+    assert!(!room.exists(product).await.unwrap(), "not made again");
+    assert_eq!(keys_of_the_queue(&app, product).await, Vec::<String>::new());
 }
 
 /// An admin's pause outlives Redis: a queue rebuilt mid-pause stays paused

@@ -18,6 +18,8 @@ use tokio::sync::Barrier;
 use crate::helpers::unique_prefix;
 
 const PRODUCT: ProductId = ProductId(41);
+/// A retirer's lease in these tests.
+const LEASE: Duration = Duration::from_millis(300);
 
 fn redis_url() -> String {
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
@@ -2265,7 +2267,9 @@ async fn retiring_frees_its_own_queue_only_once_its_log_is_recorded() {
     };
     let retire_whole = |product: ProductId| async move {
         let mut budget = usize::MAX;
-        room.retire(product, None, &mut budget).await.unwrap()
+        room.retire(product, None, &mut budget, LEASE)
+            .await
+            .unwrap()
     };
     let set = |key: String| {
         let mut raw = f.raw.clone();
@@ -2315,7 +2319,11 @@ async fn retiring_frees_its_own_queue_only_once_its_log_is_recorded() {
 
     // Begun: the queue is gone for every script at once.
     let mut one_page = 1;
-    let Retire::PartWay(at) = room.retire(PRODUCT, None, &mut one_page).await.unwrap() else {
+    let Retire::PartWay(at) = room
+        .retire(PRODUCT, None, &mut one_page, LEASE)
+        .await
+        .unwrap()
+    else {
         panic!("one page of a keyspace of over 3,000 keys is not all of it");
     };
     assert_eq!(one_page, 0);
@@ -2336,10 +2344,16 @@ async fn retiring_frees_its_own_queue_only_once_its_log_is_recorded() {
     // Made again part-way (an admin moved the end): the rest of the pages
     // free nothing of the new life.
     room.prepare(PRODUCT, &setup(60_000, 300, 1)).await.unwrap();
+    assert!(
+        !room.is_retiring(PRODUCT).await.unwrap(),
+        "a new life takes the mark"
+    );
     let again = join_confirmed(room, PRODUCT, 9).await;
     let mut budget = usize::MAX;
     assert_eq!(
-        room.retire(PRODUCT, Some(at), &mut budget).await.unwrap(),
+        room.retire(PRODUCT, Some(at), &mut budget, LEASE)
+            .await
+            .unwrap(),
         Retire::MadeAgain
     );
     let keys = f.keys().await;
@@ -2358,18 +2372,66 @@ async fn retiring_frees_its_own_queue_only_once_its_log_is_recorded() {
     assert_eq!(keys.iter().filter(|k| k.starts_with(&filler)).count(), 3000);
     assert_eq!(retire_whole(PRODUCT).await, Retire::Retired, "and again");
 
-    // Two retirers: one that goes on after the other finished frees
-    // nothing more and finds it done.
+    // Two retirers: while the first's lease is live the second waits; the
+    // first goes on and finishes, and the second then finds it done.
     let mut one_page = 1;
-    let Retire::PartWay(first) = room.retire(other, None, &mut one_page).await.unwrap() else {
+    let Retire::PartWay(first) = room
+        .retire(other, None, &mut one_page, LEASE)
+        .await
+        .unwrap()
+    else {
         panic!("one page is not all of it");
     };
-    assert_eq!(retire_whole(other).await, Retire::Retired);
-    assert_eq!(under(&f.keys().await, other), 0);
+    assert_eq!(
+        retire_whole(other).await,
+        Retire::NotYet,
+        "the first's lease is live"
+    );
     let mut budget = usize::MAX;
     assert_eq!(
-        room.retire(other, Some(first), &mut budget).await.unwrap(),
+        room.retire(other, Some(first), &mut budget, LEASE)
+            .await
+            .unwrap(),
         Retire::Retired
     );
+    assert_eq!(under(&f.keys().await, other), 0);
+    assert_eq!(retire_whole(other).await, Retire::Retired);
+
+    // A retirer that stopped part-way is taken over once its lease lapsed,
+    // from the start: every key goes, and the one that stopped, coming
+    // back, finds the mark another's (and waits) or the queue gone.
+    drawn_queue(&f, other, 2, 60_000, 1).await;
+    let mut one_page = 1;
+    let Retire::PartWay(stopped) = room
+        .retire(other, None, &mut one_page, LEASE)
+        .await
+        .unwrap()
+    else {
+        panic!("one page is not all of it");
+    };
+    tokio::time::sleep(LEASE + Duration::from_millis(50)).await;
+    let mut one_page = 1;
+    let Retire::PartWay(taking_over) = room
+        .retire(other, None, &mut one_page, LEASE)
+        .await
+        .unwrap()
+    else {
+        panic!("one page is not all of it");
+    };
+    let mut budget = usize::MAX;
+    assert_eq!(
+        room.retire(other, Some(stopped), &mut budget, LEASE)
+            .await
+            .unwrap(),
+        Retire::NotYet,
+        "the mark is the other's now"
+    );
+    assert_eq!(
+        room.retire(other, Some(taking_over), &mut budget, LEASE)
+            .await
+            .unwrap(),
+        Retire::Retired
+    );
+    assert_eq!(under(&f.keys().await, other), 0);
     f.cleanup().await;
 }

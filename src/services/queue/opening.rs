@@ -51,9 +51,10 @@ pub enum Readied {
     Rebuilt,
     /// Another caller is rebuilding it: try again in a moment.
     Rebuilding,
-    /// The sale is over for good (`QueueSale::has_retired`): its queue is
-    /// freed, not made again, whatever still asks for it (a buy from a tab
-    /// left open, a forged pass), or no running tick would free it again.
+    /// The sale is over for good (`QueueSale::has_retired`), or over with
+    /// no pass open in the record: its queue is freed (or about to be), not
+    /// made again, whatever still asks for it (a poll, a buy from a tab
+    /// left open, a forged pass), or no running tick might free it again.
     Retired,
 }
 
@@ -73,7 +74,14 @@ pub async fn ensure_queue(shop: &Shop, sale: &QueueSale) -> Result<Readied, AppE
         }
         return Ok(Readied::Present);
     }
-    if sale.has_retired(&shop.settings, Utc::now()) {
+    // An ended sale's queue is made again only while the record shows a
+    // pass open, which its last tick must end; otherwise nobody needs it,
+    // and one made by an instance whose clock is behind, after another
+    // freed it, would be left in Redis.
+    let now = Utc::now();
+    if sale.has_retired(&shop.settings, now)
+        || (sale.has_ended(now) && !has_open_admissions(shop, sale.product).await?)
+    {
         return Ok(Readied::Retired);
     }
     // Callers that find another rebuilding read nothing from Postgres.
@@ -102,6 +110,17 @@ pub async fn ensure_queue(shop: &Shop, sale: &QueueSale) -> Result<Readied, AppE
     };
     local(&shop.redis_prefix).prepared_with(sale.product, &setup);
     Ok(readied)
+}
+
+/// Whether the record still shows a pass open (`issued`).
+pub(super) async fn has_open_admissions(shop: &Shop, product: ProductId) -> Result<bool, AppError> {
+    db::run(&shop.pool, move |conn| {
+        let open = queue_admissions::table
+            .filter(queue_admissions::product_id.eq(product.get()))
+            .filter(queue_admissions::state.eq("issued"));
+        Ok(diesel::select(diesel::dsl::exists(open)).get_result(conn)?)
+    })
+    .await
 }
 
 /// Whether Postgres has anything of the queue a new one would lose.

@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 use super::entries::recorded_entry;
 use super::join::queue_sale;
 use super::local::local;
-use super::opening::ensure_queue;
+use super::opening::{ensure_queue, Readied};
 use super::sale::QueueSale;
 use crate::domain::draw::Ticket;
 use crate::domain::{CustomerId, ProductId};
@@ -85,10 +85,10 @@ pub async fn status(
         None if !sale.is_open(now) => view_without_queue(&sale, QueueState::Pre, None),
         // Redis lost it (or nobody prepared it yet): the one poll that
         // notices asks Postgres, so no waiter is told they have no place.
-        None => {
-            ensure_queue(shop, &sale).await?;
-            shop.waiting_room.status(product, who).await?
-        }
+        None => match ensure_queue(shop, &sale).await? {
+            Readied::Retired => retired_view(shop, &sale, customer).await?,
+            _ => shop.waiting_room.status(product, who).await?,
+        },
     };
     let (rate, held_until) = {
         let local = local(&shop.redis_prefix);

@@ -30,11 +30,14 @@ use diesel::sql_types::{BigInt, Nullable, Timestamptz};
 
 use super::admissions::{drain_log, resolve_stale, settle_uses_a_rebuild_missed, Resolved};
 use super::entries::{committed_entry, forget_entries, insert_entries};
+use super::join::queue_sale;
 use super::local::local;
-use super::opening::{ensure_queue, places_after, read_record, rebuild, Readied};
+use super::opening::{
+    ensure_queue, has_open_admissions, places_after, read_record, rebuild, Readied,
+};
 use super::sale::QueueSale;
 use crate::db;
-use crate::db::schema::{queue_admissions, queue_draws, queue_entries};
+use crate::db::schema::{queue_draws, queue_entries};
 use crate::domain::draw::{shuffle, DrawSeed, Ticket};
 use crate::domain::{CustomerId, ProductId};
 use crate::error::AppError;
@@ -231,6 +234,12 @@ async fn retire(
 ) -> Result<bool, AppError> {
     let room = &shop.waiting_room;
     let product = sale.product;
+    // As the shelf has it now: the live ticks before this one may have
+    // taken seconds, and an admin may have moved the end meanwhile.
+    let sale = &queue_sale(shop, product).await?;
+    if !sale.has_retired(&shop.settings, Utc::now()) {
+        return Ok(false);
+    }
     let going_on = local(&shop.redis_prefix).retiring.remove(&product);
     if going_on.is_none() && !room.exists(product).await? {
         if room.is_retiring(product).await? {
@@ -260,7 +269,10 @@ async fn retire(
             return Ok(false);
         }
     }
-    match room.retire(product, going_on, budget).await? {
+    // A retirer that misses this many ticks (a restart, a slow tick) has
+    // its pass over the keyspace taken over by another instance's tick.
+    let lease = (shop.settings.queue_tick * 10).max(Duration::from_secs(1));
+    match room.retire(product, going_on, budget, lease).await? {
         Retire::Retired => {
             tracing::info!(%product, "the sale's waiting room is over; freed its queue from Redis");
             report.retired += 1;
@@ -272,17 +284,6 @@ async fn retire(
             Ok(false)
         }
     }
-}
-
-/// Whether the record still has passes it shows open.
-async fn has_open_admissions(shop: &Shop, product: ProductId) -> Result<bool, AppError> {
-    db::run(&shop.pool, move |conn| {
-        let open = queue_admissions::table
-            .filter(queue_admissions::product_id.eq(product.get()))
-            .filter(queue_admissions::state.eq("issued"));
-        Ok(diesel::select(diesel::dsl::exists(open)).get_result(conn)?)
-    })
-    .await
 }
 
 /// Nobody's id: the queue's counts without a customer's place.
