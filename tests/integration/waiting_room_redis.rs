@@ -2052,6 +2052,31 @@ async fn a_pre_queue_of_a_hundred_thousand_is_drawn_in_parts_and_dropped_at_once
     f.cleanup().await;
 }
 
+/// A finished queue of a hundred thousand places is freed in pages of the
+/// keyspace, each one call, so no call holds Redis for long; every key of
+/// it goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_queue_of_a_hundred_thousand_places_is_retired_in_pages() {
+    let f = Fixture::new().await;
+    let room = &f.room;
+    let places = 100_000_i64;
+    undrawn_queue(&f, PRODUCT, places).await;
+    let base = room.key_base(PRODUCT);
+    let under = |keys: Vec<String>| keys.iter().filter(|k| k.starts_with(&base)).count();
+    assert!(under(f.keys().await) as i64 > places);
+    let mut budget = usize::MAX;
+    let (retired, took, slowest) =
+        beside_pings(&f, room.retire(PRODUCT, None, &mut budget, LEASE)).await;
+    // Seen, not asserted (speed belongs in benchmarks).
+    println!(
+        "retired {places} places in {took:?} over {} calls; the slowest PING meanwhile took {slowest:?}",
+        usize::MAX - budget
+    );
+    assert_eq!(retired.unwrap(), Retire::Retired);
+    assert_eq!(under(f.keys().await), 0);
+    f.cleanup().await;
+}
+
 /// Every instance's tick draws at the opening second: one drawer stages at
 /// a time (the first part takes a lease the others are refused by), so two
 /// at once, even with orders of their own, leave one order whole, and the
