@@ -292,27 +292,19 @@ pub struct Checked {
 }
 
 /// What `retire` did.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Retire {
     /// Gone from Redis (or never there).
     Retired,
     /// Its log holds events Postgres has not recorded, a pass is open, a
-    /// place waits to be confirmed or forgotten, a rebuild runs, or another
-    /// retirer's lease is live: nothing was freed.
+    /// place waits to be confirmed or forgotten, or a rebuild runs:
+    /// nothing was freed.
     NotYet,
     /// Made again meanwhile (an admin moved the end and it was rebuilt):
     /// what is there now is the new life's, and nothing more was freed.
     MadeAgain,
-    /// Its page budget ran out part-way; `retire` goes on from here.
-    PartWay(RetireCursor),
-}
-
-/// Where a retirement stopped in the keyspace (a SCAN cursor), and whose
-/// it is (the token its mark names).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RetireCursor {
-    cursor: String,
-    token: String,
+    /// The budget ran out part-way; the next call (anyone's) goes on.
+    PartWay,
 }
 
 /// Counts for the admin dashboard.
@@ -1434,52 +1426,40 @@ impl WaitingRoom {
         Rebuilder::begin(self, product).await
     }
 
-    /// Frees a finished queue from Redis, every key of it (RETIRE), from
-    /// the start or from where an earlier call stopped: Postgres has its
-    /// whole record, and nothing asks Redis for it again
-    /// (`QueueSale::has_retired`). A page of the keyspace (`RETIRE_PAGE`
-    /// keys looked at) is one call, taken from `budget`: the keyspace is
-    /// the whole Redis's, so a caller that ticks live sales too spends a
-    /// bounded share of each tick on it and goes on from `PartWay` later,
-    /// within `lease`, or another retirer takes it over.
-    pub async fn retire(
-        &self,
-        product: ProductId,
-        from: Option<RetireCursor>,
-        budget: &mut usize,
-        lease: Duration,
-    ) -> Result<Retire, AppError> {
-        let mut at = from.unwrap_or_else(|| RetireCursor {
-            cursor: "0".to_string(),
-            token: uuid::Uuid::new_v4().simple().to_string(),
-        });
+    /// Frees a finished queue from Redis, every key of it (RETIRE), going
+    /// on where the last call stopped (anyone's): Postgres has its whole
+    /// record, and nothing asks Redis for it again
+    /// (`QueueSale::has_retired`, which the caller has just seen). A page
+    /// of the keyspace (`RETIRE_PAGE` keys looked at) is one call, taken
+    /// from `budget`: the keyspace is the whole Redis's, so a caller that
+    /// ticks live sales too spends a bounded share of each tick on it.
+    pub async fn retire(&self, product: ProductId, budget: &mut usize) -> Result<Retire, AppError> {
+        // Only the first call may begin a retirement: a later one that
+        // finds no mark finds it finished, or the queue made again.
+        let mut may_begin = "1";
         while *budget > 0 {
             *budget -= 1;
             let next: Vec<String> = self
                 .run(
                     &self.inner.retire,
                     product,
-                    &[
-                        at.cursor.clone(),
-                        RETIRE_PAGE.to_string(),
-                        at.token.clone(),
-                        lease.as_millis().to_string(),
-                    ],
+                    &[RETIRE_PAGE.to_string(), may_begin.to_string()],
                 )
                 .await?;
+            may_begin = "0";
             match next.first().map(String::as_str) {
                 Some("-1") => return Ok(Retire::NotYet),
                 Some("-2") => return Ok(Retire::MadeAgain),
                 Some("0") | None => return Ok(Retire::Retired),
-                Some(next) => at.cursor = next.to_string(),
+                Some(_) => {}
             }
         }
-        Ok(Retire::PartWay(at))
+        Ok(Retire::PartWay)
     }
 
     /// Whether a retirement has begun and not finished (its fixed keys are
-    /// gone, its pages not all freed): a retirer that stopped part-way, or
-    /// another instance's under way.
+    /// gone, its pages not all freed), or a dropped queue left its hashes:
+    /// the next `retire` goes on from the mark.
     pub async fn is_retiring(&self, product: ProductId) -> Result<bool, AppError> {
         self.has_key(product, "retiring").await
     }

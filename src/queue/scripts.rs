@@ -810,47 +810,45 @@ if not behind then return 0 end
 -- by nothing (CLAIM and STATUS go by `:by_customer`).
 redis.call('UNLINK', K_META, K_BY_CUSTOMER, K_SEQ, K_PRE, K_LINE, K_CURSOR, K_DEADLINES,
   K_OUTSTANDING, K_LOG, K_UNCONFIRMED, K_MIRROR_STOCK, K_MIRROR_UNPAID, K_DRAWING)
+-- The hashes left are paged for if the sale ends before a rebuild
+-- (RETIRE goes on from this mark); a rebuild takes it.
+redis.call('SET', base .. 'retiring', '0')
 return 1
 "#
 );
 
-/// ARGV: base, SCAN cursor ('0' to begin), keys to look at, the
-/// retirer's token, its lease in ms. Frees a finished queue from Redis, a
-/// page of the keyspace per call.
+/// ARGV: base, keys to look at, whether this call may begin ('1': its
+/// caller has just seen the sale over for good). Frees a finished queue
+/// from Redis, a page of the keyspace per call.
 ///
-/// The first call begins only while the log is empty (every admission and
+/// A retirement begins only while the log is empty (every admission and
 /// lapse is in Postgres), no pass is open, no place waits to be confirmed
-/// or forgotten and nobody rebuilds. It marks the queue `:retiring` and
-/// unlinks its fixed keys at once, so from then on every script finds the
-/// queue gone and writes nothing into it, and a sale an admin makes live
-/// again is rebuilt from the record like any queue Redis lost. Each call
-/// then unlinks a page's keys under `base` (the per-ticket hashes, also
-/// those a discarded life or a rebuilder that died part-way left, which
-/// nothing else reaches), and the last one the mark.
+/// or forgotten and nobody rebuilds. It unlinks the fixed keys at once, so
+/// from then on every script finds the queue gone and writes nothing into
+/// it, and a sale an admin makes live again is rebuilt from the record
+/// like any queue Redis lost. Each call then unlinks a page's keys under
+/// `base` (the per-ticket hashes, also those a discarded life or a
+/// rebuilder that died part-way left, which nothing else reaches).
 ///
-/// The mark names one retirer and a lease its every call renews: the pass
-/// over the keyspace is made once, not by every instance's tick at once.
-/// Another retirer waits while the lease is live and, once it lapsed (a
-/// retirer that stopped part-way), takes the mark over and pages from the
-/// start; so does a cursor another retirement left behind.
+/// `:retiring` holds the SCAN cursor of the next page, so any caller (any
+/// instance, or one that restarted) goes on where the last call stopped:
+/// the keyspace is paged once, however many instances tick. DISCARD_BEHIND
+/// and REBUILD_BEGIN leave it at '0' (hashes left behind, if the rebuild
+/// dies), REBUILD_FINISH and PREPARE take it (a whole queue is no one's to
+/// free); nothing is freed while a rebuild runs.
 ///
-/// Returns {'-1'} when it may not begin (or another retirer's lease is
-/// live), {'-2'} when the queue was made again meanwhile (its keys are the
-/// new life's: the mark goes, nothing more is freed), else {next cursor},
-/// '0' once the queue is gone (or was never there).
+/// Returns {'-1'} when it may not begin, {'-2'} when the queue was made
+/// again meanwhile (nothing more is freed), else {next cursor}, '0' once
+/// the queue is gone (or was never there).
 pub(super) const RETIRE: &str = script!(
     r#"
-local cursor, token = ARGV[2], ARGV[4]
 local K_RETIRING = base .. 'retiring'
 local function made_again()
   return redis.call('EXISTS', K_META) == 1 or redis.call('EXISTS', K_REBUILD) == 1
 end
-local now = now_ms()
-local mark = redis.call('GET', K_RETIRING)
-if not mark then
-  -- Finished by another retirer, or the queue was made again (which
-  -- takes the mark).
-  if cursor ~= '0' then
+local cursor = redis.call('GET', K_RETIRING)
+if not cursor then
+  if ARGV[3] ~= '1' then
     if made_again() then return {'-2'} end
     return {'0'}
   end
@@ -862,24 +860,23 @@ if not mark then
   end
   redis.call('UNLINK', K_META, K_BY_CUSTOMER, K_SEQ, K_PRE, K_LINE, K_CURSOR, K_DEADLINES,
     K_OUTSTANDING, K_LOG, K_UNCONFIRMED, K_MIRROR_STOCK, K_MIRROR_UNPAID, K_FORGET, K_DRAWING)
-else
-  local owner, lease_until = string.match(mark, '^(.*)|(%d+)$')
-  if owner ~= token then
-    if now < (tonumber(lease_until) or 0) then return {'-1'} end
-    cursor = '0'
-  end
-end
-if made_again() then
+  cursor = '0'
+elseif redis.call('EXISTS', K_REBUILD) == 1 then
+  return {'-1'}
+elseif redis.call('EXISTS', K_META) == 1 then
   redis.call('UNLINK', K_RETIRING)
   return {'-2'}
 end
-redis.call('SET', K_RETIRING, token .. '|' .. (now + tonumber(ARGV[5])))
 local pattern = string.gsub(base, '[%*%?%[%]\\]', '\\%0') .. '*'
-local page = redis.call('SCAN', cursor, 'MATCH', pattern, 'COUNT', ARGV[3])
+local page = redis.call('SCAN', cursor, 'MATCH', pattern, 'COUNT', ARGV[2])
 for _, key in ipairs(page[2]) do
   if key ~= K_RETIRING then redis.call('UNLINK', key) end
 end
-if page[1] == '0' then redis.call('UNLINK', K_RETIRING) end
+if page[1] == '0' then
+  redis.call('UNLINK', K_RETIRING)
+else
+  redis.call('SET', K_RETIRING, page[1])
+end
 return {page[1]}
 "#
 );
@@ -901,9 +898,12 @@ pub(super) const REBUILD_BEGIN: &str = script!(
     r#"
 if redis.call('EXISTS', K_META) == 1 then return 0 end
 if not redis.call('SET', K_REBUILD, ARGV[2], 'NX', 'PX', ARGV[3]) then return 0 end
--- `:retiring` too: a retirement part-way frees nothing of the new life.
 redis.call('UNLINK', K_BY_CUSTOMER, K_SEQ, K_PRE, K_LINE, K_CURSOR, K_DEADLINES, K_OUTSTANDING,
-  K_LOG, K_UNCONFIRMED, K_DRAWING, base .. 'retiring')
+  K_LOG, K_UNCONFIRMED, K_DRAWING)
+-- What is written from here on is left behind if this rebuilder dies: a
+-- retirement pages from the start for it (RETIRE), and REBUILD_FINISH
+-- takes the mark.
+redis.call('SET', base .. 'retiring', '0')
 return 1
 "#
 );
@@ -986,6 +986,9 @@ redis.call('HSET', K_META, 'starts_at_ms', ARGV[3], 'pass_ms', ARGV[4], 'units',
 -- places back (CONFIRM) before it draws.
 redis.call('HDEL', K_META, 'reconciled')
 redis.call('DEL', K_REBUILD)
+-- Whole again: no one's to free (a retirement begins anew, from its
+-- sale's end).
+redis.call('UNLINK', base .. 'retiring')
 return 1
 "#
 );

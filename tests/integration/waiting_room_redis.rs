@@ -18,8 +18,6 @@ use tokio::sync::Barrier;
 use crate::helpers::unique_prefix;
 
 const PRODUCT: ProductId = ProductId(41);
-/// A retirer's lease in these tests.
-const LEASE: Duration = Duration::from_millis(300);
 
 fn redis_url() -> String {
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
@@ -2065,8 +2063,7 @@ async fn a_queue_of_a_hundred_thousand_places_is_retired_in_pages() {
     let under = |keys: Vec<String>| keys.iter().filter(|k| k.starts_with(&base)).count();
     assert!(under(f.keys().await) as i64 > places);
     let mut budget = usize::MAX;
-    let (retired, took, slowest) =
-        beside_pings(&f, room.retire(PRODUCT, None, &mut budget, LEASE)).await;
+    let (retired, took, slowest) = beside_pings(&f, room.retire(PRODUCT, &mut budget)).await;
     // Seen, not asserted (speed belongs in benchmarks).
     println!(
         "retired {places} places in {took:?} over {} calls; the slowest PING meanwhile took {slowest:?}",
@@ -2271,9 +2268,10 @@ async fn a_check_for_lost_joins_moves_the_mark_only_from_where_it_read_it() {
 /// too) and nothing else. It does not begin while a pass is open, the log
 /// holds events Postgres has not recorded, a place waits to be forgotten
 /// or a rebuild runs. Once begun, the queue is gone for every script (no
-/// join, no mirror makes a key of it again), a queue made again part-way
-/// (an admin moved the end) keeps everything of its new life, and a
-/// second retirer going on after the first finished frees nothing more.
+/// join, no mirror makes a key of it again), and any later call goes on
+/// from the mark. A rebuild holds it off; a dead rebuilder or a drop leaves
+/// the mark at the start, so their leftovers are paged for; a whole queue
+/// (prepared anew, or rebuilt) takes the mark.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn retiring_frees_its_own_queue_only_once_its_log_is_recorded() {
     let f = Fixture::new().await;
@@ -2292,9 +2290,7 @@ async fn retiring_frees_its_own_queue_only_once_its_log_is_recorded() {
     };
     let retire_whole = |product: ProductId| async move {
         let mut budget = usize::MAX;
-        room.retire(product, None, &mut budget, LEASE)
-            .await
-            .unwrap()
+        room.retire(product, &mut budget).await.unwrap()
     };
     let set = |key: String| {
         let mut raw = f.raw.clone();
@@ -2344,13 +2340,11 @@ async fn retiring_frees_its_own_queue_only_once_its_log_is_recorded() {
 
     // Begun: the queue is gone for every script at once.
     let mut one_page = 1;
-    let Retire::PartWay(at) = room
-        .retire(PRODUCT, None, &mut one_page, LEASE)
-        .await
-        .unwrap()
-    else {
-        panic!("one page of a keyspace of over 3,000 keys is not all of it");
-    };
+    assert_eq!(
+        room.retire(PRODUCT, &mut one_page).await.unwrap(),
+        Retire::PartWay,
+        "one page of a keyspace of over 3,000 keys is not all of it"
+    );
     assert_eq!(one_page, 0);
     assert!(!room.exists(PRODUCT).await.unwrap());
     assert!(room.is_retiring(PRODUCT).await.unwrap());
@@ -2366,97 +2360,78 @@ async fn retiring_frees_its_own_queue_only_once_its_log_is_recorded() {
     assert!(!keys.contains(&format!("{base}mirror_unpaid")));
     assert!(!keys.contains(&format!("{base}mirror_stock")));
 
-    // Made again part-way (an admin moved the end): the rest of the pages
-    // free nothing of the new life.
-    room.prepare(PRODUCT, &setup(60_000, 300, 1)).await.unwrap();
-    assert!(
-        !room.is_retiring(PRODUCT).await.unwrap(),
-        "a new life takes the mark"
-    );
-    let again = join_confirmed(room, PRODUCT, 9).await;
-    let mut budget = usize::MAX;
-    assert_eq!(
-        room.retire(PRODUCT, Some(at), &mut budget, LEASE)
-            .await
-            .unwrap(),
-        Retire::MadeAgain
-    );
-    let keys = f.keys().await;
-    assert!(keys.contains(&format!("{base}entry:{}", again.ticket.as_str())));
-    assert!(keys.contains(&format!("{base}meta")));
-    assert!(!room.is_retiring(PRODUCT).await.unwrap());
-
-    // Its own retirement frees it whole, and nothing of another sale's.
+    // Another call (another instance's) goes on from the mark and frees
+    // the rest, and nothing of another sale's or of other keys.
     let before_other = under(&keys, other);
     assert!(before_other > 2);
     assert_eq!(retire_whole(PRODUCT).await, Retire::Retired);
     let keys = f.keys().await;
     assert_eq!(under(&keys, PRODUCT), 0, "{keys:?}");
+    assert!(!room.is_retiring(PRODUCT).await.unwrap());
     assert_eq!(under(&keys, other), before_other);
     let filler = format!("{}filler:", f.prefix);
     assert_eq!(keys.iter().filter(|k| k.starts_with(&filler)).count(), 3000);
     assert_eq!(retire_whole(PRODUCT).await, Retire::Retired, "and again");
 
-    // Two retirers: while the first's lease is live the second waits; the
-    // first goes on and finishes, and the second then finds it done.
+    // A rebuild holds a retirement off while it runs; one that dies leaves
+    // the mark at the start, so its leftovers are paged for.
     let mut one_page = 1;
-    let Retire::PartWay(first) = room
-        .retire(other, None, &mut one_page, LEASE)
+    assert_eq!(
+        room.retire(other, &mut one_page).await.unwrap(),
+        Retire::PartWay
+    );
+    let rebuilder = room.begin_rebuild(other).await.unwrap().unwrap();
+    assert_eq!(retire_whole(other).await, Retire::NotYet, "a rebuild runs");
+    rebuilder.abandon().await;
+    let _: () = redis::cmd("HSET")
+        .arg(format!("{}entry:ZZZZZZZZZZ", room.key_base(other)))
+        .arg("customer")
+        .arg(7)
+        .query_async(&mut raw)
         .await
-        .unwrap()
-    else {
-        panic!("one page is not all of it");
-    };
-    assert_eq!(
-        retire_whole(other).await,
-        Retire::NotYet,
-        "the first's lease is live"
-    );
-    let mut budget = usize::MAX;
-    assert_eq!(
-        room.retire(other, Some(first), &mut budget, LEASE)
-            .await
-            .unwrap(),
-        Retire::Retired
-    );
-    assert_eq!(under(&f.keys().await, other), 0);
+        .unwrap();
+    assert!(room.is_retiring(other).await.unwrap());
     assert_eq!(retire_whole(other).await, Retire::Retired);
-
-    // A retirer that stopped part-way is taken over once its lease lapsed,
-    // from the start: every key goes, and the one that stopped, coming
-    // back, finds the mark another's (and waits) or the queue gone.
-    drawn_queue(&f, other, 2, 60_000, 1).await;
-    let mut one_page = 1;
-    let Retire::PartWay(stopped) = room
-        .retire(other, None, &mut one_page, LEASE)
-        .await
-        .unwrap()
-    else {
-        panic!("one page is not all of it");
-    };
-    tokio::time::sleep(LEASE + Duration::from_millis(50)).await;
-    let mut one_page = 1;
-    let Retire::PartWay(taking_over) = room
-        .retire(other, None, &mut one_page, LEASE)
-        .await
-        .unwrap()
-    else {
-        panic!("one page is not all of it");
-    };
-    let mut budget = usize::MAX;
-    assert_eq!(
-        room.retire(other, Some(stopped), &mut budget, LEASE)
-            .await
-            .unwrap(),
-        Retire::NotYet,
-        "the mark is the other's now"
-    );
-    assert_eq!(
-        room.retire(other, Some(taking_over), &mut budget, LEASE)
-            .await
-            .unwrap(),
-        Retire::Retired
-    );
     assert_eq!(under(&f.keys().await, other), 0);
+
+    // A drop leaves the mark at the start too: a retirement pages for the
+    // hashes it left, which nothing else reaches.
+    drawn_queue(&f, other, 2, 60_000, 1).await;
+    assert!(!room.is_retiring(other).await.unwrap());
+    assert!(room
+        .discard_behind(other, Behind::Admissions { recorded: 5 })
+        .await
+        .unwrap());
+    assert!(room.is_retiring(other).await.unwrap());
+    assert!(
+        under(&f.keys().await, other) >= 2,
+        "the entry hashes are left"
+    );
+    assert_eq!(retire_whole(other).await, Retire::Retired);
+    assert_eq!(under(&f.keys().await, other), 0);
+
+    // A whole queue is no one's to free: a queue prepared anew, or a
+    // rebuild that finishes, takes the mark.
+    drawn_queue(&f, other, 2, 60_000, 1).await;
+    assert!(room
+        .discard_behind(other, Behind::Admissions { recorded: 5 })
+        .await
+        .unwrap());
+    room.prepare(other, &setup(60_000, 300, 1)).await.unwrap();
+    assert!(!room.is_retiring(other).await.unwrap());
+    assert!(room
+        .discard_behind(other, Behind::Admissions { recorded: 5 })
+        .await
+        .unwrap());
+    let snapshot = QueueSnapshot {
+        setup: setup(60_000, 300, 1),
+        state: QueueState::Pre,
+        drawn: false,
+        entries: Vec::new(),
+        line: Vec::new(),
+        admissions: Vec::new(),
+    };
+    assert!(room.rebuild(other, &snapshot).await.unwrap());
+    assert!(!room.is_retiring(other).await.unwrap());
     f.cleanup().await;
 }

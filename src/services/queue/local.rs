@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 
 use crate::domain::ProductId;
-use crate::queue::{QueueSetup, RetireCursor};
+use crate::queue::QueueSetup;
 
 /// How far back the admission rate looks.
 const RATE_WINDOW: Duration = Duration::from_secs(60);
@@ -29,9 +29,6 @@ pub(super) struct Local {
     /// Products whose finished queue this process saw freed from Redis
     /// (or never there), so the tick stops asking.
     pub retired: HashSet<ProductId>,
-    /// Finished queues this process is freeing, a part of the keyspace a
-    /// tick, and where it stopped.
-    pub retiring: HashMap<ProductId, RetireCursor>,
     /// The setup this process last prepared each queue with.
     pub prepared: HashMap<ProductId, (DateTime<Utc>, Duration, i64)>,
     pace: HashMap<ProductId, Pace>,

@@ -181,11 +181,7 @@ async fn tick_all(
     for sale in sales.iter().filter(|s| is_live(shop, s, now)) {
         report.queues += 1;
         // Live again (an admin moved the end): freed again when it ends.
-        {
-            let mut this = local(&shop.redis_prefix);
-            this.retired.remove(&sale.product);
-            this.retiring.remove(&sale.product);
-        }
+        local(&shop.redis_prefix).retired.remove(&sale.product);
         if let Err(error) = tick_queue(shop, sale, recent, &mut report).await {
             tracing::warn!(product = %sale.product, %error, "waiting room tick failed; trying again next tick");
             report.failed += 1;
@@ -240,26 +236,24 @@ async fn retire(
     if !sale.has_retired(&shop.settings, Utc::now()) {
         return Ok(false);
     }
-    let going_on = local(&shop.redis_prefix).retiring.remove(&product);
-    if going_on.is_none() && !room.exists(product).await? {
-        if room.is_retiring(product).await? {
-            // Begun by another instance, or by a process that stopped
-            // part-way: its pages are freed from the start.
-        } else if room.is_rebuilding(product).await? {
-            // Begun just before the end and the linger passed: freed once
-            // it is whole.
-            return Ok(false);
-        } else if has_open_admissions(shop, product).await? {
+    if !room.exists(product).await? {
+        if has_open_admissions(shop, product).await? {
             // Dropped (found behind the record) after its last live tick:
             // rebuilt from the record so that its last tick ends its
             // passes, and then freed whole, its leftover hashes among them.
             rebuild(shop, sale).await?;
             return Ok(false);
-        } else {
-            // Never rebuilt only to be freed: Postgres has it whole.
-            return Ok(true);
         }
-    } else if going_on.is_none() {
+        if !room.is_retiring(product).await? {
+            // Never rebuilt only to be freed: Postgres has it whole. A
+            // rebuild begun just before the end and the linger passed is
+            // freed once it is whole.
+            return Ok(!room.is_rebuilding(product).await?);
+        }
+        // Part-way (another instance's, or a process's that stopped), or a
+        // drop's leftover hashes: paged on from the mark, with no last
+        // tick over a half-freed queue.
+    } else {
         let last_tick = tick_present_queue(shop, sale, recent, report).await;
         recent.forget(product);
         last_tick?;
@@ -269,20 +263,13 @@ async fn retire(
             return Ok(false);
         }
     }
-    // A retirer that misses this many ticks (a restart, a slow tick) has
-    // its pass over the keyspace taken over by another instance's tick.
-    let lease = (shop.settings.queue_tick * 10).max(Duration::from_secs(1));
-    match room.retire(product, going_on, budget, lease).await? {
+    match room.retire(product, budget).await? {
         Retire::Retired => {
             tracing::info!(%product, "the sale's waiting room is over; freed its queue from Redis");
             report.retired += 1;
             Ok(true)
         }
-        Retire::NotYet | Retire::MadeAgain => Ok(false),
-        Retire::PartWay(at) => {
-            local(&shop.redis_prefix).retiring.insert(product, at);
-            Ok(false)
-        }
+        Retire::NotYet | Retire::MadeAgain | Retire::PartWay => Ok(false),
     }
 }
 
