@@ -595,6 +595,22 @@ impl WaitingRoom {
     /// existing queue takes the new setup (an admin moved the start).
     /// Returns whether it was created.
     pub async fn prepare(&self, product: ProductId, setup: &QueueSetup) -> Result<bool, AppError> {
+        self.prepare_with(product, setup, true).await
+    }
+
+    /// Gives a queue this process saw exists the sale's setup (an undrawn
+    /// one takes it), and never creates one: a queue freed or dropped since
+    /// is not made again empty.
+    pub async fn give_setup(&self, product: ProductId, setup: &QueueSetup) -> Result<(), AppError> {
+        self.prepare_with(product, setup, false).await.map(|_| ())
+    }
+
+    async fn prepare_with(
+        &self,
+        product: ProductId,
+        setup: &QueueSetup,
+        may_create: bool,
+    ) -> Result<bool, AppError> {
         let created: i64 = self
             .run(
                 &self.inner.prepare,
@@ -603,6 +619,7 @@ impl WaitingRoom {
                     setup.starts_at.timestamp_millis().to_string(),
                     (setup.pass.as_millis().max(1) as u64).to_string(),
                     setup.units.max(1).to_string(),
+                    if may_create { "1" } else { "0" }.to_string(),
                 ],
             )
             .await?;

@@ -173,11 +173,15 @@ macro_rules! script {
     };
 }
 
-/// ARGV: base, starts_at_ms, pass_ms, units. Creates the queue unless it
-/// exists; an undrawn one takes the new setup. Returns 1 if created.
+/// ARGV: base, starts_at_ms, pass_ms, units, whether it may create ('1').
+/// Creates the queue unless it exists (and only if it may: a caller that
+/// saw it exists only gives it the setup, so a queue freed or dropped
+/// meanwhile is not made again empty); an undrawn one takes the new setup.
+/// Returns 1 if created.
 pub(super) const PREPARE: &str = script!(
     r#"
 local state = redis.call('HGET', K_META, 'state')
+if not state and ARGV[5] ~= '1' then return 0 end
 if not state then
   -- A rebuild part-way: the queue is not new, and the rebuild makes it.
   if redis.call('EXISTS', K_REBUILD) == 1 then return 0 end
@@ -830,9 +834,10 @@ return 1
 /// `base` (the per-ticket hashes, also those a discarded life or a
 /// rebuilder that died part-way left, which nothing else reaches).
 ///
-/// `:retiring` holds the SCAN cursor of the next page, so any caller (any
-/// instance, or one that restarted) goes on where the last call stopped:
-/// the keyspace is paged once, however many instances tick. DISCARD_BEHIND
+/// `:retiring` holds the SCAN cursor of the next page (and the server
+/// that gave it), so any caller (any instance, or one that restarted) goes
+/// on where the last call stopped: the keyspace is paged once, however
+/// many instances tick. DISCARD_BEHIND
 /// and REBUILD_BEGIN leave it at '0' (hashes left behind, if the rebuild
 /// dies), REBUILD_FINISH and PREPARE take it (a whole queue is no one's to
 /// free); nothing is freed while a rebuild runs.
@@ -846,8 +851,17 @@ local K_RETIRING = base .. 'retiring'
 local function made_again()
   return redis.call('EXISTS', K_META) == 1 or redis.call('EXISTS', K_REBUILD) == 1
 end
-local cursor = redis.call('GET', K_RETIRING)
-if not cursor then
+-- A SCAN cursor means something only to the server that gave it (its
+-- table, hashed with a seed of its own): a mark another server wrote (a
+-- failover, a restart) is paged from the start.
+local server = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)') or ''
+local mark = redis.call('GET', K_RETIRING)
+local cursor = mark
+if mark then
+  local from, at = string.match(mark, '^(%x*):(%d+)$')
+  if from == server then cursor = at else cursor = '0' end
+end
+if not mark then
   if ARGV[3] ~= '1' then
     if made_again() then return {'-2'} end
     return {'0'}
@@ -875,7 +889,7 @@ end
 if page[1] == '0' then
   redis.call('UNLINK', K_RETIRING)
 else
-  redis.call('SET', K_RETIRING, page[1])
+  redis.call('SET', K_RETIRING, server .. ':' .. page[1])
 end
 return {page[1]}
 "#

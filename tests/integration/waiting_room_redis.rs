@@ -2380,9 +2380,29 @@ async fn retiring_frees_its_own_queue_only_once_its_log_is_recorded() {
         room.retire(other, &mut one_page).await.unwrap(),
         Retire::PartWay
     );
+    let mark = format!("{}retiring", room.key_base(other));
+    let read_mark = |raw: redis::aio::MultiplexedConnection| {
+        let mark = mark.clone();
+        async move {
+            let mut raw = raw;
+            let value: Option<String> = redis::cmd("GET")
+                .arg(&mark)
+                .query_async(&mut raw)
+                .await
+                .unwrap();
+            value
+        }
+    };
+    assert_ne!(read_mark(raw.clone()).await.as_deref(), Some("0"));
     let rebuilder = room.begin_rebuild(other).await.unwrap().unwrap();
+    assert_eq!(
+        read_mark(raw.clone()).await.as_deref(),
+        Some("0"),
+        "from the start"
+    );
     assert_eq!(retire_whole(other).await, Retire::NotYet, "a rebuild runs");
     rebuilder.abandon().await;
+    assert_eq!(read_mark(raw.clone()).await.as_deref(), Some("0"));
     let _: () = redis::cmd("HSET")
         .arg(format!("{}entry:ZZZZZZZZZZ", room.key_base(other)))
         .arg("customer")
@@ -2433,5 +2453,30 @@ async fn retiring_frees_its_own_queue_only_once_its_log_is_recorded() {
     };
     assert!(room.rebuild(other, &snapshot).await.unwrap());
     assert!(!room.is_retiring(other).await.unwrap());
+
+    // A mark another server wrote (a failover, a restart: its cursor means
+    // nothing here) is paged from the start.
+    drawn_queue(&f, other, 8, 60_000, 1).await;
+    assert!(room
+        .discard_behind(other, Behind::Admissions { recorded: 99 })
+        .await
+        .unwrap());
+    let size: usize = redis::cmd("DBSIZE").query_async(&mut raw).await.unwrap();
+    let (halfway, _): (String, Vec<String>) = redis::cmd("SCAN")
+        .arg(0)
+        .arg("COUNT")
+        .arg(size / 2)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg(format!("{}retiring", room.key_base(other)))
+        .arg(format!("0123456789abcdef:{halfway}"))
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert!(under(&f.keys().await, other) >= 8);
+    assert_eq!(retire_whole(other).await, Retire::Retired);
+    assert_eq!(under(&f.keys().await, other), 0);
     f.cleanup().await;
 }

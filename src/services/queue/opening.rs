@@ -69,7 +69,7 @@ pub async fn ensure_queue(shop: &Shop, sale: &QueueSale) -> Result<Readied, AppE
         // given yet (its first look, or an admin moved the start) is given
         // again, which an undrawn queue takes and a drawn one ignores.
         if local(&shop.redis_prefix).needs_prepare(sale.product, &setup) {
-            room.prepare(sale.product, &setup).await?;
+            room.give_setup(sale.product, &setup).await?;
             local(&shop.redis_prefix).prepared_with(sale.product, &setup);
         }
         return Ok(Readied::Present);

@@ -252,7 +252,9 @@ async fn retire(
         }
         // Part-way (another instance's, or a process's that stopped), or a
         // drop's leftover hashes: paged on from the mark, with no last
-        // tick over a half-freed queue.
+        // tick over a half-freed queue. A drop keeps the places waiting to
+        // be forgotten, which the pages would unlink: their rows go first.
+        forget_entries(shop, product).await?;
     } else {
         let last_tick = tick_present_queue(shop, sale, recent, report).await;
         recent.forget(product);
