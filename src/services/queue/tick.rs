@@ -195,7 +195,7 @@ async fn tick_all(
         if local(&shop.redis_prefix).retired.contains(&sale.product) {
             continue;
         }
-        match retire(shop, sale, recent, &mut budget, &mut report).await {
+        match retire(shop, sale.product, recent, &mut budget, &mut report).await {
             Ok(true) => {
                 local(&shop.redis_prefix).retired.insert(sale.product);
             }
@@ -223,13 +223,12 @@ const RETIRE_PAGES_PER_TICK: usize = 50;
 /// next tick).
 async fn retire(
     shop: &Shop,
-    sale: &QueueSale,
+    product: ProductId,
     recent: &mut RecentNumbers,
     budget: &mut usize,
     report: &mut TickReport,
 ) -> Result<bool, AppError> {
     let room = &shop.waiting_room;
-    let product = sale.product;
     // As the shelf has it now: the live ticks before this one may have
     // taken seconds, and an admin may have moved the end meanwhile.
     let sale = &queue_sale(shop, product).await?;
@@ -245,13 +244,14 @@ async fn retire(
             return Ok(false);
         }
         if !room.is_retiring(product).await? {
-            // Never rebuilt only to be freed: Postgres has it whole. A
-            // rebuild begun just before the end and the linger passed is
-            // freed once it is whole.
-            return Ok(!room.is_rebuilding(product).await?);
+            // Never rebuilt only to be freed: Postgres has it whole. (A
+            // rebuild under way holds the mark, REBUILD_BEGIN sets it: one
+            // begun just before the linger passed is waited for below.)
+            return Ok(true);
         }
-        // Part-way (another instance's, or a process's that stopped), or a
-        // drop's leftover hashes: paged on from the mark, with no last
+        // Part-way (another instance's, or a process's that stopped), a
+        // drop's or a rebuilder's leftover hashes, or a rebuild under way
+        // (RETIRE waits for it): paged on from the mark, with no last
         // tick over a half-freed queue. A drop keeps the places waiting to
         // be forgotten, which the pages would unlink: their rows go first.
         forget_entries(shop, product).await?;
