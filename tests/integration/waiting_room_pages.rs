@@ -1002,6 +1002,69 @@ async fn a_lapsed_pass_says_so_and_admits_the_next() {
     assert_eq!(app.db.ledger_rows(), rows);
 }
 
+/// A buy whose reply was lost is sent again once the sale is over and its
+/// waiting room freed from Redis: the resend gets its order, not "closed,
+/// nothing was changed" (which would leave an order the customer thinks
+/// they never made to expire unpaid).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_resend_after_the_room_is_freed_gets_its_order() {
+    let app = spawn_app().await;
+    let product = queue_sale(&app, 1, 1, Duration::seconds(1), None).await;
+    let buyer = app.customer("resender@example.com").await;
+    expect_redirect(
+        &join(&buyer, product).await,
+        &format!("/products/{product}/queue"),
+    );
+    wait_for(
+        &buyer,
+        product,
+        StdDuration::from_secs(15),
+        state_is("admitted"),
+    )
+    .await;
+    let page = expect_page(
+        buyer.get(&format!("/products/{product}/queue")).await,
+        StatusCode::OK,
+        "It is your turn",
+    )
+    .await;
+    let pass = pass_in(&page);
+    let token = buyer.csrf().await;
+    let key = uuid::Uuid::new_v4().simple().to_string();
+    let form = [
+        ("quantity", "1"),
+        ("csrf_token", token.as_str()),
+        ("idempotency_key", key.as_str()),
+        ("pass", pass.as_str()),
+    ];
+    let buy = format!("/products/{product}/buy");
+    let order = order_id_from(&buyer.post(&buy, &form).await);
+
+    diesel::sql_query(format!(
+        "UPDATE products SET queue_opens_at = now() - interval '3 hours', \
+         sale_starts_at = now() - interval '2 hours', sale_ends_at = now() - interval '1 hour' \
+         WHERE id = {product}"
+    ))
+    .execute(&mut app.db.conn())
+    .unwrap();
+    flashsale::services::sale_cache::invalidate();
+    let room = &app.shop.waiting_room;
+    let product_id = flashsale::domain::ProductId(product);
+    let deadline = Instant::now() + StdDuration::from_secs(15);
+    while room.exists(product_id).await.unwrap() || room.is_retiring(product_id).await.unwrap() {
+        assert!(Instant::now() < deadline, "the room was never freed");
+        tokio::time::sleep(StdDuration::from_millis(100)).await;
+    }
+
+    let again = buyer.post(&buy, &form).await;
+    assert_eq!(order_id_from(&again), order);
+    assert_eq!(orders_of(&app, product), 1);
+    assert!(
+        !room.exists(product_id).await.unwrap(),
+        "nothing made again"
+    );
+}
+
 /// Once the sale ends the waiting room is closed for everyone in it, and
 /// takes nobody else.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

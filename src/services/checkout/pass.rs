@@ -64,6 +64,15 @@ async fn buy_with_pass(
             // customer's resends would find their own pass "in use" until
             // the tick lapsed it.
             unclaim(shop, product, &pass, &admission).await;
+            // A resend of a form whose purchase committed gets its order,
+            // whatever the queue says now: freed once the sale is over
+            // ("closed"), or unreachable. Only on this path, so a buy that
+            // claims pays no extra read.
+            if let Some(key) = &answer_key {
+                if let Ok(Some(order)) = order_named(&shop.bookkeeping, customer, key.key()).await {
+                    return Ok(PurchaseOutcome::AlreadyOrdered(order));
+                }
+            }
             return Err(error);
         }
     };
