@@ -8,9 +8,10 @@ use clap::{Parser, Subcommand};
 
 use crate::config::Settings;
 use crate::db;
+use crate::domain::draw::{Claims, EntriesCommitment, SeedCommitment, Ticket};
 use crate::domain::{Email, Money, Password, ProductId};
 use crate::qa::bench::{chart, render as render_bench, run_bench, BenchConfig};
-use crate::qa::draw::{check_document, fetch_and_check};
+use crate::qa::draw::{check_document_with, fetch_and_check_with};
 use crate::qa::lab::{
     lab_document, render_experiments, run_experiments, run_lab, Contest, LabConfig, Strategy,
 };
@@ -52,8 +53,10 @@ enum Command {
 #[derive(Subcommand)]
 enum DrawCommand {
     /// Check a product's draw.json as any customer could: the seed against
-    /// its commitment, the order against the seed, the admissions against
-    /// the order. Exits 1 unless every check passes.
+    /// its commitment (and the one you saved), the drawn entries against the
+    /// list frozen at the start, the order against the seed, the admissions
+    /// against the order, and your ticket's place. Exits 1 unless every
+    /// check passes.
     Verify(DrawVerifyArgs),
 }
 
@@ -67,6 +70,18 @@ struct DrawVerifyArgs {
     /// A saved draw.json to check instead of the shop's.
     #[arg(long)]
     file: Option<std::path::PathBuf>,
+    /// The seed's commitment (seed_sha256) as you saved it when you joined:
+    /// the published one must be the same, or the seed may have been picked later.
+    #[arg(long, value_name = "HEX")]
+    commitment: Option<SeedCommitment>,
+    /// Your ticket: it must be an entry, in the frozen list if you joined
+    /// before the start, and in the order.
+    #[arg(long, value_name = "TICKET")]
+    ticket: Option<Ticket>,
+    /// The frozen pre-queue's commitment (entries_sha256) as you saved it
+    /// at the start: the published one must be the same.
+    #[arg(long, value_name = "HEX")]
+    entries: Option<EntriesCommitment>,
 }
 
 #[derive(clap::Args)]
@@ -261,13 +276,18 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
 }
 
 async fn draw_verify(args: DrawVerifyArgs) -> anyhow::Result<ExitCode> {
+    let claims = Claims {
+        commitment: args.commitment,
+        ticket: args.ticket,
+        entries: args.entries,
+    };
     let report = match (&args.file, &args.base_url) {
         (Some(path), _) => {
             let body = std::fs::read_to_string(path)
                 .map_err(|e| anyhow::anyhow!("reading {}: {e}", path.display()))?;
-            check_document(args.product, &path.display().to_string(), &body)
+            check_document_with(args.product, &path.display().to_string(), &body, claims)
         }
-        (None, Some(base_url)) => fetch_and_check(base_url, args.product).await?,
+        (None, Some(base_url)) => fetch_and_check_with(base_url, args.product, claims).await?,
         (None, None) => unreachable!("clap requires --base-url or --file"),
     };
     print!("{}", report.render());
@@ -534,6 +554,14 @@ mod tests {
         ])
         .is_err());
         assert!(parse(&["--base-url", "http://x", "--product", "0"]).is_err());
+
+        let commitment = "630dcd2966c4336691125448bbb25b4ff412a49c732db2c8abc1b8581bd710dd";
+        let claimed =
+            |extra: &[&str]| parse(&[&["--file", "d.json", "--product", "7"], extra].concat());
+        assert!(claimed(&["--commitment", commitment, "--ticket", "7K2M9QXH4D"]).is_ok());
+        assert!(claimed(&["--ticket", "7K2M9QXH4D"]).is_ok());
+        assert!(claimed(&["--commitment", &commitment[..62]]).is_err());
+        assert!(claimed(&["--ticket", "7k2m9qxh4d"]).is_err());
     }
 
     #[test]

@@ -20,6 +20,8 @@
 //!   it: payment, restore (decline, expiry, refund), stock adjustments,
 //!   keeping the stock gate in step (`stock_gate`), jobs, accounts, sessions
 //!   and each process's list of revoked ones (`revocations`).
+//!   `services::waiting_room` runs the queue-mode sales' waiting rooms, all
+//!   decided in Postgres (joins, the draw, passes, standings, `draw.json`).
 //! - `lock`: per-product Redlock locks with a local queue, lease watchdog and
 //!   fencing tokens. `gate`: the Redis stock gate's counters and scripts.
 //!   `payment`: payment providers (the sandbox). `db`: the pool, the one
@@ -28,7 +30,6 @@
 //!   revoked sessions. `redis_node`: kept Redis connections, one per thread;
 //!   `redis_batch`: calls of one script on one product gathered into one
 //!   Redis call while an earlier one is in flight.
-//!   `queue`: the waiting rooms' Redis side (places, the line, passes).
 //! - `domain`: types valid by construction (ids, money, quantities, emails,
 //!   card numbers, order states, sale states and refusals), and the waiting
 //!   room's draw (`domain::draw`: pure computation, checkable by anyone).
@@ -48,7 +49,6 @@ pub mod logging;
 pub mod metrics;
 pub mod payment;
 pub mod qa;
-pub mod queue;
 pub mod redis_batch;
 pub mod redis_node;
 pub mod services;

@@ -14,13 +14,6 @@ use anyhow::{bail, Context};
 
 use env::{on_off, parse_var, split_urls, var};
 
-/// The longest a waiting room's entry writer waits for the Redis confirm of
-/// the commit it just made before it takes its next batch. Normally the
-/// confirm is one round trip, and waiting for it lets the next commit
-/// gather the joins that arrived meanwhile (fewer, larger commits and
-/// confirms); a slow Redis must not hold the next commit back for long.
-pub const JOIN_CONFIRM_WAIT: Duration = Duration::from_millis(50);
-
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub database_url: String,
@@ -209,15 +202,6 @@ impl Settings {
     /// without an order will never get one.
     pub fn longest_purchase(&self) -> Duration {
         2 * (self.db_connect_timeout + self.lock_wait + self.lock_lease + self.db_statement_timeout)
-    }
-
-    /// How long after its Redis JOIN a joiner may still be inserting its
-    /// entry's row (a wait for a connection, then one statement, behind a
-    /// writer that may still be waiting `JOIN_CONFIRM_WAIT` for its last
-    /// commit's confirm); twice that, for margin. An entry unconfirmed for
-    /// longer lost its joiner, and the queue's tick writes its row instead.
-    pub fn longest_join(&self) -> Duration {
-        2 * (self.db_connect_timeout + self.db_statement_timeout + JOIN_CONFIRM_WAIT)
     }
 
     pub fn validate(&self) -> anyhow::Result<()> {

@@ -1,6 +1,7 @@
 //! The database: connection pool, the one helper that runs blocking Diesel
 //! code off the async executor, migrations, and the row types.
 
+mod backfill;
 pub mod error;
 pub mod fence;
 pub mod holdings;
@@ -312,6 +313,8 @@ pub fn run_migrations(database_url: &str) -> anyhow::Result<()> {
     let mut conn = PgConnection::establish(database_url)?;
     conn.run_pending_migrations(MIGRATIONS)
         .map_err(|e| anyhow::anyhow!("migrations failed: {e}"))?;
+    backfill::place_rooms_drawn_without_positions(&mut conn)
+        .map_err(|e| anyhow::anyhow!("placing the waiting rooms drawn before positions: {e}"))?;
     Ok(())
 }
 

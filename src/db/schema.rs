@@ -127,6 +127,8 @@ diesel::table! {
         state -> Text,
         order_id -> Nullable<Int8>,
         ended_at -> Nullable<Timestamptz>,
+        customer_id -> Int8,
+        units -> Int4,
     }
 }
 
@@ -137,6 +139,10 @@ diesel::table! {
         seed_sha256 -> Bytea,
         committed_at -> Timestamptz,
         drawn_at -> Nullable<Timestamptz>,
+        frozen_at -> Nullable<Timestamptz>,
+        entries_sha256 -> Nullable<Bytea>,
+        last_position -> Int4,
+        admission_paused -> Bool,
     }
 }
 
@@ -149,6 +155,7 @@ diesel::table! {
         joined_at -> Timestamptz,
         late -> Bool,
         drawn -> Bool,
+        position -> Nullable<Int4>,
     }
 }
 
@@ -185,6 +192,7 @@ diesel::joinable!(order_items -> orders (order_id));
 diesel::joinable!(order_items -> products (product_id));
 diesel::joinable!(orders -> customers (customer_id));
 diesel::joinable!(payments -> orders (order_id));
+diesel::joinable!(queue_admissions -> customers (customer_id));
 diesel::joinable!(queue_admissions -> orders (order_id));
 diesel::joinable!(queue_admissions -> products (product_id));
 diesel::joinable!(queue_draws -> products (product_id));

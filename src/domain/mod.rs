@@ -11,6 +11,7 @@ mod order_status;
 mod quantity;
 mod sale;
 mod text;
+mod waiting_room;
 
 pub use card_number::CardNumber;
 pub use credentials::{Email, Password};
@@ -21,6 +22,7 @@ pub use order_status::{OrderStatus, StockReason, TransitionRefused};
 pub use quantity::Quantity;
 pub use sale::{Refusal, SaleState};
 pub use text::{check_plain_text, Lines};
+pub use waiting_room::{PassRef, QueueState, Standing};
 
 /// A form field or path segment that does not parse into its domain type.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

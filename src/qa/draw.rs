@@ -1,12 +1,16 @@
 //! `flashsale draw verify`: a product's published draw checked from the
-//! outside, with nothing a customer could not fetch themselves.
+//! outside, with nothing a customer could not fetch themselves, and held to
+//! what the customer saved when they joined (the commitment, their ticket).
 
 use std::fmt::Write as _;
 use std::time::Duration;
 
 use anyhow::Context;
+use chrono::SecondsFormat;
 
-use crate::domain::draw::{verify, Check, DrawFault, DrawRecord, DrawVerdict};
+use crate::domain::draw::{
+    verify_with, vouched_for, Check, Claims, DrawFault, DrawRecord, DrawVerdict, Vouched,
+};
 use crate::domain::ProductId;
 
 /// Faults listed per check before the rest are only counted: a tampered
@@ -17,6 +21,8 @@ pub struct DrawReport {
     /// Where the document came from (its URL or file).
     pub source: String,
     pub product: ProductId,
+    /// What the customer brought to hold the document to.
+    pub claims: Claims,
     pub outcome: DrawOutcome,
 }
 
@@ -44,60 +50,51 @@ impl DrawReport {
         let mut problems = Vec::new();
         match &self.outcome {
             DrawOutcome::Unreadable(error) => {
-                line(&mut out, false, "document", &format!("not a draw: {error}"));
+                let text = format!("not a draw: {error}");
+                line(&mut out, "FAIL", "document", &text);
                 problems.push("document");
             }
             DrawOutcome::Checked { record, verdict } => {
-                let _ = writeln!(
-                    out,
-                    "  commitment {}, start {}",
-                    record.seed_sha256,
-                    record
-                        .starts_at
-                        .to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)
-                );
+                let start = record
+                    .starts_at
+                    .to_rfc3339_opts(SecondsFormat::AutoSi, true);
+                let _ = writeln!(out, "  commitment {}, start {start}", record.seed_sha256);
                 if record.product != self.product {
-                    line(
-                        &mut out,
-                        false,
-                        "product",
-                        &format!("the document is the draw of product {}", record.product),
-                    );
+                    let text = format!("the document is the draw of product {}", record.product);
+                    line(&mut out, "FAIL", "product", &text);
                     problems.push("product");
                 }
                 for check in Check::ALL {
                     let faults: Vec<&DrawFault> = verdict.faults_of(check).collect();
                     if faults.is_empty() {
-                        match passed_line(check, record, verdict) {
-                            Some(text) => line(&mut out, true, check.name(), &text),
-                            None => {
-                                let _ = writeln!(
-                                    out,
-                                    "SKIP {:<11}not checked: needs the committed seed",
-                                    check.name()
-                                );
+                        let vouched = vouched_for(check, record, &self.claims, verdict);
+                        let (status, text) = match vouched {
+                            Vouched::For(text) => ("PASS", text),
+                            Vouched::Skipped(why) => ("SKIP", why.to_string()),
+                            Vouched::NotClaimed if check == Check::Commitment => {
+                                ("SKIP", COMMITMENT_NOT_GIVEN.to_string())
                             }
-                        }
+                            Vouched::NotClaimed => ("SKIP", TICKET_NOT_GIVEN.to_string()),
+                        };
+                        line(&mut out, status, check.name(), &text);
                         continue;
                     }
                     problems.push(check.name());
                     for fault in faults.iter().take(SHOWN_PER_CHECK) {
-                        line(&mut out, false, check.name(), &fault.to_string());
+                        line(&mut out, "FAIL", check.name(), &fault.to_string());
                     }
                     if faults.len() > SHOWN_PER_CHECK {
-                        let _ = writeln!(
-                            out,
-                            "     {:<11}... and {} more",
-                            "",
-                            faults.len() - SHOWN_PER_CHECK
-                        );
+                        // Blank status and check: the count sits under the faults' text.
+                        let text = format!("... and {} more", faults.len() - SHOWN_PER_CHECK);
+                        line(&mut out, "    ", "", &text);
                     }
                 }
             }
         }
         if problems.is_empty() {
             out.push_str(
-                "PASS: the order follows from the committed seed, and the admissions followed the order\n",
+                "PASS: the order follows from the committed seed and the list frozen before \
+                 its reveal, and the admissions followed the order\n",
             );
         } else {
             let _ = writeln!(out, "FAIL: {}", problems.join(", "));
@@ -106,47 +103,30 @@ impl DrawReport {
     }
 }
 
-fn line(out: &mut String, pass: bool, check: &str, text: &str) {
-    let _ = writeln!(
-        out,
-        "{} {check:<11}{text}",
-        if pass { "PASS" } else { "FAIL" }
-    );
+/// What to pass for a claim that was not given, and what it would show.
+const COMMITMENT_NOT_GIVEN: &str = "not given: --commitment HEX, the seed_sha256 you saved \
+    when you joined, shows the seed was not picked later";
+const TICKET_NOT_GIVEN: &str = "not given: --ticket TICKET finds your entry and its place";
+
+fn line(out: &mut String, status: &str, check: &str, text: &str) {
+    let _ = writeln!(out, "{status} {check:<11}{text}");
 }
 
-/// What a check that found nothing wrong vouches for; `None` when it could
-/// not run (the order, without the committed seed).
-fn passed_line(check: Check, record: &DrawRecord, verdict: &DrawVerdict) -> Option<String> {
-    let counts = &verdict.counts;
-    Some(match check {
-        Check::Seed => "revealed; its SHA-256 is the published commitment".into(),
-        Check::Entries => format!(
-            "{} ({} drawn at the start, {} late); tickets and sequence numbers unique; \
-             late flags agree with the join times",
-            counts.entries, counts.drawn, counts.late
-        ),
-        Check::Order => {
-            if verdict.faults_of(Check::Seed).next().is_some() {
-                return None;
-            }
-            format!(
-                "{} tickets, as recomputed from the seed and the entries",
-                record.order.len()
-            )
-        }
-        Check::Admissions => format!(
-            "{} issued ({} used, {} lapsed, {} outstanding), to the first {} tickets \
-             of the order in turn",
-            counts.admissions, counts.used, counts.lapsed, counts.outstanding, counts.admissions
-        ),
-    })
-}
-
-/// Checks a `draw.json` already in hand.
+/// Checks a `draw.json` already in hand against itself.
 pub fn check_document(product: ProductId, source: &str, body: &str) -> DrawReport {
+    check_document_with(product, source, body, Claims::default())
+}
+
+/// Checks a `draw.json` already in hand, and holds it to the customer's claims.
+pub fn check_document_with(
+    product: ProductId,
+    source: &str,
+    body: &str,
+    claims: Claims,
+) -> DrawReport {
     let outcome = match serde_json::from_str::<DrawRecord>(body) {
         Ok(record) => {
-            let verdict = verify(&record);
+            let verdict = verify_with(&record, &claims);
             DrawOutcome::Checked {
                 record: Box::new(record),
                 verdict,
@@ -157,14 +137,24 @@ pub fn check_document(product: ProductId, source: &str, body: &str) -> DrawRepor
     DrawReport {
         source: source.to_string(),
         product,
+        claims,
         outcome,
     }
 }
 
-/// Fetches `{base_url}/products/{product}/draw.json` and checks it. A shop
-/// that does not answer with the document is an error, not a failed draw:
-/// nothing was checked.
+/// Fetches `{base_url}/products/{product}/draw.json` and checks it against itself.
 pub async fn fetch_and_check(base_url: &str, product: ProductId) -> anyhow::Result<DrawReport> {
+    fetch_and_check_with(base_url, product, Claims::default()).await
+}
+
+/// Fetches `{base_url}/products/{product}/draw.json`, checks it and holds it
+/// to the customer's claims. A shop that does not answer with the document
+/// is an error, not a failed draw: nothing was checked.
+pub async fn fetch_and_check_with(
+    base_url: &str,
+    product: ProductId,
+    claims: Claims,
+) -> anyhow::Result<DrawReport> {
     let url = format!(
         "{}/products/{product}/draw.json",
         base_url.trim_end_matches('/')
@@ -185,7 +175,7 @@ pub async fn fetch_and_check(base_url: &str, product: ProductId) -> anyhow::Resu
         .text()
         .await
         .with_context(|| format!("GET {url}: reading the body"))?;
-    Ok(check_document(product, &url, &body))
+    Ok(check_document_with(product, &url, &body, claims))
 }
 
 #[cfg(test)]
@@ -211,11 +201,45 @@ mod tests {
             "draw of product 7 from draw.json\n\
              \x20 commitment 630dcd2966c4336691125448bbb25b4ff412a49c732db2c8abc1b8581bd710dd, start 2026-12-01T10:00:00Z\n\
              PASS seed       revealed; its SHA-256 is the published commitment\n\
+             SKIP commitment not given: --commitment HEX, the seed_sha256 you saved when you joined, shows the seed was not picked later\n\
              PASS entries    8 (6 drawn at the start, 2 late); tickets and sequence numbers unique; late flags agree with the join times\n\
+             PASS frozen     the 6 drawn tickets are the list frozen at 2026-12-01T10:00:00.004Z, SHA-256 fbc8a67fa62427541e56c7ff2456e42f9d0082df945ed9425d4be458e889c7ae\n\
              PASS order      8 tickets, as recomputed from the seed and the entries\n\
              PASS admissions 4 issued (2 used, 1 lapsed, 1 outstanding), to the first 4 tickets of the order in turn\n\
-             PASS: the order follows from the committed seed, and the admissions followed the order\n"
+             SKIP ticket     not given: --ticket TICKET finds your entry and its place\n\
+             PASS: the order follows from the committed seed and the list frozen before its reveal, and the admissions followed the order\n"
         );
+    }
+
+    fn claims(commitment: &str, ticket: &str) -> Claims {
+        Claims {
+            commitment: Some(commitment.parse().unwrap()),
+            ticket: Some(ticket.parse().unwrap()),
+            entries: None,
+        }
+    }
+
+    const SAVED: &str = "630dcd2966c4336691125448bbb25b4ff412a49c732db2c8abc1b8581bd710dd";
+
+    /// The scenarios are the domain's (`domain::draw::claims`); here, that
+    /// the report lists the claims' faults like the others.
+    #[test]
+    fn claims_the_draw_does_not_bear_out_fail() {
+        let other = "02d449a31fbb267c8f352e9968a79e3e5fc95c1bbeaa502fd6454ebde5a4bedc";
+        let report = check_document_with(ProductId(7), "f", FIXTURE, claims(other, "A7A7A7A7A7"));
+        assert!(!report.passed());
+        let text = report.render();
+        assert!(
+            text.contains(&format!(
+                "FAIL commitment the published commitment {SAVED} is not the one you saved, {other}"
+            )),
+            "{text}"
+        );
+        assert!(
+            text.contains("FAIL ticket     your ticket A7A7A7A7A7 is not among the entries"),
+            "{text}"
+        );
+        assert!(text.ends_with("FAIL: commitment, ticket\n"), "{text}");
     }
 
     #[test]
@@ -312,26 +336,24 @@ mod tests {
         let tampered = edited(|json| json["order"].as_array_mut().unwrap().swap(0, 5));
         let server = HttpServer::new(move || {
             let tampered = tampered.clone();
-            App::new()
-                .route(
-                    "/products/7/draw.json",
-                    web::get().to(|| async {
-                        HttpResponse::Ok()
-                            .content_type("application/json")
-                            .body(FIXTURE)
-                    }),
-                )
-                .route(
-                    "/products/9/draw.json",
-                    web::get().to(move || {
-                        let body = tampered.clone();
-                        async move {
-                            HttpResponse::Ok()
+            App::new().route(
+                "/products/{id}/draw.json",
+                web::get().to(move |id: web::Path<u32>| {
+                    let body = match *id {
+                        7 => Some(FIXTURE.to_string()),
+                        9 => Some(tampered.clone()),
+                        _ => None,
+                    };
+                    async move {
+                        match body {
+                            Some(body) => HttpResponse::Ok()
                                 .content_type("application/json")
-                                .body(body)
+                                .body(body),
+                            None => HttpResponse::NotFound().finish(),
                         }
-                    }),
-                )
+                    }
+                }),
+            )
         })
         .workers(1)
         .disable_signals()
@@ -342,11 +364,22 @@ mod tests {
         let handle = server.handle();
         tokio::spawn(server);
 
-        let report = fetch_and_check(&base, ProductId(7)).await.unwrap();
-        assert!(report.passed(), "{}", report.render());
-        assert!(report.render().starts_with(&format!(
+        let saved = claims(SAVED, "QX5V6JM8GR");
+        let report = fetch_and_check_with(&base, ProductId(7), saved)
+            .await
+            .unwrap();
+        let text = report.render();
+        assert!(report.passed(), "{text}");
+        assert!(text.starts_with(&format!(
             "draw of product 7 from {base}products/7/draw.json\n"
         )));
+        assert!(
+            text.contains("PASS commitment the published commitment is the one you saved\n"),
+            "{text}"
+        );
+        let place = "QX5V6JM8GR is entry 5, drawn at the start and in the frozen list, \
+                     position 3 of 8; admitted by admission 3 (used)\n";
+        assert!(text.contains(&format!("PASS ticket     {place}")), "{text}");
 
         // Product 9 is served product 7's draw with its order tampered.
         let report = fetch_and_check(&base, ProductId(9)).await.unwrap();

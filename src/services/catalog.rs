@@ -284,9 +284,13 @@ fn keeps_the_queue_whole(
     if !before.queue_mode {
         return Ok(());
     }
+    // The room's lock alone, as the freeze takes it: no join is writing a
+    // place while the times it is judged by change, and a room frozen
+    // meanwhile is seen frozen.
+    crate::services::waiting_room::hold_room(conn, before.product_id())?;
     let drawn_at: Option<DateTime<Utc>> = queue_draws::table
         .find(before.id)
-        .select(queue_draws::drawn_at)
+        .select(queue_draws::frozen_at)
         .first::<Option<DateTime<Utc>>>(conn)
         .optional()?
         .flatten();
@@ -308,7 +312,7 @@ fn keeps_the_queue_whole(
             return Err(AppError::conflict(
                 "The draw is published",
                 format!(
-                    "The waiting room was drawn at {} and its draw is published: an edit cannot {what} any more.",
+                    "The waiting room's pre-queue was frozen for its draw at {}: an edit cannot {what} any more.",
                     audit_time(Some(drawn_at))
                 ),
             ));

@@ -110,11 +110,11 @@ pub fn spawn_reconcile(shop: Shop, interval: Duration) -> Option<JoinHandle<()>>
 }
 
 /// Runs the jobs every `interval`, and beside them the waiting rooms' tick
-/// every `QUEUE_TICK_MS` (`services::queue::run_forever`), until the task
+/// every `QUEUE_TICK_MS` (`services::waiting_room::run_forever`), until the task
 /// is aborted: both stop with the server.
 pub fn spawn(shop: Shop, interval: Duration) -> JoinHandle<()> {
     tokio::spawn(async move {
-        let queues = crate::services::queue::run_forever(shop.clone());
+        let queues = crate::services::waiting_room::run_forever(shop.clone());
         let jobs = async move {
             let mut ticker = tokio::time::interval(interval);
             ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

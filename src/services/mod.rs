@@ -5,14 +5,11 @@ pub mod accounts;
 pub mod action_log;
 pub mod catalog;
 pub mod checkout;
-pub mod draw_record;
 pub mod idempotency;
 pub mod jobs;
 pub mod ledger_audit;
 pub mod orders;
 pub mod payment;
-pub mod queue;
-pub mod queue_admin;
 pub mod restore;
 pub mod revocations;
 pub mod sale_cache;
@@ -22,6 +19,7 @@ pub mod stock;
 pub mod stock_gate;
 pub mod throttle;
 pub mod units_left;
+pub mod waiting_room;
 
 use std::sync::{Arc, Mutex};
 
@@ -32,7 +30,6 @@ use crate::db::PgPool;
 use crate::gate::StockGate;
 use crate::lock::ProductLocks;
 use crate::payment::PaymentProvider;
-use crate::queue::WaitingRoom;
 use crate::redis_node::RedisNode;
 use stock_gate::ReconcileReport;
 
@@ -55,8 +52,8 @@ pub struct Shop {
     pub payment_provider: Arc<dyn PaymentProvider>,
     /// The Redis stock gate, unless `STOCK_GATE=off`.
     pub gate: Option<StockGate>,
-    /// The waiting rooms of sales in queue mode (Redis; shared by every instance).
-    pub waiting_room: WaitingRoom,
+    /// What this process last read of the waiting rooms (a cache; Postgres decides).
+    pub waiting_room: Arc<waiting_room::Rooms>,
     /// Per-product batching of single-product purchases, unless `COMBINING=off`.
     pub combiner: Option<Arc<checkout::Combiner>>,
     /// When the gate was last reconciled and what drift was found (admin dashboard).
@@ -97,9 +94,9 @@ impl Shop {
             settings.lock_lease,
             settings.redis_lock,
         )?;
-        // A Redlock quorum spans independent servers; the gate and the waiting
-        // rooms live on the first (or on the cluster, where their hash-tagged
-        // keys spread by product), each with connections of its own.
+        // A Redlock quorum spans independent servers; the gate lives on the
+        // first (or on the cluster, where its hash-tagged keys spread by
+        // product), with connections of its own.
         let redis_node = || {
             if settings.redis_cluster {
                 RedisNode::cluster(&settings.redis_urls)
@@ -107,7 +104,7 @@ impl Shop {
                 RedisNode::single(&settings.redis_urls[0])
             }
         };
-        let waiting_room = WaitingRoom::new(redis_node()?, &redis_prefix);
+        let waiting_room = Arc::new(waiting_room::Rooms::new());
         let gate = if settings.stock_gate {
             // Markers must outlive any order that may still give units back.
             let marker_ttl = settings.payment_timeout + settings.idempotency_retention;

@@ -89,6 +89,19 @@ pub async fn adjust_stock(
                             ),
                         ));
                     }
+                    // Units a waiting room's open passes cover were promised
+                    // to their holders: the issuer reads the stock under this
+                    // row's lock too, so this count is exact.
+                    let promised = units_under_open_passes(conn, product)?;
+                    if adjustment.delta < 0 && stock_after < promised {
+                        return Err(AppError::conflict(
+                            "Units are promised to waiting customers",
+                            format!(
+                                "{promised} of the {stock} units in stock are held by waiting-room passes that customers may use now, so at most {} can be removed. Pause admission and wait for those passes to be used or to run out, then try again. Nothing was changed.",
+                                (stock - promised).max(0)
+                            ),
+                        ));
+                    }
                     if stock_after > MAX_STOCK {
                         return Err(AppError::Invalid(format!(
                             "A sale holds at most 10,000,000 units; it has {stock} now. Nothing was changed."
@@ -149,4 +162,18 @@ pub async fn history_of(
         Ok((rows, total))
     })
     .await
+}
+
+/// Units the open waiting-room passes of `product` cover.
+fn units_under_open_passes(
+    conn: &mut crate::db::PgConn,
+    product: ProductId,
+) -> Result<i32, AppError> {
+    use crate::db::schema::queue_admissions as a;
+    let units: Option<i64> = a::table
+        .filter(a::product_id.eq(product.get()))
+        .filter(a::state.eq("issued"))
+        .select(diesel::dsl::sum(a::units))
+        .first(conn)?;
+    Ok(i32::try_from(units.unwrap_or(0)).unwrap_or(i32::MAX))
 }

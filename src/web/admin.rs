@@ -29,10 +29,10 @@ use crate::services::action_log::{record_done, ActionKind, AdminAction};
 use crate::services::catalog::{create_sale_by, find_product, list_products, update_sale};
 use crate::services::ledger_audit::{run_audit, AuditReport};
 use crate::services::orders::{order_detail, search_orders};
-use crate::services::queue_admin::{queue_overviews, set_admission_paused};
 use crate::services::restore::restore_order;
 use crate::services::stock::{adjust_stock, history_of};
 use crate::services::stock_gate::seed_if_absent;
+use crate::services::waiting_room::{queue_overviews, set_admission_paused};
 use crate::services::Shop;
 
 const ORDERS_PER_PAGE: i64 = 25;

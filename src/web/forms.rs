@@ -117,10 +117,10 @@ impl BuyForm {
 
     /// None when the form has no pass; a pass that does not read as one is
     /// no pass the shop issued.
-    pub fn pass(&self) -> Result<Option<crate::queue::PassRef>, AppError> {
+    pub fn pass(&self) -> Result<Option<crate::domain::PassRef>, AppError> {
         match self.pass.as_deref().map(str::trim) {
             None | Some("") => Ok(None),
-            Some(raw) => crate::queue::PassRef::parse(raw)
+            Some(raw) => crate::domain::PassRef::parse(raw)
                 .map(Some)
                 .ok_or(AppError::PassRefused(crate::error::PassRefusal::Forged)),
         }

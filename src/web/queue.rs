@@ -4,7 +4,8 @@
 //! `queue.json` is polled by every waiter every few seconds, so it costs
 //! what a sold-out answer costs: the session is checked from its cookie
 //! (and this process's revocation list), the sale comes from the sale
-//! cache, and the standing is one Redis read. No Postgres, no template.
+//! cache, and the standing from this process's snapshot of the room. No
+//! template, and Postgres only when the snapshot is due.
 
 use crate::web::session_cookie::{Session, SessionStatus};
 use actix_web::http::header::{self, HeaderValue};
@@ -20,11 +21,9 @@ use super::views::{render, Nav};
 use super::{html, see_other};
 use crate::domain::{CustomerId, ProductId};
 use crate::error::AppError;
-use crate::queue::QueueState;
 use crate::services::catalog::{sale_on_show, ShownSale};
-use crate::services::draw_record::draw_record;
-use crate::services::queue::{QueueSale, QueueStatus, Standing};
-use crate::services::{queue, Shop};
+use crate::services::waiting_room::{self, draw_record, QueueSale, QueueStatus};
+use crate::services::Shop;
 
 pub fn routes(cfg: &mut web::ServiceConfig) {
     cfg.service(join)
@@ -52,7 +51,7 @@ pub async fn join(
 ) -> Result<HttpResponse, AppError> {
     verify_csrf(&session, &form.csrf_token)?;
     let product = parse_product_id(&path)?;
-    queue::join(&shop, account.id, product).await?;
+    waiting_room::join(&shop, account.id, product).await?;
     Ok(see_other(&waiting_page_path(product)))
 }
 
@@ -129,8 +128,8 @@ pub async fn status_json(
 }
 
 /// `customer`'s standing. Before the opening nobody can have joined and
-/// Redis has no queue yet (the tick prepares it at the opening), so the
-/// answer is known without asking: not joined, the units on sale, nothing held.
+/// the room has no seed yet, so the answer is known without asking: not
+/// joined, the units on sale, nothing held.
 pub async fn standing(
     shop: &Shop,
     customer: Option<CustomerId>,
@@ -138,25 +137,13 @@ pub async fn standing(
 ) -> Result<QueueStatus, AppError> {
     let product = &shown.product;
     let sale = QueueSale::of(product).ok_or_else(|| no_waiting_room(product.product_id()))?;
-    if Utc::now() < sale.opens_at {
-        return Ok(QueueStatus {
-            standing: Standing::NotJoined,
-            queue: QueueState::Pre,
-            opens_at: sale.opens_at,
-            starts_at: sale.starts_at,
-            ticket: None,
-            position: None,
-            ahead: None,
-            units_left: i64::from(shown.units_left),
-            held: 0,
-            held_until: None,
-            pass: None,
-            pass_state: None,
-            pass_expires_at: None,
-            estimated_wait: None,
-        });
+    if !sale.is_open(Utc::now()) {
+        return Ok(waiting_room::before_opening(
+            &sale,
+            i64::from(shown.units_left),
+        ));
     }
-    queue::status(shop, customer, product.product_id()).await
+    waiting_room::status(shop, customer, product.product_id()).await
 }
 
 /// Per customer and changing by the second: no cache may keep it.

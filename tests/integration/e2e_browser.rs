@@ -518,6 +518,8 @@ async fn waiting_room_in_chromium() {
             .await;
         chrome.expect_text("You are in the waiting room").await;
         chrome.expect_text("The sale starts in").await;
+        // The draw's commitment, to keep with the ticket.
+        chrome.expect_text("The draw's commitment").await;
         chrome.mark_document().await;
     }
     one.shot("20-waiting-room-countdown").await;

@@ -34,4 +34,3 @@ mod waiting_room;
 mod waiting_room_admin;
 mod waiting_room_crowd;
 mod waiting_room_pages;
-mod waiting_room_redis;

@@ -41,17 +41,14 @@ pub async fn queue_sale(
     .await
     .unwrap()
     .id;
-    // Once open, the queue is ready within a tick of the jobs (which read
-    // the sale afresh): until then its status is unavailable.
+    // Once its opening has passed, the room opens (its seed committed)
+    // within a tick: wait for that, as a customer arriving then would meet
+    // it. (The first join may also open it: see
+    // `the_first_joiner_sees_their_place_on_the_page_they_are_sent_to`.)
     if opens_before.is_none_or(|before| before >= starts_in) {
         let stranger = app.browser();
         let deadline = Instant::now() + StdDuration::from_secs(10);
-        while stranger
-            .get(&format!("/products/{id}/queue.json"))
-            .await
-            .status()
-            != StatusCode::OK
-        {
+        while !queue_json(&stranger, id).await["seed_sha256"].is_string() {
             assert!(Instant::now() < deadline, "the waiting room never opened");
             tokio::time::sleep(StdDuration::from_millis(50)).await;
         }
@@ -193,6 +190,22 @@ async fn joining_through_the_form_keeps_one_place_and_the_page_counts_down() {
     assert!(joined["position"].is_null(), "{joined}");
     assert!(joined["pass_expires_at"].is_null(), "{joined}");
     chrono::DateTime::parse_from_rfc3339(joined["starts_at"].as_str().unwrap()).unwrap();
+    // The draw's commitment, fixed when the room opened: the joiner keeps it
+    // to hold the shop to its draw, and it is the one the draw publishes.
+    let commitment = joined["seed_sha256"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no commitment: {joined}"))
+        .to_string();
+    assert!(
+        commitment.len() == 64 && commitment.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{joined}"
+    );
+    let (status, body) = customer
+        .get_text(&format!("/products/{product}/draw.json"))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let record: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(record["seed_sha256"], commitment.as_str(), "{record}");
 
     // Joining again keeps the same place.
     expect_redirect(
@@ -215,6 +228,8 @@ async fn joining_through_the_form_keeps_one_place_and_the_page_counts_down() {
         r#"data-phase="pre_queue""#,
         r#"http-equiv="refresh""#,
         "/products/",
+        &format!(r#"data-testid="commitment">{commitment}<"#),
+        &format!("--commitment {commitment} --ticket {ticket}"),
     ] {
         assert!(page.contains(text), "waiting page lacks {text:?}: {page}");
     }
@@ -228,6 +243,55 @@ async fn joining_through_the_form_keeps_one_place_and_the_page_counts_down() {
     )
     .await;
     assert!(page.contains(&ticket), "{page}");
+}
+
+/// The join that opens the room (the first, before the tick has opened
+/// it) sends its customer to a page that shows their place, not the Join
+/// button again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_first_joiner_sees_their_place_on_the_page_they_are_sent_to() {
+    // No tick after the first (at the server's start): the join itself
+    // opens the room.
+    let app = spawn_app_with(|s| s.queue_tick = StdDuration::from_secs(3_600)).await;
+    let product = queue_sale(
+        &app,
+        5,
+        1,
+        Duration::minutes(10),
+        Some(Duration::minutes(5)),
+    )
+    .await;
+    let customer = app.customer("first-joiner@example.com").await;
+    // The opening moved to a minute ago (as an admin's edit may).
+    diesel::sql_query(format!(
+        "UPDATE products SET queue_opens_at = now() - interval '1 minute' WHERE id = {product}"
+    ))
+    .execute(&mut app.db.conn())
+    .unwrap();
+    flashsale::services::sale_cache::invalidate();
+    assert_eq!(
+        app.db.count(&format!(
+            "SELECT count(*) AS n FROM queue_draws WHERE product_id = {product}"
+        )),
+        0,
+        "the room is not open before the first join"
+    );
+    expect_redirect(
+        &join(&customer, product).await,
+        &format!("/products/{product}/queue"),
+    );
+    let page = customer.get(&format!("/products/{product}/queue")).await;
+    let page = expect_page(page, StatusCode::OK, "Waiting room").await;
+    assert!(
+        page.contains("You are in the waiting room"),
+        "the page the join sent them to: {page}"
+    );
+    let status = queue_json(&customer, product).await;
+    assert_eq!(status["state"], "waiting", "{status}");
+    assert!(
+        status["ticket"].is_string() && status["seed_sha256"].is_string(),
+        "{status}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -496,6 +560,12 @@ async fn the_published_draw_passes_flashsale_draw_verify() {
             &format!("/products/{product}/queue"),
         );
     }
+    // What a joiner saves on joining: the commitment and their ticket.
+    let saved = queue_json(&customers[0], product).await;
+    let (commitment, ticket) = (
+        saved["seed_sha256"].as_str().unwrap().to_string(),
+        saved["ticket"].as_str().unwrap().to_string(),
+    );
 
     // Before the start: the commitment and the entries, no seed, no order.
     let stranger = app.browser();
@@ -510,6 +580,11 @@ async fn the_published_draw_passes_flashsale_draw_verify() {
     assert_eq!(before["product"], product);
     assert!(before["seed"].is_null(), "{before}");
     assert_eq!(before["seed_sha256"].as_str().unwrap().len(), 64);
+    // Nothing is frozen before the start.
+    assert!(
+        before["entries_sha256"].is_null() && before["frozen_at"].is_null(),
+        "{before}"
+    );
     assert_eq!(before["entries"].as_array().unwrap().len(), 5);
     assert_eq!(before["order"].as_array().unwrap().len(), 0);
     for entry in before["entries"].as_array().unwrap() {
@@ -558,6 +633,18 @@ async fn the_published_draw_passes_flashsale_draw_verify() {
     };
     assert_eq!(drawn["order"].as_array().unwrap().len(), 5, "{drawn}");
     assert_eq!(drawn["seed_sha256"], before["seed_sha256"]);
+    assert_eq!(drawn["seed_sha256"], commitment.as_str());
+    // The pre-queue was frozen at the start, its list's SHA-256 published.
+    assert_eq!(
+        drawn["entries_sha256"].as_str().map(str::len),
+        Some(64),
+        "{drawn}"
+    );
+    let frozen_at =
+        chrono::DateTime::parse_from_rfc3339(drawn["frozen_at"].as_str().unwrap()).unwrap();
+    let starts_at =
+        chrono::DateTime::parse_from_rfc3339(drawn["starts_at"].as_str().unwrap()).unwrap();
+    assert!(frozen_at >= starts_at, "{drawn}");
     let first_two: Vec<&Value> = drawn["order"].as_array().unwrap()[..2].iter().collect();
     let admitted: Vec<&Value> = drawn["admissions"]
         .as_array()
@@ -589,6 +676,27 @@ async fn the_published_draw_passes_flashsale_draw_verify() {
         text.contains("PASS: the order follows from the committed seed"),
         "{text}"
     );
+    // Held to what the joiner saved, as the waiting page tells them to.
+    let verify_saved = |commitment: &str| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_flashsale"))
+            .args(["draw", "verify", "--base-url", &app.address, "--product"])
+            .arg(product.to_string())
+            .args(["--commitment", commitment, "--ticket", &ticket])
+            .output()
+            .unwrap()
+    };
+    let output = verify_saved(&commitment);
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "draw verify with the saved commitment failed: {text}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    // A commitment other than the one saved fails the check.
+    let output = verify_saved(&"ab".repeat(32));
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(!output.status.success(), "{text}");
+    assert!(text.contains("FAIL"), "{text}");
     let report =
         flashsale::qa::draw::fetch_and_check(&app.address, flashsale::domain::ProductId(product))
             .await
@@ -610,7 +718,7 @@ async fn the_published_draw_passes_flashsale_draw_verify() {
 /// skips the order).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn draw_json_is_built_from_the_tables_and_verifies() {
-    use flashsale::domain::draw::{draw_order, DrawEntry, DrawSeed, Ticket};
+    use flashsale::domain::draw::{draw_order, frozen_list_sha256, DrawEntry, DrawSeed, Ticket};
     // No tick: nothing but this test writes the queue's tables.
     let app = spawn_app_with(|s| s.queue_tick = StdDuration::from_secs(3_600)).await;
     let product = queue_sale(
@@ -653,6 +761,7 @@ async fn draw_json_is_built_from_the_tables_and_verifies() {
         ),
     );
     let mut entries = Vec::new();
+    let mut customer_of = std::collections::HashMap::new();
     for (i, customer) in ids.iter().enumerate() {
         let ticket = Ticket::generate();
         // The last two joined after the start.
@@ -672,6 +781,7 @@ async fn draw_json_is_built_from_the_tables_and_verifies() {
                 joined_at.to_rfc3339()
             ),
         );
+        customer_of.insert(ticket.clone(), *customer);
         entries.push(DrawEntry {
             ticket,
             seq: i as u64 + 1,
@@ -693,30 +803,54 @@ async fn draw_json_is_built_from_the_tables_and_verifies() {
         "{before}"
     );
     assert_eq!(before["seed_sha256"], seed.commitment().to_string());
+    assert!(
+        before["entries_sha256"].is_null() && before["frozen_at"].is_null(),
+        "{before}"
+    );
     assert_eq!(before["entries"].as_array().unwrap().len(), 6);
     assert!(!body.contains("tabled"), "customer data in {body}");
 
-    // Drawn, and the first three of the order admitted.
+    // As the draw leaves them: the pre-queue frozen at the start (its
+    // tickets' SHA-256 published), then the seed revealed with every
+    // place's position, and the first three of the order admitted.
+    let pre_queue: Vec<Ticket> = entries
+        .iter()
+        .filter(|e| !e.late)
+        .map(|e| e.ticket.clone())
+        .collect();
     let order = draw_order(&seed, &entries);
     sql(
         &mut conn,
-        format!("UPDATE queue_draws SET drawn_at = now() WHERE product_id = {product}"),
+        format!(
+            "UPDATE queue_draws SET frozen_at = '{}', entries_sha256 = '\\x{}', \
+             last_position = {}, drawn_at = now() WHERE product_id = {product}",
+            (starts_at + Duration::milliseconds(20)).to_rfc3339(),
+            frozen_list_sha256(&pre_queue),
+            order.len()
+        ),
     );
-    // The reveal marks the places the draw took: every pre-queue one here.
-    sql(
-        &mut conn,
-        format!("UPDATE queue_entries SET drawn = NOT late WHERE product_id = {product}"),
-    );
+    for (n, ticket) in order.iter().enumerate() {
+        sql(
+            &mut conn,
+            format!(
+                "UPDATE queue_entries SET position = {}, drawn = NOT late \
+                 WHERE product_id = {product} AND ticket = '{}'",
+                n + 1,
+                ticket.as_str()
+            ),
+        );
+    }
     for (n, ticket) in order.iter().take(3).enumerate() {
         let issued_at = starts_at + Duration::seconds(n as i64 + 1);
         let state = ["lapsed", "issued", "issued"][n];
         sql(
             &mut conn,
             format!(
-                "INSERT INTO queue_admissions (product_id, number, ticket, issued_at, expires_at, state, ended_at) \
-                 VALUES ({product}, {}, '{}', '{}', '{}', '{state}', {})",
+                "INSERT INTO queue_admissions (product_id, number, ticket, customer_id, units, issued_at, expires_at, state, ended_at) \
+                 VALUES ({product}, {}, '{}', {}, 1, '{}', '{}', '{state}', {})",
                 n + 1,
                 ticket.as_str(),
+                customer_of[ticket],
                 issued_at.to_rfc3339(),
                 (issued_at + Duration::minutes(2)).to_rfc3339(),
                 if state == "lapsed" { "now()" } else { "NULL" }
@@ -741,6 +875,10 @@ async fn draw_json_is_built_from_the_tables_and_verifies() {
     assert_eq!(published, expected);
     assert_eq!(drawn["admissions"][0]["state"], "lapsed");
     assert_eq!(drawn["admissions"][1]["state"], "issued");
+    assert_eq!(
+        drawn["entries_sha256"],
+        frozen_list_sha256(&pre_queue).to_string()
+    );
 
     let verify = || {
         std::process::Command::new(env!("CARGO_BIN_EXE_flashsale"))
@@ -876,10 +1014,14 @@ where
 }
 
 /// `queue.json` is polled by every waiter every few seconds: it must cost
-/// Postgres nothing per poll (the session from its cookie, the sale from
-/// the sale cache, the standing from Redis), like a sold-out answer.
+/// Postgres next to nothing per poll. The session comes from its cookie,
+/// the sale from the sale cache, a customer's place is read once per
+/// process, and the room from this process's snapshot, read at most once
+/// per `FRESH_FOR` (250 ms) per room: a crowd polling at once costs Postgres
+/// a few transactions a second, however many polls.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn status_polls_cost_postgres_nothing_each() {
+async fn status_polls_cost_postgres_one_snapshot_per_room_not_one_read_each() {
+    use futures::StreamExt;
     let db = TestDb::new();
     let mut settings =
         flashsale::config::Settings::for_tests(&db.url, &crate::helpers::unique_prefix());
@@ -908,7 +1050,15 @@ async fn status_polls_cost_postgres_nothing_each() {
             &join(&waiter, product).await,
             &format!("/products/{product}/queue"),
         );
-        assert_eq!(queue_json(&waiter, product).await["state"], "waiting");
+        // (Right after joining, see
+        // `the_first_joiner_sees_their_place_on_the_page_they_are_sent_to`.)
+        wait_for(
+            &waiter,
+            product,
+            StdDuration::from_secs(2),
+            state_is("waiting"),
+        )
+        .await;
         // Dropping the app stops its server; `transactions_over` waits for
         // its connections to close.
         drop(app);
@@ -916,7 +1066,10 @@ async fn status_polls_cost_postgres_nothing_each() {
     };
 
     let idle = transactions_over(&db, &settings, |_| async {}).await;
-    const POLLS: usize = 200;
+    // Each of the waiter and a stranger, this many polls, as a crowd's
+    // pages send them: many at once.
+    const POLLS: usize = 1_000;
+    const IN_FLIGHT: usize = 32;
     let mut took = StdDuration::ZERO;
     let polled = transactions_over(&db, &settings, |address| {
         let (waiter, took) = (&waiter, &mut took);
@@ -925,18 +1078,35 @@ async fn status_polls_cost_postgres_nothing_each() {
             let waiter = Browser::with_client(&address, waiter.client.clone());
             let stranger = Browser::new(&address);
             let started = Instant::now();
-            for _ in 0..POLLS {
-                assert_eq!(queue_json(&waiter, product).await["state"], "waiting");
-                assert_eq!(queue_json(&stranger, product).await["state"], "not_joined");
-            }
+            // The waiter's first poll in this life reads their place; the
+            // rest find it in memory.
+            assert_eq!(queue_json(&waiter, product).await["state"], "waiting");
+            futures::stream::iter(0..2 * POLLS)
+                .map(|n| {
+                    let (waiter, stranger) = (&waiter, &stranger);
+                    async move {
+                        if n % 2 == 0 {
+                            assert_eq!(queue_json(waiter, product).await["state"], "waiting");
+                        } else {
+                            assert_eq!(queue_json(stranger, product).await["state"], "not_joined");
+                        }
+                    }
+                })
+                .buffer_unordered(IN_FLIGHT)
+                .collect::<Vec<()>>()
+                .await;
             *took = started.elapsed();
         }
     })
     .await;
-    // The sale cache reads the sales at most about twice a second, and the
-    // revocation list proves itself fresh on its own clock; a read per poll
-    // would be hundreds.
-    let allowed = idle + 3 * took.as_secs_f64().ceil() as i64 + 5;
+    // The room's snapshot: one read per `FRESH_FOR`, and the first. The
+    // waiter's place: one read. The sale cache reads the sales at most about
+    // twice a second, and the revocation list proves itself fresh on its
+    // own clock. A read per poll would be thousands.
+    // `waiting_room::rooms::FRESH_FOR`.
+    let fresh_for = StdDuration::from_millis(250);
+    let snapshots = (took.as_secs_f64() / fresh_for.as_secs_f64()).ceil() as i64 + 1;
+    let allowed = idle + snapshots + 1 + 3 * took.as_secs_f64().ceil() as i64 + 5;
     eprintln!(
         "{polled} transactions in a life with {} polls in {took:?}; {idle} in an idle one",
         2 * POLLS
@@ -944,6 +1114,14 @@ async fn status_polls_cost_postgres_nothing_each() {
     assert!(
         polled <= allowed,
         "{polled} Postgres transactions for {} polls in {took:?} (an idle life: {idle}; at most {allowed})",
+        2 * POLLS
+    );
+    // Polls in quick succession: far fewer transactions than polls (a few
+    // a second, whatever the rate of polls; here about one per 150).
+    assert!(
+        polled - idle < (2 * POLLS / 20) as i64,
+        "{} transactions more than an idle life for {} polls",
+        polled - idle,
         2 * POLLS
     );
 }
@@ -1002,12 +1180,12 @@ async fn a_lapsed_pass_says_so_and_admits_the_next() {
     assert_eq!(app.db.ledger_rows(), rows);
 }
 
-/// A buy whose reply was lost is sent again once the sale is over and its
-/// waiting room freed from Redis: the resend gets its order, not "closed,
-/// nothing was changed" (which would leave an order the customer thinks
-/// they never made to expire unpaid).
+/// A buy whose reply was lost is sent again once the sale is over (its
+/// waiting room closed): the resend gets its order, not "closed, nothing
+/// was changed" (which would leave an order the customer thinks they never
+/// made to expire unpaid), and buys nothing more.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_resend_after_the_room_is_freed_gets_its_order() {
+async fn a_resend_after_the_sale_ends_gets_its_order() {
     let app = spawn_app().await;
     let product = queue_sale(&app, 1, 1, Duration::seconds(1), None).await;
     let buyer = app.customer("resender@example.com").await;
@@ -1048,21 +1226,21 @@ async fn a_resend_after_the_room_is_freed_gets_its_order() {
     .execute(&mut app.db.conn())
     .unwrap();
     flashsale::services::sale_cache::invalidate();
-    let room = &app.shop.waiting_room;
-    let product_id = flashsale::domain::ProductId(product);
-    let deadline = Instant::now() + StdDuration::from_secs(15);
-    while room.exists(product_id).await.unwrap() || room.is_retiring(product_id).await.unwrap() {
-        assert!(Instant::now() < deadline, "the room was never freed");
-        tokio::time::sleep(StdDuration::from_millis(100)).await;
-    }
+    app.shop
+        .waiting_room
+        .forget(flashsale::domain::ProductId(product));
+    wait_for(&buyer, product, StdDuration::from_secs(15), |s| {
+        s["queue"] == "closed"
+    })
+    .await;
 
     let again = buyer.post(&buy, &form).await;
     assert_eq!(order_id_from(&again), order);
     assert_eq!(orders_of(&app, product), 1);
-    assert!(
-        !room.exists(product_id).await.unwrap(),
-        "nothing made again"
-    );
+    // A new form (a new key) with the spent pass buys nothing.
+    let response = buy_with_pass(&buyer, product, "1", Some(&pass)).await;
+    assert!(response.status().is_client_error(), "{}", response.status());
+    assert_eq!(orders_of(&app, product), 1);
 }
 
 /// Once the sale ends the waiting room is closed for everyone in it, and
@@ -1117,86 +1295,11 @@ async fn when_the_sale_ends_the_waiting_room_says_it_is_closed() {
     assert_eq!(entries(&app, product), before);
 }
 
-/// Polls of one waiting room in flight together go to Redis as one script
-/// call (`redis_batch`), and each poller still gets their own place.
+/// Joins at the same moment (committed together, a process's joins
+/// share a transaction) each get one place with a ticket of their own, and
+/// joining again at once keeps it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn polls_in_flight_together_share_a_script_call_and_keep_their_own_places() {
-    if !alone_in_process(
-        "waiting_room_pages::polls_in_flight_together_share_a_script_call_and_keep_their_own_places",
-    ) {
-        return;
-    }
-    const WAITERS: usize = 6;
-    const POLLS: usize = 12;
-    let app = spawn_app().await;
-    let product = queue_sale(&app, 1, 1, Duration::seconds(3), None).await;
-    let mut waiters = Vec::new();
-    for n in 0..WAITERS {
-        let who = app.customer(&format!("poller-{n}@example.com")).await;
-        expect_redirect(
-            &join(&who, product).await,
-            &format!("/products/{product}/queue"),
-        );
-        waiters.push(who);
-    }
-    let placed = |status: &Value| !status["position"].is_null();
-    let mut positions = Vec::new();
-    for who in &waiters {
-        let status = wait_for(who, product, StdDuration::from_secs(15), placed).await;
-        positions.push(status["position"].as_i64().unwrap());
-    }
-    let mut sorted = positions.clone();
-    sorted.sort();
-    assert_eq!(sorted, (1..=WAITERS as i64).collect::<Vec<_>>());
-
-    let (_, before) = app.browser().get_text("/metrics").await;
-    let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(WAITERS * POLLS));
-    let polls: Vec<_> = waiters
-        .iter()
-        .zip(&positions)
-        .flat_map(|(who, &position)| {
-            (0..POLLS).map({
-                let barrier = barrier.clone();
-                move |_| {
-                    let (who, barrier) = (who.clone(), barrier.clone());
-                    tokio::spawn(async move {
-                        barrier.wait().await;
-                        (position, queue_json(&who, product).await)
-                    })
-                }
-            })
-        })
-        .collect();
-    for poll in polls {
-        let (position, status) = poll.await.unwrap();
-        assert_eq!(status["position"], position, "{status}");
-    }
-    let (_, after) = app.browser().get_text("/metrics").await;
-    let ((calls_before, scripts_before), (calls_after, scripts_after)) = (
-        redis_batches(&before, "status"),
-        redis_batches(&after, "status"),
-    );
-    let (calls, script_calls) = (calls_after - calls_before, scripts_after - scripts_before);
-    assert!(
-        calls >= (WAITERS * POLLS) as f64,
-        "every poll was a view: {calls}"
-    );
-    assert!(
-        script_calls < calls,
-        "{calls} polls went to Redis in {script_calls} script calls"
-    );
-}
-
-/// Joins that share a commit are confirmed in Redis in one script call for
-/// the commit, not one per joiner, and every joiner still holds a confirmed
-/// place with a ticket of its own.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn joins_sharing_a_commit_are_confirmed_in_one_script_call() {
-    if !alone_in_process(
-        "waiting_room_pages::joins_sharing_a_commit_are_confirmed_in_one_script_call",
-    ) {
-        return;
-    }
+async fn joins_at_the_same_moment_each_get_a_place_of_their_own() {
     const JOINERS: usize = 32;
     let app = spawn_app().await;
     let product = queue_sale(&app, 1, 1, Duration::minutes(10), None).await;
@@ -1204,10 +1307,11 @@ async fn joins_sharing_a_commit_are_confirmed_in_one_script_call() {
     for n in 0..JOINERS {
         joiners.push(app.customer(&format!("joiner-{n}@example.com")).await);
     }
-    let (_, before) = app.browser().get_text("/metrics").await;
-    let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(JOINERS));
+    let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(2 * JOINERS));
+    // Everyone twice at once: the second join of each finds the first.
     let joins: Vec<_> = joiners
         .iter()
+        .chain(&joiners)
         .map(|who| {
             let (who, barrier) = (who.clone(), barrier.clone());
             tokio::spawn(async move {
@@ -1222,33 +1326,20 @@ async fn joins_sharing_a_commit_are_confirmed_in_one_script_call() {
             &format!("/products/{product}/queue"),
         );
     }
-    let (_, after) = app.browser().get_text("/metrics").await;
-    let ((calls_before, scripts_before), (calls_after, scripts_after)) = (
-        redis_batches(&before, "confirm"),
-        redis_batches(&after, "confirm"),
-    );
-    let (calls, script_calls) = (calls_after - calls_before, scripts_after - scripts_before);
-    assert!(
-        calls >= JOINERS as f64,
-        "every place was confirmed: {calls}"
-    );
-    assert!(
-        script_calls < calls,
-        "{calls} places were confirmed in {script_calls} script calls"
-    );
 
     assert_eq!(entries(&app, product), JOINERS as i64);
-    let pre = app
-        .shop
-        .waiting_room
-        .pre_queue(flashsale::domain::ProductId(product))
-        .await
-        .unwrap();
-    assert_eq!(pre.tickets.len(), JOINERS, "{pre:?}");
-    assert_eq!(pre.unconfirmed, 0, "{pre:?}");
+    assert_eq!(
+        app.db.count(&format!(
+            "SELECT count(DISTINCT ticket) AS n FROM queue_entries WHERE product_id = {product} \
+             AND NOT late AND position IS NULL"
+        )),
+        JOINERS as i64,
+        "every place in the pre-queue, none placed before the draw"
+    );
     let mut tickets = std::collections::HashSet::new();
     for who in &joiners {
         let status = queue_json(who, product).await;
+        assert_eq!(status["state"], "waiting", "{status}");
         let ticket = status["ticket"].as_str().unwrap_or_default().to_string();
         assert!(!ticket.is_empty(), "{status}");
         tickets.insert(ticket);
@@ -1258,4 +1349,16 @@ async fn joins_sharing_a_commit_are_confirmed_in_one_script_call() {
         JOINERS,
         "each joiner has a ticket of its own"
     );
+    let (_, body) = app
+        .browser()
+        .get_text(&format!("/products/{product}/draw.json"))
+        .await;
+    let record: Value = serde_json::from_str(&body).unwrap();
+    let published: std::collections::HashSet<String> = record["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["ticket"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(published, tickets, "draw.json lists every place once");
 }

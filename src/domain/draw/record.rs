@@ -1,6 +1,6 @@
 use chrono::{DateTime, Utc};
 
-use super::{DrawSeed, SeedCommitment, Ticket};
+use super::{DrawSeed, EntriesCommitment, SeedCommitment, Ticket};
 use crate::domain::ProductId;
 
 /// `GET /products/{id}/draw.json`: everything a stranger needs to recompute
@@ -21,12 +21,33 @@ pub struct DrawRecord {
     pub seed_sha256: SeedCommitment,
     /// `null` until the start.
     pub seed: Option<DrawSeed>,
+    /// [`frozen_list_sha256`](super::frozen_list_sha256) of the drawn
+    /// (not late) entries' tickets, published when the list is frozen at
+    /// the start and before the seed is revealed. `null` until then (and in
+    /// documents written before the list was frozen at all).
+    #[serde(default)]
+    pub entries_sha256: Option<EntriesCommitment>,
+    /// When the list was frozen: at or after the start. `null` until then.
+    #[serde(default)]
+    pub frozen_at: Option<DateTime<Utc>>,
     /// In join order (`seq`), though nothing depends on the list's order.
     pub entries: Vec<DrawEntry>,
     /// Empty until the start; late arrivals are appended as they join.
     pub order: Vec<Ticket>,
     /// In the order they were issued.
     pub admissions: Vec<DrawAdmission>,
+}
+
+impl DrawRecord {
+    /// The entries that joined before the start, whose tickets the seed
+    /// shuffles and the frozen list holds, in the listing's order.
+    pub fn drawn_tickets(&self) -> Vec<Ticket> {
+        self.entries
+            .iter()
+            .filter(|entry| !entry.late)
+            .map(|entry| entry.ticket.clone())
+            .collect()
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -56,6 +77,17 @@ pub enum PassState {
     Lapsed,
 }
 
+impl PassState {
+    /// As `draw.json` writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PassState::Issued => "issued",
+            PassState::Used => "used",
+            PassState::Lapsed => "lapsed",
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -67,6 +99,9 @@ mod tests {
         assert_eq!(record.product, ProductId(7));
         assert_eq!(record.entries.len(), 8);
         assert_eq!(record.admissions[1].state, PassState::Lapsed);
+        for state in [PassState::Issued, PassState::Used, PassState::Lapsed] {
+            assert_eq!(serde_json::to_value(state).unwrap(), state.as_str());
+        }
         let again: serde_json::Value = serde_json::to_value(&record).unwrap();
         let back: DrawRecord = serde_json::from_value(again.clone()).unwrap();
         assert_eq!(back, record);
@@ -80,16 +115,47 @@ mod tests {
             starts_at: "2026-12-01T10:00:00Z".parse().unwrap(),
             seed_sha256: DrawSeed::generate().commitment(),
             seed: None,
+            entries_sha256: None,
+            frozen_at: None,
             entries: vec![],
             order: vec![],
             admissions: vec![],
         };
         let json = serde_json::to_value(&record).unwrap();
         assert!(json["seed"].is_null());
+        assert!(json["entries_sha256"].is_null());
+        assert!(json["frozen_at"].is_null());
         assert_eq!(
             serde_json::from_value::<DrawRecord>(json).unwrap().seed,
             None
         );
+    }
+
+    #[test]
+    fn the_frozen_list_is_written_right_after_the_seed() {
+        let text = include_str!("../../../tests/fixtures/draw.json");
+        let record: DrawRecord = serde_json::from_str(text).unwrap();
+        assert_eq!(
+            record.entries_sha256,
+            Some(super::super::frozen_list_sha256(&record.drawn_tickets()))
+        );
+        let written = serde_json::to_string(&record).unwrap();
+        let at = |key: &str| written.find(&format!("\"{key}\":")).unwrap();
+        assert!(at("seed") < at("entries_sha256"));
+        assert!(at("entries_sha256") < at("frozen_at"));
+        assert!(at("frozen_at") < at("entries"));
+    }
+
+    #[test]
+    fn a_document_from_before_the_frozen_list_still_reads() {
+        let text = include_str!("../../../tests/fixtures/draw.json");
+        let mut json: serde_json::Value = serde_json::from_str(text).unwrap();
+        let fields = json.as_object_mut().unwrap();
+        fields.remove("entries_sha256");
+        fields.remove("frozen_at");
+        let record: DrawRecord = serde_json::from_value(json).unwrap();
+        assert_eq!(record.entries_sha256, None);
+        assert_eq!(record.frozen_at, None);
     }
 
     #[test]
@@ -100,6 +166,9 @@ mod tests {
         assert!(serde_json::from_value::<DrawRecord>(json.clone()).is_err());
         json["order"][0] = "H6FYS9KCTE".into();
         json["admissions"][0]["state"] = "expired".into();
+        assert!(serde_json::from_value::<DrawRecord>(json.clone()).is_err());
+        json["admissions"][0]["state"] = "used".into();
+        json["entries_sha256"] = "ab".into();
         assert!(serde_json::from_value::<DrawRecord>(json).is_err());
     }
 }

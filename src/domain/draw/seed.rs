@@ -1,4 +1,5 @@
 use std::fmt;
+use std::str::FromStr;
 
 use rand::rngs::OsRng;
 use rand::RngCore;
@@ -74,6 +75,11 @@ impl From<DrawSeed> for String {
 pub struct SeedCommitment([u8; 32]);
 
 impl SeedCommitment {
+    /// A commitment read back from storage.
+    pub fn from_bytes(bytes: [u8; 32]) -> SeedCommitment {
+        SeedCommitment(bytes)
+    }
+
     pub fn parse_hex(raw: &str) -> Result<SeedCommitment, InvalidInput> {
         parse_32_hex(raw, "seed commitment").map(SeedCommitment)
     }
@@ -94,6 +100,15 @@ impl fmt::Display for SeedCommitment {
     }
 }
 
+/// For the command line: `flashsale draw verify --commitment HEX`.
+impl FromStr for SeedCommitment {
+    type Err = InvalidInput;
+
+    fn from_str(raw: &str) -> Result<SeedCommitment, InvalidInput> {
+        SeedCommitment::parse_hex(raw)
+    }
+}
+
 impl TryFrom<String> for SeedCommitment {
     type Error = InvalidInput;
 
@@ -108,8 +123,9 @@ impl From<SeedCommitment> for String {
     }
 }
 
-/// Either case is read (the bytes are what count); both types write lowercase.
-fn parse_32_hex(raw: &str, what: &str) -> Result<[u8; 32], InvalidInput> {
+/// Either case is read (the bytes are what count); the hashes and the seed
+/// all write lowercase.
+pub(super) fn parse_32_hex(raw: &str, what: &str) -> Result<[u8; 32], InvalidInput> {
     let mut bytes = [0u8; 32];
     if raw.len() != 64 || hex::decode_to_slice(raw, &mut bytes).is_err() {
         return Err(InvalidInput(format!(

@@ -1,4 +1,5 @@
 use std::fmt;
+use std::str::FromStr;
 
 use rand::rngs::OsRng;
 use rand::RngCore;
@@ -60,6 +61,15 @@ impl Ticket {
 impl fmt::Display for Ticket {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
+    }
+}
+
+/// For the command line: `flashsale draw verify --ticket TICKET`.
+impl FromStr for Ticket {
+    type Err = InvalidInput;
+
+    fn from_str(raw: &str) -> Result<Ticket, InvalidInput> {
+        Ticket::parse(raw)
     }
 }
 

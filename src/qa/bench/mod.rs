@@ -9,6 +9,7 @@
 
 mod chart;
 mod customers;
+mod first_pass;
 mod machine;
 mod pgbench;
 mod probe;
@@ -24,6 +25,7 @@ use serde::Serialize;
 use super::Latency;
 
 pub use chart::chart;
+pub use first_pass::FirstPass;
 pub use probe::CpuShare;
 pub use render::render;
 pub use run::run_bench;
@@ -136,6 +138,8 @@ pub struct BenchReport {
     pub pgbench_hot: Vec<Ceiling>,
     pub pgbench_spread: Vec<Ceiling>,
     pub runs: Vec<Measured>,
+    /// A waiting room's start to its first pass, by pre-queue size.
+    pub first_passes: Vec<FirstPass>,
 }
 
 impl BenchReport {
@@ -193,6 +197,16 @@ impl BenchReport {
             self.find(JOINS).map(Measured::places_per_second),
             5000.0,
         ));
+        for first in &self.first_passes {
+            out.push(Target::below(
+                format!(
+                    "waiting room, {} waiting: start to first pass, ms",
+                    first.waiters
+                ),
+                first.ms,
+                1000.0,
+            ));
+        }
         let hot_best = best(&self.pgbench_hot).and_then(|c| c.tps);
         out.push(Target::at_least(
             "hot product, 64 buyers (median run) / pgbench best on one row",

@@ -10,6 +10,7 @@ use diesel::{Connection, PgConnection};
 use futures::StreamExt;
 
 use super::customers::{seed, sign_in_all};
+use super::first_pass::time_to_first_pass;
 use super::machine::{machine, pg_settings};
 use super::pgbench::{pgbench, Rows, PGBENCH_SCRIPT};
 use super::probe::{load_average, wait_until_up, Cpu, Probe, STATS_SETTLE};
@@ -616,6 +617,10 @@ pub async fn run_bench(config: &BenchConfig) -> anyhow::Result<BenchReport> {
         );
     }
     runs.push(joins);
+    let mut first_passes = Vec::new();
+    for waiters in [1, joiners.len()] {
+        first_passes.push(time_to_first_pass(&pool, &bench.address(), joiners, waiters).await?);
+    }
     drop(bench);
 
     let mut machine = machine();
@@ -626,6 +631,7 @@ pub async fn run_bench(config: &BenchConfig) -> anyhow::Result<BenchReport> {
         pgbench_hot,
         pgbench_spread,
         runs,
+        first_passes,
     })
 }
 
@@ -673,7 +679,17 @@ const QUEUE_UNITS: i32 = 1_000;
 /// A sale in queue mode whose waiting room is open and whose start is an
 /// hour away: every customer who joins waits in the pre-queue.
 async fn queue_sale(pool: &crate::db::PgPool, name: &str, stock: i32) -> anyhow::Result<i64> {
-    let starts_at = Utc::now() + chrono::Duration::hours(1);
+    queue_sale_starting(pool, name, stock, Utc::now() + chrono::Duration::hours(1)).await
+}
+
+/// A sale in queue mode, limit 1, whose waiting room is open and which
+/// starts at `starts_at`.
+pub(super) async fn queue_sale_starting(
+    pool: &crate::db::PgPool,
+    name: &str,
+    stock: i32,
+    starts_at: chrono::DateTime<Utc>,
+) -> anyhow::Result<i64> {
     let spec = SaleSpec {
         per_customer_limit: Some(1),
         starts_at,
@@ -685,7 +701,7 @@ async fn queue_sale(pool: &crate::db::PgPool, name: &str, stock: i32) -> anyhow:
 }
 
 /// Every customer joins `product`'s waiting room through the shop's form.
-async fn join_waiting_room(
+pub(super) async fn join_waiting_room(
     address: &str,
     customers: &[Customer],
     product: i64,

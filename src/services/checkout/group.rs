@@ -37,6 +37,7 @@ use tokio::sync::oneshot;
 
 use super::order_rows::Buyer;
 use super::order_rows::{write_sales, Sale};
+use super::rules::passes_of;
 use super::sell::{
     refused_or_failed, sell_at_once, serve_batch, Answer, BatchError, Checked, Tally,
 };
@@ -378,8 +379,10 @@ fn serve_together(
         let Some(product) = rows.remove(&batch.product.get()) else {
             continue;
         };
+        let customers: Vec<CustomerId> = batch.buyers.iter().map(|b| b.customer).collect();
         let tally = Tally {
             held: held.remove(&batch.product).unwrap_or_default(),
+            passes: passes_of(conn, &product, &customers)?,
             product,
             now,
         };

@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 
 use super::order_rows::{write_order, KeyRow};
 use super::outcome::{Line, PurchaseOutcome};
-use super::rules::{check_buyer, held_by_customers, lock_product};
+use super::rules::{check_buyer, held_by_customers, lock_product, pass_refusal, passes_of};
 use crate::db::fence::change_stock;
 use crate::db::models::Product;
 use crate::db::{self, PgConn};
@@ -20,6 +20,7 @@ use crate::services::stock_gate::settle;
 use crate::services::Shop;
 
 /// Buys `lines` (sorted by product, each product once) under their locks.
+/// `pass`: the waiting-room pass a one-product purchase presents.
 pub(super) async fn buy_alone(
     shop: &Shop,
     customer: CustomerId,
@@ -27,6 +28,7 @@ pub(super) async fn buy_alone(
     payment_deadline: DateTime<Utc>,
     gate_key: Option<String>,
     answer_key: Option<KeyRow>,
+    pass: Option<i32>,
 ) -> Result<PurchaseOutcome, AppError> {
     let products: Vec<ProductId> = lines.iter().map(|l| l.product).collect();
     let pool = shop.pool.clone();
@@ -39,14 +41,18 @@ pub(super) async fn buy_alone(
             let admission = gate_key.clone();
             let outcome = db::run(&pool, move |conn| {
                 db::transaction(conn, |conn| {
+                    let keys = OrderKeys {
+                        gate_key: gate_key.as_deref(),
+                        answer_key: answer_key.as_ref(),
+                        pass,
+                    };
                     let outcome = purchase_in_transaction(
                         conn,
                         &lease,
                         customer,
                         &lines,
                         payment_deadline,
-                        gate_key.as_deref(),
-                        answer_key.as_ref(),
+                        keys,
                     )?;
                     lease.ensure_valid()?;
                     Ok(outcome)
@@ -70,6 +76,14 @@ pub(super) async fn buy_alone(
         .await
 }
 
+/// What an order is written under: the gate's admission, the request's
+/// idempotency key, and the waiting-room pass it presents (one product only).
+struct OrderKeys<'a> {
+    gate_key: Option<&'a str>,
+    answer_key: Option<&'a KeyRow>,
+    pass: Option<i32>,
+}
+
 /// Everything between lock and unlock for an order of several products.
 /// Returning a refusal commits nothing (no row was written before the checks passed).
 fn purchase_in_transaction(
@@ -78,9 +92,10 @@ fn purchase_in_transaction(
     customer: CustomerId,
     lines: &[Line],
     payment_deadline: DateTime<Utc>,
-    gate_key: Option<&str>,
-    answer_key: Option<&KeyRow>,
+    keys: OrderKeys<'_>,
 ) -> Result<PurchaseOutcome, AppError> {
+    // A pass is one customer's for one product: a cart presents none.
+    let pass = keys.pass.filter(|_| lines.len() == 1);
     let now = Utc::now();
     let mut checked: Vec<(Product, Quantity)> = Vec::with_capacity(lines.len());
     for line in lines {
@@ -92,6 +107,8 @@ fn purchase_in_transaction(
                 .unwrap_or(0),
             None => 0,
         };
+        let held = passes_of(conn, &product, &[customer])?;
+        pass_refusal(&product, line.quantity, pass, held.get(&customer))?;
         if let Err(refusal) = check_buyer(&product, line.quantity, already, now) {
             return Ok(PurchaseOutcome::Refused(refusal));
         }
@@ -107,8 +124,9 @@ fn purchase_in_transaction(
         customer,
         &written,
         payment_deadline,
-        gate_key,
-        answer_key,
+        keys.gate_key,
+        keys.answer_key,
+        pass,
     )?;
     Ok(PurchaseOutcome::Purchased(order))
 }

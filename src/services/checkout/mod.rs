@@ -12,10 +12,9 @@
 //! (part of) a transaction.
 //!
 //! A sale in queue mode is bought with a waiting-room pass
-//! (`purchase_with_pass`, in `pass`): the pass is claimed first, and the
-//! purchase then goes the same way, its gate admission (and its order's
-//! `gate_key`) named after the claim, so what became of a claim can be
-//! told from Postgres alone. `purchase` refuses such a sale.
+//! (`purchase_with_pass`, in `pass`): the purchase goes the same way, and
+//! the order's own transaction checks the buyer's pass against the locked
+//! product row and uses it (`rules`, `order_rows`).
 //!
 //! Within this module calls go one way: `pass` -> `mod` -> `admission`,
 //! `batch`, `lone`; `batch` -> `group` -> `sell` (and `batch` -> `sell` for
@@ -164,31 +163,22 @@ enum Admitted {
     NoGate,
 }
 
-/// `claim`: the admission a waiting-room pass was claimed for. The gate
-/// admits under it, and the order carries it as its `gate_key` (with the
-/// gate off too), so the claim's fate can be read from Postgres.
+/// `pass`: the number of the waiting-room pass a one-product purchase
+/// presents; the order's transaction checks and uses it.
 async fn admit_and_buy(
     shop: &Shop,
     customer: CustomerId,
     lines: Vec<Line>,
     answer_key: Option<AnswerKey>,
-    claim: Option<String>,
+    pass: Option<i32>,
 ) -> Result<PurchaseOutcome, AppError> {
-    let admitted = match admit(
-        shop,
-        customer,
-        &lines,
-        answer_key.as_ref(),
-        claim.as_deref(),
-    )
-    .await?
-    {
+    let admitted = match admit(shop, customer, &lines, answer_key.as_ref()).await? {
         Ok(admitted) => admitted,
         Err(answered) => return Ok(answered),
     };
     let gate_key = match &admitted {
         Admitted::Gate(key) => Some(key.clone()),
-        Admitted::NoGate => claim,
+        Admitted::NoGate => None,
     };
     let products: Vec<ProductId> = lines.iter().map(|l| l.product).collect();
     let payment_deadline = Utc::now() + shop.settings.payment_timeout;
@@ -204,6 +194,7 @@ async fn admit_and_buy(
             payment_deadline,
             gate_key: gate_key.clone(),
             answer_key: key_row,
+            pass,
         };
         buy_in_batch(shop, line.product, buyer).await
     } else {
@@ -214,6 +205,7 @@ async fn admit_and_buy(
             payment_deadline,
             gate_key.clone(),
             key_row,
+            pass,
         )
         .await
     };
@@ -245,7 +237,6 @@ async fn admit(
     customer: CustomerId,
     lines: &[Line],
     answer_key: Option<&AnswerKey>,
-    claim: Option<&str>,
 ) -> Result<Result<Admitted, PurchaseOutcome>, AppError> {
     let Some(gate) = &shop.gate else {
         return Ok(match refusal_before_locking(shop, lines).await? {
@@ -254,9 +245,9 @@ async fn admit(
         });
     };
     if let (Some(AnswerKey::AtGate { key, fingerprint }), [line]) = (answer_key, lines) {
-        return admit_under_key(shop, gate, customer, line, key, fingerprint, claim).await;
+        return admit_under_key(shop, gate, customer, line, key, fingerprint).await;
     }
-    let admission = claim.map_or_else(admission_key, str::to_string);
+    let admission = admission_key();
     Ok(
         match admit_all(shop, gate, customer, lines, admission).await? {
             Ok(admission) => Ok(Admitted::Gate(admission)),
@@ -271,9 +262,7 @@ const POLL: Duration = Duration::from_millis(25);
 /// The gate's answer for a purchase whose key it keeps. A repeat of a
 /// request still in flight waits for it, about as long as that one can take
 /// to get its lock; one whose first request can no longer commit (older than
-/// any purchase runs) and bought nothing is taken over. Under a claimed
-/// pass every try admits as the claim (none of them was admitted, so the
-/// name is free each time).
+/// any purchase runs) and bought nothing is taken over.
 async fn admit_under_key(
     shop: &Shop,
     gate: &StockGate,
@@ -281,7 +270,6 @@ async fn admit_under_key(
     line: &Line,
     key: &IdempotencyKey,
     fingerprint: &str,
-    claim: Option<&str>,
 ) -> Result<Result<Admitted, PurchaseOutcome>, AppError> {
     let record = AnswerRecord {
         key: key.as_str(),
@@ -290,7 +278,7 @@ async fn admit_under_key(
     };
     let patience = tokio::time::Instant::now() + shop.settings.lock_wait * 2;
     loop {
-        let admission = claim.map_or_else(admission_key, str::to_string);
+        let admission = admission_key();
         match admit_keyed(shop, gate, customer, line, &admission, &record).await? {
             KeyedAdmission::Admitted => return Ok(Ok(Admitted::Gate(admission))),
             KeyedAdmission::Refused(refusal) => return Ok(Err(PurchaseOutcome::Refused(refusal))),

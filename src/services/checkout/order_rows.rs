@@ -22,6 +22,9 @@ pub struct Buyer {
     pub gate_key: Option<String>,
     /// The idempotency key the order is named on, if the request had one.
     pub answer_key: Option<KeyRow>,
+    /// The number of the waiting-room pass the buyer presents (queue mode):
+    /// checked against their open pass and used, in the order's transaction.
+    pub pass: Option<i32>,
 }
 
 /// The idempotency key an order is named on, in the order's own transaction.
@@ -64,6 +67,10 @@ WITH new_order AS (
     SELECT $1, $11, $12, new_order.id FROM new_order WHERE $12::text IS NOT NULL
     ON CONFLICT DO NOTHING
     RETURNING order_id
+), pass_used AS (
+    UPDATE queue_admissions a SET state = 'used', order_id = new_order.id, ended_at = clock_timestamp()
+    FROM new_order WHERE $13::int IS NOT NULL AND a.product_id = ($6::bigint[])[1]
+        AND a.number = $13 AND a.customer_id = $1 AND a.state = 'issued'
 )
 SELECT id, $12::text IS NULL OR EXISTS (SELECT 1 FROM recorded) AS named FROM new_order";
 
@@ -87,6 +94,7 @@ pub(super) fn write_order(
     payment_deadline: DateTime<Utc>,
     gate_key: Option<&str>,
     answer_key: Option<&KeyRow>,
+    pass: Option<i32>,
 ) -> Result<OrderId, AppError> {
     use diesel::sql_types::{Array, BigInt, Int4, Nullable, Text, Timestamptz};
     let total = lines
@@ -111,6 +119,7 @@ pub(super) fn write_order(
         .bind::<Text, _>(StockReason::Purchase.as_str())
         .bind::<Nullable<Text>, _>(answer_key.map(|k| k.key.as_str()))
         .bind::<Nullable<Text>, _>(answer_key.and_then(|k| k.fingerprint.as_deref()))
+        .bind::<Nullable<Int4>, _>(pass)
         .get_result(conn)?;
     if !written.named {
         return Err(AppError::KeyTaken);
@@ -130,8 +139,8 @@ pub(super) fn write_order(
 const WRITE_SALES: &str = "
 WITH buyer AS MATERIALIZED (
     SELECT nextval('orders_id_seq') AS order_id, b.*
-    FROM unnest($1::bigint[], $2::bigint[], $3::int[], $4::bigint[], $5::bigint[], $6::timestamptz[], $7::text[], $8::int[], $9::text[], $10::text[])
-        WITH ORDINALITY AS b(product_id, customer_id, quantity, unit_price_cents, total_cents, payment_deadline, gate_key, stock_after, answer_key, answer_fingerprint, arrival)
+    FROM unnest($1::bigint[], $2::bigint[], $3::int[], $4::bigint[], $5::bigint[], $6::timestamptz[], $7::text[], $8::int[], $9::text[], $10::text[], $16::int[])
+        WITH ORDINALITY AS b(product_id, customer_id, quantity, unit_price_cents, total_cents, payment_deadline, gate_key, stock_after, answer_key, answer_fingerprint, pass, arrival)
 ), new_orders AS (
     INSERT INTO orders (id, customer_id, status, total_cents, payment_deadline, gate_key)
     SELECT order_id, customer_id, $11, total_cents, payment_deadline, gate_key
@@ -157,6 +166,10 @@ WITH buyer AS MATERIALIZED (
     WHERE answer_fingerprint IS NOT NULL ORDER BY arrival
     ON CONFLICT DO NOTHING
     RETURNING order_id
+), pass_used AS (
+    UPDATE queue_admissions a SET state = 'used', order_id = buyer.order_id, ended_at = clock_timestamp()
+    FROM buyer WHERE buyer.pass IS NOT NULL AND a.product_id = buyer.product_id
+        AND a.number = buyer.pass AND a.customer_id = buyer.customer_id AND a.state = 'issued'
 )
 SELECT buyer.order_id, buyer.product_id,
     (SELECT stock.stock FROM stock WHERE stock.id = buyer.product_id) AS stock,
@@ -230,5 +243,6 @@ pub(super) fn write_sales(
         .bind::<Array<BigInt>, _>(sales.iter().map(|s| s.product.id).collect::<Vec<_>>())
         .bind::<Array<Int4>, _>(units)
         .bind::<Array<BigInt>, _>(sales.iter().map(|s| s.token).collect::<Vec<_>>())
+        .bind::<Array<Nullable<Int4>>, _>(buyers().map(|(_, (b, _))| b.pass).collect::<Vec<_>>())
         .load(conn)
 }

@@ -1,6 +1,8 @@
 //! The rules every buyer is checked against, the same for a lone purchase
-//! and for each buyer of a batch: the sale's window, the stock, and the
-//! per-customer limit over the customer's live orders.
+//! and for each buyer of a batch: the sale's window, the stock, the
+//! per-customer limit over the customer's live orders, and for a sale in
+//! queue mode the buyer's own open waiting-room pass (read from the locked
+//! product row, so no cache decides whether a sale is in queue mode).
 
 use std::collections::HashMap;
 
@@ -10,7 +12,8 @@ use diesel::prelude::*;
 use crate::db::models::Product;
 use crate::db::{holdings, PgConn};
 use crate::domain::{CustomerId, ProductId, Quantity, Refusal, SaleState};
-use crate::error::AppError;
+use crate::error::{AppError, PassRefusal};
+use crate::services::waiting_room::{lock_open_passes, OpenPass};
 
 /// The sale-window and stock rules for one line. Without the limit, so it
 /// can also turn buyers away before the lock from a row read without it.
@@ -54,6 +57,47 @@ pub(super) fn check_buyer(
         }
     }
     Ok(product.stock - quantity.get())
+}
+
+/// The pass rule, for a locked product: a sale in queue mode sells only to
+/// a buyer presenting the number of their own open pass, for at most the
+/// units it covers. `held` is the buyer's pass as the transaction locked it.
+pub(super) fn pass_refusal(
+    product: &Product,
+    quantity: Quantity,
+    presented: Option<i32>,
+    held: Option<&OpenPass>,
+) -> Result<(), AppError> {
+    if !product.queue_mode {
+        return Ok(());
+    }
+    let refused = |why| Err(AppError::PassRefused(why));
+    let (Some(presented), Some(held)) = (presented, held) else {
+        return refused(PassRefusal::NoPass);
+    };
+    if held.number() != presented {
+        return refused(PassRefusal::Forged);
+    }
+    match *held {
+        OpenPass::Used { .. } => refused(PassRefusal::Used),
+        OpenPass::Lapsed { .. } => refused(PassRefusal::Lapsed),
+        OpenPass::Open { units, .. } if quantity.get() > units => Err(AppError::Invalid(format!(
+            "Your pass covers {units} unit(s): buy at most that many."
+        ))),
+        OpenPass::Open { .. } => Ok(()),
+    }
+}
+
+/// The passes of a batch's buyers, locked, when the product is in queue mode.
+pub(super) fn passes_of(
+    conn: &mut PgConn,
+    product: &Product,
+    customers: &[CustomerId],
+) -> Result<HashMap<CustomerId, OpenPass>, AppError> {
+    if !product.queue_mode {
+        return Ok(HashMap::new());
+    }
+    lock_open_passes(conn, product.product_id(), customers)
 }
 
 /// Units of `product` in each customer's live orders (awaiting payment or paid).

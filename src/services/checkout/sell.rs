@@ -12,13 +12,14 @@ use diesel::prelude::*;
 
 use super::order_rows::{write_order, write_sales, Buyer, Sale, WrittenBuyer};
 use super::outcome::PurchaseOutcome;
-use super::rules::{check_buyer, held_by_customers, lock_product};
+use super::rules::{check_buyer, held_by_customers, lock_product, pass_refusal, passes_of};
 use crate::db::fence::{self, change_stock};
 use crate::db::models::Product;
 use crate::db::{self, PgConn};
-use crate::domain::{CustomerId, OrderId, ProductId, Refusal};
+use crate::domain::{CustomerId, OrderId, ProductId};
 use crate::error::AppError;
 use crate::lock::{Lease, LockError};
+use crate::services::waiting_room::OpenPass;
 
 /// One buyer's answer.
 pub(super) type Answer = Result<PurchaseOutcome, AppError>;
@@ -87,35 +88,45 @@ impl From<AppError> for BatchError {
 pub(super) struct Tally {
     pub(super) product: Product,
     pub(super) held: HashMap<CustomerId, i64>,
+    /// The buyers' waiting-room passes, locked (queue mode only).
+    pub(super) passes: HashMap<CustomerId, OpenPass>,
     pub(super) now: DateTime<Utc>,
 }
 
 impl Tally {
     fn lock(conn: &mut PgConn, product: ProductId, buyers: &[Buyer]) -> Result<Tally, AppError> {
         let locked = lock_product(conn, product)?;
+        let customers: Vec<CustomerId> = buyers.iter().map(|b| b.customer).collect();
         let held = match locked.per_customer_limit {
-            Some(_) => {
-                let customers: Vec<CustomerId> = buyers.iter().map(|b| b.customer).collect();
-                held_by_customers(conn, &customers, product)?
-            }
+            Some(_) => held_by_customers(conn, &customers, product)?,
             None => HashMap::new(),
         };
+        let passes = passes_of(conn, &locked, &customers)?;
         Ok(Tally {
             product: locked,
             held,
+            passes,
             now: Utc::now(),
         })
     }
 
     /// The same checks as a lone purchase: the stock left after this buyer,
-    /// or why they are refused.
-    fn check(&self, buyer: &Buyer) -> Result<i32, Refusal> {
+    /// or their answer (a refusal).
+    fn check(&self, buyer: &Buyer) -> Result<i32, Answer> {
+        pass_refusal(
+            &self.product,
+            buyer.quantity,
+            buyer.pass,
+            self.passes.get(&buyer.customer),
+        )
+        .map_err(Err)?;
         check_buyer(
             &self.product,
             buyer.quantity,
             self.held_units(buyer),
             self.now,
         )
+        .map_err(|refusal| Ok(PurchaseOutcome::Refused(refusal)))
     }
 
     fn held_units(&self, buyer: &Buyer) -> i64 {
@@ -126,6 +137,13 @@ impl Tally {
         self.product.stock = stock_after;
         let held = self.held_units(buyer) + i64::from(buyer.quantity.get());
         self.held.insert(buyer.customer, held);
+        // A pass buys once: the same customer later in the batch (a second
+        // form sent at once) finds it used.
+        if let Some(pass) = self.passes.get_mut(&buyer.customer) {
+            *pass = OpenPass::Used {
+                number: pass.number(),
+            };
+        }
     }
 
     /// Every buyer checked in arrival order, each against the stock and
@@ -140,7 +158,7 @@ impl Tally {
                     taking.push((buyer, stock_after));
                     answers.push(None);
                 }
-                Err(refusal) => answers.push(Some(Ok(PurchaseOutcome::Refused(refusal)))),
+                Err(answer) => answers.push(Some(answer)),
             }
         }
         Checked {
@@ -252,8 +270,8 @@ fn serve_one_by_one(
     for buyer in buyers {
         let stock_after = match tally.check(buyer) {
             Ok(stock_after) => stock_after,
-            Err(refusal) => {
-                answers.push(Ok(PurchaseOutcome::Refused(refusal)));
+            Err(answer) => {
+                answers.push(answer);
                 continue;
             }
         };
@@ -265,6 +283,7 @@ fn serve_one_by_one(
                 buyer.payment_deadline,
                 buyer.gate_key.as_deref(),
                 buyer.answer_key.as_ref(),
+                buyer.pass,
             )
         });
         match written {

@@ -10,10 +10,11 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use super::shop::SaleView;
 use super::Nav;
 use crate::db::models::Product;
+use crate::domain::draw::PassState;
 use crate::domain::draw::{DrawRecord, PassState as DrawPassState};
 use crate::domain::Quantity;
-use crate::queue::{PassState, QueueState};
-use crate::services::queue::{QueueSale, QueueStatus, Standing};
+use crate::domain::{QueueState, Standing};
+use crate::services::waiting_room::{QueueSale, QueueStatus};
 use crate::web::format::{iso, timestamp};
 
 /// What the page shows, in the order a customer meets it. One section of
@@ -34,7 +35,6 @@ pub enum Phase {
     /// A pass is issued: the Buy form.
     Admitted,
     /// A purchase under the pass is on its way.
-    Buying,
     /// The pass bought its units.
     Bought,
     /// The pass ran out without a purchase.
@@ -53,7 +53,6 @@ impl Phase {
             Phase::Drawing => "drawing",
             Phase::Waiting => "waiting",
             Phase::Admitted => "admitted",
-            Phase::Buying => "buying",
             Phase::Bought => "bought",
             Phase::Lapsed => "lapsed",
             Phase::SoldOut => "sold_out",
@@ -212,6 +211,25 @@ impl WaitingRoomView {
         wait_in_words(self.status.estimated_wait.map(|w| w.as_secs()))
     }
 
+    /// The seed's SHA-256 as published when the room opened: a joiner
+    /// saves it to hold the shop to its draw (`flashsale draw verify --commitment`).
+    pub fn commitment(&self) -> String {
+        self.status
+            .commitment
+            .as_ref()
+            .map(ToString::to_string)
+            .unwrap_or_default()
+    }
+
+    /// The frozen pre-queue's SHA-256, published at the start before the seed.
+    pub fn entries_commitment(&self) -> String {
+        self.status
+            .entries_commitment
+            .as_ref()
+            .map(ToString::to_string)
+            .unwrap_or_default()
+    }
+
     pub fn pass(&self) -> String {
         self.status
             .pass
@@ -257,7 +275,7 @@ impl WaitingRoomView {
             Phase::NotOpenYet => Some(seconds_until(self.now, self.status.opens_at).clamp(1, 30)),
             Phase::PreQueue => Some(seconds_until(self.now, self.status.starts_at).clamp(1, 30)),
             Phase::Drawing => Some(1),
-            Phase::Waiting | Phase::Buying => Some(5),
+            Phase::Waiting => Some(5),
             Phase::SignIn | Phase::CanJoin | Phase::Admitted => None,
             Phase::Bought | Phase::Lapsed | Phase::SoldOut | Phase::Closed => None,
         }
@@ -280,6 +298,9 @@ impl WaitingRoomView {
             estimated_wait_secs: status.estimated_wait.map(|w| w.as_secs()),
             pass: status.pass.as_ref().map(ToString::to_string),
             pass_state: status.pass_state,
+            pass_units: status.pass_units,
+            seed_sha256: status.commitment.as_ref().map(ToString::to_string),
+            entries_sha256: status.entries_commitment.as_ref().map(ToString::to_string),
             phase: self.phase.name(),
             availability: self.availability.name(),
             now: rfc3339(self.now),
@@ -306,6 +327,12 @@ pub struct QueueJson {
     pub estimated_wait_secs: Option<u64>,
     pub pass: Option<String>,
     pub pass_state: Option<PassState>,
+    /// Units the customer's pass covers.
+    pub pass_units: Option<i32>,
+    /// The draw's commitment (SHA-256 of its seed), from the room's opening.
+    pub seed_sha256: Option<String>,
+    /// The frozen pre-queue's commitment (SHA-256 of its sorted tickets), from the start.
+    pub entries_sha256: Option<String>,
     /// Which section the page shows; the script swaps it when this changes.
     pub phase: &'static str,
     pub availability: &'static str,
@@ -318,7 +345,6 @@ fn phase_of(status: &QueueStatus, signed_in: bool, now: DateTime<Utc>) -> Phase 
     // everyone else: someone who bought should read that they bought.
     match status.pass_state {
         Some(PassState::Used) => return Phase::Bought,
-        Some(PassState::Claimed) => return Phase::Buying,
         // The service calls a spent turn `Closed`; its customer should read why.
         Some(PassState::Lapsed) => return Phase::Lapsed,
         _ => {}
@@ -387,15 +413,17 @@ pub struct QueuePage {
     pub nav: Nav,
     pub sale: SaleView,
     pub room: WaitingRoomView,
-    /// The most one purchase under the pass may ask for: what a pass covers
-    /// (the sale's per-customer limit).
+    /// The most one purchase under the pass may ask for: what the pass
+    /// covers (min(limit, units free when it was issued)).
     pub max_quantity: i32,
 }
 
 impl QueuePage {
     pub fn new(nav: Nav, product: &Product, units_left: i32, room: WaitingRoomView) -> QueuePage {
-        let max_quantity = product
-            .per_customer_limit
+        let max_quantity = room
+            .status
+            .pass_units
+            .or(product.per_customer_limit)
             .unwrap_or(1)
             .clamp(1, Quantity::MAX);
         QueuePage {

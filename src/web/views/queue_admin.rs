@@ -3,18 +3,15 @@
 use askama::Template;
 
 use super::Nav;
-use crate::queue::QueueState;
-use crate::services::queue_admin::{LiveQueue, QueueOverview};
+use crate::domain::QueueState;
+use crate::services::waiting_room::QueueOverview;
 use crate::web::format::{iso, timestamp};
 
-/// A count as Redis has it live and as Postgres has recorded it.
+/// One count of a room, as Postgres holds it.
 pub struct CountRow {
     pub what: &'static str,
     pub key: &'static str,
-    /// None when Redis is not running the queue or did not answer.
-    pub live: Option<i64>,
-    /// None when Postgres records no such count.
-    pub recorded: Option<i64>,
+    pub value: i64,
 }
 
 /// One sale's waiting room as the dashboard shows it.
@@ -25,14 +22,15 @@ pub struct QueuePanel {
     pub opens_at_text: String,
     pub starts_at_iso: String,
     pub starts_at_text: String,
-    /// "Open", "Paused", ... or why there is no live state.
+    /// "Admitting", "Paused", ... or "Not open yet".
     pub state_label: String,
     pub state_class: &'static str,
-    pub redis_note: Option<String>,
     pub counts: Vec<CountRow>,
     pub conversion: String,
     pub commitment: Option<String>,
     pub committed_at_text: String,
+    pub entries_commitment: Option<String>,
+    pub frozen_at_text: Option<String>,
     pub drawn_at_text: Option<String>,
     /// (paused, admin email, when)
     pub last_change: Option<(bool, String, String)>,
@@ -43,82 +41,27 @@ pub struct QueuePanel {
 impl QueuePanel {
     pub fn new(overview: &QueueOverview) -> QueuePanel {
         let product = &overview.product;
-        let (state_label, state_class, redis_note, live) = match &overview.live {
-            LiveQueue::Running { state, counts } => {
-                let (label, class) = match state {
-                    QueueState::Pre => ("Pre-queue: waiting for the start", "upcoming"),
-                    QueueState::Open => ("Admitting", "live"),
-                    QueueState::Paused => ("Paused", "ended"),
-                    QueueState::SoldOut => ("Sold out", "soldout"),
-                    QueueState::Closed => ("Closed", "ended"),
-                };
-                (label.to_string(), class, None, Some(*counts))
-            }
-            LiveQueue::Absent => (
-                "Not running".to_string(),
-                "upcoming",
-                Some("Redis holds no queue for this sale: it is set up when the waiting room opens (or rebuilt from Postgres after Redis lost it).".to_string()),
-                None,
-            ),
-            LiveQueue::Retired => (
-                "Over".to_string(),
-                "ended",
-                Some("The sale is over, so its queue was freed from Redis; the counts below are Postgres's record of it.".to_string()),
-                None,
-            ),
-            LiveQueue::Unreadable(error) => (
-                "Unknown".to_string(),
-                "ended",
-                Some(format!("Redis did not answer ({error}); the recorded counts below are from Postgres.")),
-                None,
-            ),
+        let (state_label, state_class) = match overview.state {
+            None => ("Not open yet", "upcoming"),
+            Some(QueueState::Pre) => ("Pre-queue: waiting for the start", "upcoming"),
+            Some(QueueState::Open) => ("Admitting", "live"),
+            Some(QueueState::Paused) => ("Paused", "ended"),
+            Some(QueueState::SoldOut) => ("Sold out", "soldout"),
+            Some(QueueState::Closed) => ("Closed", "ended"),
         };
-        let recorded = overview.recorded;
-        let row = |what, key, live: Option<i64>, recorded: Option<i64>| CountRow {
-            what,
-            key,
-            live,
-            recorded,
-        };
+        let c = overview.counts;
+        let row = |what, key, value| CountRow { what, key, value };
         let counts = vec![
-            row(
-                "Joined",
-                "joined",
-                live.map(|c| c.joined),
-                Some(recorded.entries),
-            ),
-            row("Waiting", "waiting", live.map(|c| c.waiting), None),
-            row(
-                "Admitted (passes issued)",
-                "admitted",
-                live.map(|c| c.admitted),
-                Some(recorded.admitted),
-            ),
-            row(
-                "Passes outstanding",
-                "outstanding",
-                live.map(|c| c.open_passes),
-                Some(recorded.open),
-            ),
-            row(
-                "Units held by passes",
-                "outstanding-units",
-                live.map(|c| c.outstanding_units),
-                None,
-            ),
-            row("Used", "used", live.map(|c| c.used), Some(recorded.used)),
-            row(
-                "Lapsed",
-                "lapsed",
-                live.map(|c| c.lapsed),
-                Some(recorded.lapsed),
-            ),
-            row("Late arrivals", "late", None, Some(recorded.late)),
+            row("Joined", "joined", c.entries),
+            row("Waiting", "waiting", (c.entries - c.admitted).max(0)),
+            row("Admitted (passes issued)", "admitted", c.admitted),
+            row("Passes outstanding", "outstanding", c.open),
+            row("Units held by passes", "outstanding-units", c.open_units),
+            row("Used", "used", c.used),
+            row("Lapsed", "lapsed", c.lapsed),
+            row("Late arrivals", "late", c.late),
         ];
-        let state = match &overview.live {
-            LiveQueue::Running { state, .. } => Some(*state),
-            _ => None,
-        };
+        let draw = overview.draw.as_ref();
         QueuePanel {
             id: product.id,
             name: product.name.clone(),
@@ -126,30 +69,23 @@ impl QueuePanel {
             opens_at_text: timestamp(overview.opens_at),
             starts_at_iso: iso(&product.sale_starts_at),
             starts_at_text: timestamp(product.sale_starts_at),
-            state_label,
+            state_label: state_label.to_string(),
             state_class,
-            redis_note,
             counts,
             conversion: overview
                 .conversion()
                 .map_or("—".to_string(), |c| format!("{:.0}%", c * 100.0)),
-            commitment: overview.draw.as_ref().map(|d| d.seed_sha256.clone()),
-            committed_at_text: overview
-                .draw
-                .as_ref()
-                .map(|d| timestamp(d.committed_at))
-                .unwrap_or_default(),
-            drawn_at_text: overview
-                .draw
-                .as_ref()
-                .and_then(|d| d.drawn_at)
-                .map(timestamp),
+            commitment: draw.map(|d| d.seed_sha256.clone()),
+            committed_at_text: draw.map(|d| timestamp(d.committed_at)).unwrap_or_default(),
+            entries_commitment: draw.and_then(|d| d.entries_sha256.clone()),
+            frozen_at_text: draw.and_then(|d| d.frozen_at).map(timestamp),
+            drawn_at_text: draw.and_then(|d| d.drawn_at).map(timestamp),
             last_change: overview
                 .last_admin_change
                 .as_ref()
                 .map(|(paused, who, at)| (*paused, who.clone(), timestamp(at))),
-            can_pause: state == Some(QueueState::Open),
-            can_resume: state == Some(QueueState::Paused),
+            can_pause: overview.state == Some(QueueState::Open),
+            can_resume: overview.state == Some(QueueState::Paused),
         }
     }
 }

@@ -171,6 +171,7 @@ pub async fn one_unit_in_batch(
         payment_deadline: chrono::Utc::now() + chrono::Duration::minutes(10),
         gate_key: None,
         answer_key: None,
+        pass: None,
     };
     buy_in_batch(shop, ProductId(product), buyer).await
 }

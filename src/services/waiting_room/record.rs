@@ -1,9 +1,10 @@
 //! A waiting room's published draw (`draw.json`, the draw page): read from
 //! one `REPEATABLE READ` snapshot of `queue_draws`, `queue_entries` and
-//! `queue_admissions`, so the entries, the seed and the admissions always
-//! belong to the same moment. The order is recomputed from the seed every
-//! time (it is never stored, so it cannot disagree with the seed), and the
-//! seed is served only once `drawn_at` is set.
+//! `queue_admissions`, so the entries, the commitments and the admissions
+//! always belong to the same moment. The order is recomputed from the seed
+//! every time (the positions the draw wrote must agree with it, and
+//! `verify` checks that admissions followed it), and the seed is served
+//! only once it is revealed.
 //!
 //! Each process keeps the record it built for `FRESH_FOR`: a crowd
 //! refreshing the draw page costs Postgres one snapshot a second, not one
@@ -18,11 +19,11 @@ use diesel::prelude::*;
 
 use crate::db::schema::{products, queue_admissions, queue_draws, queue_entries};
 use crate::domain::draw::{
-    draw_order, DrawAdmission, DrawEntry, DrawRecord, DrawSeed, PassState, SeedCommitment, Ticket,
+    draw_order, DrawAdmission, DrawEntry, DrawRecord, DrawSeed, EntriesCommitment, PassState,
+    SeedCommitment, Ticket,
 };
 use crate::domain::ProductId;
 use crate::error::AppError;
-use crate::services::queue::record_entries;
 use crate::services::Shop;
 
 /// How long a built record is served as it is.
@@ -44,7 +45,6 @@ pub async fn draw_record(shop: &Shop, product: ProductId) -> Result<Arc<DrawReco
         return Ok(record);
     }
     let _turn = building().lock().await;
-    // Whoever held the turn may have just built it.
     if let Some(record) = cached(&key) {
         return Ok(record);
     }
@@ -66,7 +66,7 @@ fn no_draw(product: ProductId) -> AppError {
     ))
 }
 
-/// Keyed by the shop's Redis prefix too: tests run several shops (each on
+/// Keyed by the shop's key prefix too: tests run several shops (each on
 /// its own database, with the same product ids) in one process.
 type Key = (String, ProductId);
 type Kept = Mutex<HashMap<Key, (Instant, Arc<DrawRecord>)>>;
@@ -83,14 +83,20 @@ fn building() -> &'static tokio::sync::Mutex<()> {
 
 fn cached(key: &Key) -> Option<Arc<DrawRecord>> {
     let mut kept = kept().lock().unwrap_or_else(|e| e.into_inner());
-    // Old records go as new ones are asked for: the map holds at most the
-    // sales asked about within the last second.
     kept.retain(|_, (built, _)| built.elapsed() < FRESH_FOR);
     kept.get(key).map(|(_, record)| record.clone())
 }
 
-/// `queue_draws`' seed, its SHA-256 and when it was drawn.
-type DrawRow = (Vec<u8>, Vec<u8>, Option<DateTime<Utc>>);
+/// `queue_draws`' seed, the two commitments, and when it was frozen and drawn.
+type DrawRow = (
+    Vec<u8>,
+    Vec<u8>,
+    Option<Vec<u8>>,
+    Option<DateTime<Utc>>,
+    Option<DateTime<Utc>>,
+);
+type EntryRow = (String, i64, DateTime<Utc>, bool);
+type AdmissionRow = (String, DateTime<Utc>, String);
 
 /// The draw as one snapshot has it; None when no seed is committed yet.
 fn read_snapshot(
@@ -114,23 +120,36 @@ fn read_snapshot(
                 .select((
                     queue_draws::seed,
                     queue_draws::seed_sha256,
+                    queue_draws::entries_sha256,
+                    queue_draws::frozen_at,
                     queue_draws::drawn_at,
                 ))
                 .first(conn)
                 .optional()?;
-            let Some((seed, seed_sha256, drawn_at)) = draw else {
+            let Some(draw) = draw else {
                 return Ok(None);
             };
-            let entries: Vec<(String, i64, DateTime<Utc>, bool)> =
-                record_entries(product, drawn_at.is_some())
-                    .select((
-                        queue_entries::ticket,
-                        queue_entries::seq,
-                        queue_entries::joined_at,
-                        queue_entries::late,
-                    ))
-                    .load(conn)?;
-            let admissions: Vec<(String, DateTime<Utc>, String)> = queue_admissions::table
+            let entries: Vec<(String, i64, DateTime<Utc>, bool, bool)> = queue_entries::table
+                .filter(queue_entries::product_id.eq(product.get()))
+                .order(queue_entries::seq)
+                .select((
+                    queue_entries::ticket,
+                    queue_entries::seq,
+                    queue_entries::joined_at,
+                    queue_entries::late,
+                    queue_entries::drawn,
+                ))
+                .load(conn)?;
+            // Once drawn, the line is the places the draw took and the late
+            // ones (a room drawn before issue #37 may keep pre-queue rows
+            // its draw went without).
+            let revealed = draw.4.is_some();
+            let entries: Vec<EntryRow> = entries
+                .into_iter()
+                .filter(|(_, _, _, late, drawn)| !revealed || *late || *drawn)
+                .map(|(ticket, seq, joined_at, late, _)| (ticket, seq, joined_at, late))
+                .collect();
+            let admissions: Vec<AdmissionRow> = queue_admissions::table
                 .filter(queue_admissions::product_id.eq(product.get()))
                 .order(queue_admissions::number)
                 .select((
@@ -140,11 +159,7 @@ fn read_snapshot(
                 ))
                 .load(conn)?;
             Ok(Some(record_from_rows(
-                product,
-                starts_at,
-                (seed, seed_sha256, drawn_at),
-                entries,
-                admissions,
+                product, starts_at, draw, entries, admissions,
             )?))
         })
 }
@@ -154,17 +169,26 @@ fn read_snapshot(
 fn record_from_rows(
     product: ProductId,
     starts_at: DateTime<Utc>,
-    (seed, seed_sha256, drawn_at): DrawRow,
-    entries: Vec<(String, i64, DateTime<Utc>, bool)>,
-    admissions: Vec<(String, DateTime<Utc>, String)>,
+    (seed, seed_sha256, entries_sha256, frozen_at, drawn_at): DrawRow,
+    entries: Vec<EntryRow>,
+    admissions: Vec<AdmissionRow>,
 ) -> Result<DrawRecord, AppError> {
     let corrupt = |what: String| AppError::Internal(anyhow::anyhow!("draw of {product}: {what}"));
-    let seed: [u8; 32] = seed
-        .try_into()
-        .map_err(|_| corrupt("the seed is not 32 bytes".into()))?;
-    let seed = DrawSeed::from_bytes(seed);
+    let bytes32 = |bytes: Vec<u8>, what: &str| -> Result<[u8; 32], AppError> {
+        bytes
+            .try_into()
+            .map_err(|_| corrupt(format!("{what} is not 32 bytes")))
+    };
+    let seed = DrawSeed::from_bytes(bytes32(seed, "the seed")?);
     let seed_sha256 = SeedCommitment::parse_hex(&hex::encode(&seed_sha256))
         .map_err(|e| corrupt(format!("the commitment: {}", e.0)))?;
+    let entries_sha256 = match entries_sha256 {
+        Some(bytes) => Some(EntriesCommitment::from_bytes(bytes32(
+            bytes,
+            "the frozen list's commitment",
+        )?)),
+        None => None,
+    };
     let ticket = |raw: &str| Ticket::parse(raw).map_err(|e| corrupt(format!("ticket: {}", e.0)));
     let entries = entries
         .into_iter()
@@ -192,7 +216,7 @@ fn record_from_rows(
             })
         })
         .collect::<Result<Vec<_>, AppError>>()?;
-    // Before the draw the seed is the shop's secret, and there is no order.
+    // Before the reveal the seed is the shop's secret, and there is no order.
     let (seed, order) = match drawn_at {
         Some(_) => {
             let order = draw_order(&seed, &entries);
@@ -205,6 +229,8 @@ fn record_from_rows(
         starts_at,
         seed_sha256,
         seed,
+        entries_sha256,
+        frozen_at,
         entries,
         order,
         admissions,

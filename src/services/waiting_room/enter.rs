@@ -1,0 +1,232 @@
+//! A join's transaction: each room of the batch decided by the database's
+//! clock. Before the start a place goes to the pre-queue under the room's
+//! lock held shared (the freeze at the start waits for it); once frozen, a
+//! late place gets the next position under the room's row lock.
+
+use std::collections::{HashMap, HashSet};
+
+use chrono::{DateTime, Utc};
+use diesel::prelude::*;
+use diesel::sql_types::{Array, BigInt, Bool, Int4, Nullable, Text, Timestamptz};
+
+use super::places::{read_places, Place};
+use super::ROOM_LOCK;
+use crate::db::PgConn;
+use crate::domain::draw::Ticket;
+use crate::domain::{CustomerId, ProductId};
+use crate::error::AppError;
+use crate::services::catalog::queue_opening;
+
+/// What a join's transaction found for one joiner.
+#[derive(Debug, Clone)]
+pub(super) enum Entered {
+    Place(Place),
+    /// The start has passed and the pre-queue is not frozen yet.
+    DrawDue,
+    /// The room has no seed committed yet.
+    NoRoom,
+    NotOpen(DateTime<Utc>),
+    Ended,
+    NotQueueMode,
+}
+
+#[derive(QueryableByName)]
+struct RoomNow {
+    #[diesel(sql_type = Bool)]
+    queue_mode: bool,
+    #[diesel(sql_type = Bool)]
+    opened: bool,
+    #[diesel(sql_type = Bool)]
+    frozen: bool,
+    #[diesel(sql_type = Timestamptz)]
+    now: DateTime<Utc>,
+    #[diesel(sql_type = Timestamptz)]
+    starts_at: DateTime<Utc>,
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    opens_at: Option<DateTime<Utc>>,
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    ends_at: Option<DateTime<Utc>>,
+}
+
+/// Every joiner's place, room by room in id order, in one transaction.
+pub(super) fn enter_all(
+    conn: &mut PgConn,
+    joiners: &[(ProductId, CustomerId)],
+) -> Result<HashMap<(ProductId, CustomerId), Entered>, AppError> {
+    let mut by_room: Vec<ProductId> = joiners.iter().map(|(p, _)| *p).collect();
+    by_room.sort_unstable();
+    by_room.dedup();
+    let mut entered = HashMap::with_capacity(joiners.len());
+    for product in by_room {
+        let mut seen = HashSet::new();
+        let customers: Vec<CustomerId> = joiners
+            .iter()
+            .filter(|(p, c)| *p == product && seen.insert(*c))
+            .map(|(_, c)| *c)
+            .collect();
+        let outcome = enter_room(conn, product, &customers)?;
+        for customer in customers {
+            let answer = match &outcome {
+                Ok(places) => places
+                    .get(&customer)
+                    .cloned()
+                    .map(Entered::Place)
+                    .ok_or_else(|| {
+                        AppError::Internal(anyhow::anyhow!("a joiner's place was not written"))
+                    })?,
+                Err(refused) => refused.clone(),
+            };
+            entered.insert((product, customer), answer);
+        }
+    }
+    Ok(entered)
+}
+
+/// `customers`' places in one room, or why none can be had now.
+fn enter_room(
+    conn: &mut PgConn,
+    product: ProductId,
+    customers: &[CustomerId],
+) -> Result<Result<HashMap<CustomerId, Place>, Entered>, AppError> {
+    diesel::sql_query("SELECT pg_advisory_xact_lock_shared($1, ($2 % 2147483647)::int)")
+        .bind::<Int4, _>(ROOM_LOCK)
+        .bind::<BigInt, _>(product.get())
+        .execute(conn)?;
+    let room: Option<RoomNow> = diesel::sql_query(
+        "SELECT p.queue_mode, d.product_id IS NOT NULL AS opened,
+                coalesce(d.frozen_at IS NOT NULL, false) AS frozen, clock_timestamp() AS now,
+                p.sale_starts_at AS starts_at, p.queue_opens_at AS opens_at, p.sale_ends_at AS ends_at
+         FROM products p LEFT JOIN queue_draws d ON d.product_id = p.id WHERE p.id = $1",
+    )
+    .bind::<BigInt, _>(product.get())
+    .get_result(conn)
+    .optional()?;
+    let Some(room) = room else {
+        return Err(AppError::NotFound(format!(
+            "There is no product with id {product}."
+        )));
+    };
+    let opens_at = queue_opening(room.starts_at, room.opens_at);
+    if !room.queue_mode {
+        return Ok(Err(Entered::NotQueueMode));
+    }
+    if room.now < opens_at {
+        return Ok(Err(Entered::NotOpen(opens_at)));
+    }
+    if room.ends_at.is_some_and(|end| room.now >= end) {
+        return Ok(Err(Entered::Ended));
+    }
+    if !room.opened {
+        return Ok(Err(Entered::NoRoom));
+    }
+    if room.frozen {
+        enter_late(conn, product, customers)?;
+    } else if room.now >= room.starts_at {
+        return Ok(Err(Entered::DrawDue));
+    } else {
+        enter_pre_queue(conn, product, customers, room.now)?;
+    }
+    Ok(Ok(read_places(conn, product, customers)?
+        .into_iter()
+        .collect()))
+}
+
+/// Places in the pre-queue, joined at `now` (before the start, by the
+/// database's clock). A customer already in the room keeps their place.
+fn enter_pre_queue(
+    conn: &mut PgConn,
+    product: ProductId,
+    customers: &[CustomerId],
+    now: DateTime<Utc>,
+) -> Result<(), AppError> {
+    let ids: Vec<i64> = customers.iter().map(|c| c.get()).collect();
+    let tickets: Vec<String> = customers
+        .iter()
+        .map(|_| Ticket::generate().as_str().to_string())
+        .collect();
+    diesel::sql_query(
+        "INSERT INTO queue_entries (product_id, customer_id, ticket, seq, joined_at, late)
+         SELECT $1, j.customer_id, j.ticket, nextval('queue_entry_seq'), $4, false
+         FROM unnest($2::bigint[], $3::text[]) AS j(customer_id, ticket)
+         ON CONFLICT (product_id, customer_id) DO NOTHING",
+    )
+    .bind::<BigInt, _>(product.get())
+    .bind::<Array<BigInt>, _>(ids)
+    .bind::<Array<Text>, _>(tickets)
+    .bind::<Timestamptz, _>(now)
+    .execute(conn)?;
+    Ok(())
+}
+
+/// Places behind the drawn line, in arrival order: the room's row is
+/// locked, so positions, join times and arrival numbers all rise together
+/// (the published order puts late places by join time, then number).
+fn enter_late(
+    conn: &mut PgConn,
+    product: ProductId,
+    customers: &[CustomerId],
+) -> Result<(), AppError> {
+    #[derive(QueryableByName)]
+    struct Line {
+        #[diesel(sql_type = Int4)]
+        last_position: i32,
+        #[diesel(sql_type = Timestamptz)]
+        now: DateTime<Utc>,
+    }
+    #[derive(QueryableByName)]
+    struct Seq {
+        #[diesel(sql_type = BigInt)]
+        seq: i64,
+    }
+    let line: Line = diesel::sql_query(
+        "SELECT last_position, clock_timestamp() AS now FROM queue_draws
+         WHERE product_id = $1 FOR UPDATE",
+    )
+    .bind::<BigInt, _>(product.get())
+    .get_result(conn)?;
+    let present: HashSet<CustomerId> = read_places(conn, product, customers)?
+        .into_iter()
+        .map(|(c, _)| c)
+        .collect();
+    let newcomers: Vec<i64> = customers
+        .iter()
+        .filter(|c| !present.contains(c))
+        .map(|c| c.get())
+        .collect();
+    if newcomers.is_empty() {
+        return Ok(());
+    }
+    let count = i32::try_from(newcomers.len()).unwrap_or(i32::MAX);
+    let mut seqs: Vec<i64> =
+        diesel::sql_query("SELECT nextval('queue_entry_seq') AS seq FROM generate_series(1, $1)")
+            .bind::<Int4, _>(count)
+            .load::<Seq>(conn)?
+            .into_iter()
+            .map(|s| s.seq)
+            .collect();
+    seqs.sort_unstable();
+    let positions: Vec<i32> = (1..=count).map(|i| line.last_position + i).collect();
+    let tickets: Vec<String> = newcomers
+        .iter()
+        .map(|_| Ticket::generate().as_str().to_string())
+        .collect();
+    diesel::sql_query(
+        "INSERT INTO queue_entries (product_id, customer_id, ticket, seq, joined_at, late, position)
+         SELECT $1, j.customer_id, j.ticket, j.seq, $6, true, j.position
+         FROM unnest($2::bigint[], $3::text[], $4::bigint[], $5::int[]) AS j(customer_id, ticket, seq, position)",
+    )
+    .bind::<BigInt, _>(product.get())
+    .bind::<Array<BigInt>, _>(newcomers)
+    .bind::<Array<Text>, _>(tickets)
+    .bind::<Array<BigInt>, _>(seqs)
+    .bind::<Array<Int4>, _>(positions)
+    .bind::<Timestamptz, _>(line.now)
+    .execute(conn)?;
+    diesel::sql_query(
+        "UPDATE queue_draws SET last_position = last_position + $2 WHERE product_id = $1",
+    )
+    .bind::<BigInt, _>(product.get())
+    .bind::<Int4, _>(count)
+    .execute(conn)?;
+    Ok(())
+}

@@ -1,0 +1,333 @@
+//! This process's cache of the waiting rooms: what every poll reads, so a
+//! crowd refreshing its waiting pages costs Postgres one read per room
+//! every `FRESH_FOR`, not one per poll.
+//!
+//! Nothing here is a truth: a snapshot is one read-only transaction's view
+//! of a room and can be dropped at any time (a miss reads Postgres again).
+//! Customers' places and ended passes are kept beside it (`places`).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use diesel::prelude::*;
+use diesel::sql_types::{BigInt, Bool, Bytea, Int4, Nullable, Text, Timestamptz};
+
+use super::places::{PassRow, Place};
+use crate::db::{self, PgConn};
+use crate::domain::draw::{EntriesCommitment, SeedCommitment, Ticket};
+use crate::domain::{CustomerId, ProductId};
+use crate::error::AppError;
+use crate::services::Shop;
+
+/// How old a room's snapshot may be when a poll reads it.
+pub const FRESH_FOR: Duration = Duration::from_millis(250);
+
+/// Places kept per process before the cache starts again (a guard on
+/// memory, not a limit on customers).
+const MAX_PLACES: usize = 1_000_000;
+
+/// One room as one read-only transaction saw it.
+#[derive(Debug, Clone)]
+pub struct RoomSnapshot {
+    pub read_at: Instant,
+    /// The database's clock when it was read: every time a room decides
+    /// by is the database's, never an instance's.
+    pub db_now: DateTime<Utc>,
+    /// Whether the room is open (its seed is committed to).
+    pub opened: bool,
+    pub commitment: Option<SeedCommitment>,
+    /// The frozen pre-queue's SHA-256, from the start on.
+    pub entries_commitment: Option<EntriesCommitment>,
+    pub frozen: bool,
+    pub drawn: bool,
+    pub paused: bool,
+    pub ended: bool,
+    /// The last position handed out: the line's length.
+    pub last_position: i64,
+    /// Passes issued so far; pass n went to position n.
+    pub admitted: i64,
+    pub stock: i64,
+    /// Open passes by customer.
+    pub open_passes: HashMap<CustomerId, OpenPassView>,
+    /// Units the open passes cover.
+    pub open_units: i64,
+    /// Units in this sale's orders still awaiting payment, and their last deadline.
+    pub unpaid_units: i64,
+    pub unpaid_until: Option<DateTime<Utc>>,
+    /// Passes issued within the last minute (the admission rate).
+    pub recent_admissions: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpenPassView {
+    pub number: i32,
+    pub ticket: Ticket,
+    pub units: i32,
+    pub expires_at: DateTime<Utc>,
+}
+
+impl RoomSnapshot {
+    /// Units nobody holds a pass for.
+    pub fn units_free(&self) -> i64 {
+        (self.stock - self.open_units).max(0)
+    }
+
+    /// Every unit is sold and none can come back: no stock, no open pass,
+    /// no unpaid order that could expire or be declined.
+    pub fn sold_out(&self) -> bool {
+        self.drawn && self.stock <= 0 && self.open_units == 0 && self.unpaid_units == 0
+    }
+
+    /// Admissions per second over the last minute, if any.
+    pub fn admission_rate(&self) -> Option<f64> {
+        (self.recent_admissions > 0).then(|| self.recent_admissions as f64 / 60.0)
+    }
+}
+
+/// Every room this process has read, and the places and ended passes it
+/// knows of. One per `Shop`.
+#[derive(Default)]
+pub struct Rooms {
+    snapshots: Mutex<HashMap<ProductId, Arc<RoomSnapshot>>>,
+    /// One snapshot read at a time per room and process: polls arriving
+    /// while one is read wait for it rather than read again.
+    reading: Turns,
+    /// A room whose last read failed, and why: polls within `FRESH_FOR`
+    /// are answered with that failure at once (Postgres down must be a
+    /// quick 503 for everyone, not one connect timeout per waiter in turn).
+    failed: Mutex<HashMap<ProductId, (Instant, String)>>,
+    /// One draw at a time per room and process: joiners arriving at the
+    /// start all ask for it, and the first does it.
+    pub(super) drawing: Turns,
+    pub(super) places: Mutex<HashMap<(ProductId, CustomerId), Place>>,
+    pub(super) ended_passes: Mutex<HashMap<(ProductId, CustomerId), PassRow>>,
+    /// Drawn rooms whose whole line this process has read (`places`).
+    pub(super) lines_read: tokio::sync::Mutex<std::collections::HashSet<ProductId>>,
+}
+
+pub(super) fn locked<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A turn per room: one caller at a time does the room's work, the others
+/// wait for it and usually find it done.
+#[derive(Default)]
+pub(super) struct Turns(Mutex<HashMap<ProductId, Arc<tokio::sync::Mutex<()>>>>);
+
+impl Turns {
+    pub(super) fn of(&self, product: ProductId) -> Arc<tokio::sync::Mutex<()>> {
+        locked(&self.0).entry(product).or_default().clone()
+    }
+}
+
+impl Rooms {
+    pub fn new() -> Rooms {
+        Rooms::default()
+    }
+
+    fn recent_failure(&self, product: ProductId) -> Option<String> {
+        locked(&self.failed)
+            .get(&product)
+            .filter(|(at, _)| at.elapsed() < FRESH_FOR)
+            .map(|(_, why)| why.clone())
+    }
+
+    fn fresh(&self, product: ProductId) -> Option<Arc<RoomSnapshot>> {
+        locked(&self.snapshots)
+            .get(&product)
+            .filter(|s| s.read_at.elapsed() < FRESH_FOR)
+            .cloned()
+    }
+
+    /// Drops what this process knows of `product`'s room, so the next read
+    /// is Postgres's (after this process changed it).
+    pub fn forget(&self, product: ProductId) {
+        locked(&self.snapshots).remove(&product);
+    }
+
+    pub(super) fn remember_place(&self, product: ProductId, customer: CustomerId, place: &Place) {
+        let mut places = locked(&self.places);
+        if places.len() >= MAX_PLACES {
+            places.clear();
+        }
+        places.insert((product, customer), place.clone());
+    }
+}
+
+/// `product`'s room, at most `FRESH_FOR` old.
+pub async fn snapshot(shop: &Shop, product: ProductId) -> Result<Arc<RoomSnapshot>, AppError> {
+    let rooms = &shop.waiting_room;
+    if let Some(fresh) = rooms.fresh(product) {
+        return Ok(fresh);
+    }
+    let turn = rooms.reading.of(product);
+    let _turn = turn.lock().await;
+    if let Some(fresh) = rooms.fresh(product) {
+        return Ok(fresh);
+    }
+    if let Some(why) = rooms.recent_failure(product) {
+        return Err(AppError::Unavailable(why));
+    }
+    match db::run(&shop.pool, move |conn| read_room(conn, product)).await {
+        Ok(read) => {
+            let read = Arc::new(read);
+            locked(&rooms.failed).remove(&product);
+            locked(&rooms.snapshots).insert(product, read.clone());
+            Ok(read)
+        }
+        Err(error) => {
+            locked(&rooms.failed).insert(product, (Instant::now(), error.to_string()));
+            Err(error)
+        }
+    }
+}
+
+const READ_ROOM: &str = "
+SELECT p.stock::bigint AS stock,
+    d.product_id IS NOT NULL AS opened,
+    d.seed_sha256,
+    d.entries_sha256,
+    d.frozen_at IS NOT NULL AS frozen,
+    d.drawn_at IS NOT NULL AS drawn,
+    coalesce(d.admission_paused, false) AS paused,
+    coalesce(p.sale_ends_at <= clock_timestamp(), false) AS ended,
+    coalesce(d.last_position, 0)::bigint AS last_position,
+    (SELECT coalesce(max(a.number), 0)::bigint FROM queue_admissions a WHERE a.product_id = p.id) AS admitted,
+    (SELECT count(*) FROM queue_admissions a
+        WHERE a.product_id = p.id AND a.issued_at > clock_timestamp() - interval '60 seconds') AS recent_admissions,
+    unpaid.units AS unpaid_units,
+    unpaid.until AS unpaid_until,
+    clock_timestamp() AS db_now
+FROM products p
+LEFT JOIN queue_draws d ON d.product_id = p.id
+CROSS JOIN LATERAL (
+    SELECT coalesce(sum(i.quantity), 0)::bigint AS units, max(o.payment_deadline) AS until
+    FROM orders o JOIN order_items i ON i.order_id = o.id AND i.product_id = p.id
+    WHERE o.status = 'awaiting_payment'
+) unpaid
+WHERE p.id = $1";
+
+#[derive(QueryableByName)]
+struct RoomRow {
+    #[diesel(sql_type = BigInt)]
+    stock: i64,
+    #[diesel(sql_type = Bool)]
+    opened: bool,
+    #[diesel(sql_type = Nullable<Bytea>)]
+    seed_sha256: Option<Vec<u8>>,
+    #[diesel(sql_type = Nullable<Bytea>)]
+    entries_sha256: Option<Vec<u8>>,
+    #[diesel(sql_type = Bool)]
+    frozen: bool,
+    #[diesel(sql_type = Bool)]
+    drawn: bool,
+    #[diesel(sql_type = Bool)]
+    paused: bool,
+    #[diesel(sql_type = Bool)]
+    ended: bool,
+    #[diesel(sql_type = BigInt)]
+    last_position: i64,
+    #[diesel(sql_type = BigInt)]
+    admitted: i64,
+    #[diesel(sql_type = BigInt)]
+    recent_admissions: i64,
+    #[diesel(sql_type = BigInt)]
+    unpaid_units: i64,
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    unpaid_until: Option<DateTime<Utc>>,
+    #[diesel(sql_type = Timestamptz)]
+    db_now: DateTime<Utc>,
+}
+
+#[derive(QueryableByName)]
+struct OpenPassRow {
+    #[diesel(sql_type = BigInt)]
+    customer_id: i64,
+    #[diesel(sql_type = Int4)]
+    number: i32,
+    #[diesel(sql_type = Text)]
+    ticket: String,
+    #[diesel(sql_type = Int4)]
+    units: i32,
+    #[diesel(sql_type = Timestamptz)]
+    expires_at: DateTime<Utc>,
+}
+
+/// The room in one read-only snapshot, so its counts and its open passes
+/// belong to the same moment.
+fn read_room(conn: &mut PgConn, product: ProductId) -> Result<RoomSnapshot, AppError> {
+    conn.build_transaction()
+        .repeatable_read()
+        .read_only()
+        .run(|conn| {
+            let row: RoomRow = diesel::sql_query(READ_ROOM)
+                .bind::<BigInt, _>(product.get())
+                .get_result(conn)
+                .optional()?
+                .ok_or_else(|| {
+                    AppError::NotFound(format!("There is no product with id {product}."))
+                })?;
+            let passes: Vec<OpenPassRow> = diesel::sql_query(
+                "SELECT customer_id, number, ticket, units, expires_at FROM queue_admissions
+                 WHERE product_id = $1 AND state = 'issued'",
+            )
+            .bind::<BigInt, _>(product.get())
+            .load(conn)?;
+            let mut open_units = 0;
+            let mut open_passes = HashMap::with_capacity(passes.len());
+            for pass in passes {
+                open_units += i64::from(pass.units);
+                open_passes.insert(
+                    CustomerId(pass.customer_id),
+                    OpenPassView {
+                        number: pass.number,
+                        ticket: corrupt_if_bad(Ticket::parse(&pass.ticket), product)?,
+                        units: pass.units,
+                        expires_at: pass.expires_at,
+                    },
+                );
+            }
+            let commitment = match row.seed_sha256 {
+                Some(bytes) => Some(corrupt_if_bad(
+                    SeedCommitment::parse_hex(&hex::encode(bytes)),
+                    product,
+                )?),
+                None => None,
+            };
+            let entries_commitment = match row.entries_sha256 {
+                Some(bytes) => Some(corrupt_if_bad(
+                    EntriesCommitment::parse_hex(&hex::encode(bytes)),
+                    product,
+                )?),
+                None => None,
+            };
+            Ok(RoomSnapshot {
+                read_at: Instant::now(),
+                db_now: row.db_now,
+                opened: row.opened,
+                commitment,
+                entries_commitment,
+                frozen: row.frozen,
+                drawn: row.drawn,
+                paused: row.paused,
+                ended: row.ended,
+                last_position: row.last_position,
+                admitted: row.admitted,
+                stock: row.stock,
+                open_passes,
+                open_units,
+                unpaid_units: row.unpaid_units,
+                unpaid_until: row.unpaid_until,
+                recent_admissions: row.recent_admissions,
+            })
+        })
+}
+
+pub(super) fn corrupt_if_bad<T, E: std::fmt::Display>(
+    parsed: Result<T, E>,
+    product: ProductId,
+) -> Result<T, AppError> {
+    parsed.map_err(|e| AppError::Internal(anyhow::anyhow!("waiting room of {product}: {e}")))
+}

@@ -1,0 +1,148 @@
+//! What every process does every `QUEUE_TICK_MS`: opens the rooms whose
+//! opening has come (their seed committed), draws those whose start has
+//! passed, and runs the issuer of every room with work (passes past their
+//! deadline, or free units and someone waiting). One read finds the work,
+//! by the database's clock; a room without work costs nothing more. Every
+//! step is safe in every process at once: the draw and the issuer take the
+//! room's locks, and the second finds the work done.
+
+use chrono::Duration as TimeDelta;
+use diesel::prelude::*;
+use diesel::sql_types::{BigInt, Bool};
+
+use super::draw::{draw, ensure_room, Drawn};
+use super::passes::{grace_ms, issue};
+use crate::db::{self, PgConn};
+use crate::domain::ProductId;
+use crate::error::AppError;
+use crate::services::catalog::QUEUE_OPENS_BEFORE_START;
+use crate::services::Shop;
+
+/// What one tick did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TickReport {
+    /// Rooms with work found.
+    pub rooms: usize,
+    pub opened: usize,
+    pub drawn: usize,
+    pub issued: usize,
+    pub lapsed: usize,
+    /// Rooms whose step failed (tried again next tick).
+    pub failed: usize,
+}
+
+#[derive(QueryableByName)]
+struct Work {
+    #[diesel(sql_type = BigInt)]
+    product_id: i64,
+    #[diesel(sql_type = Bool)]
+    to_open: bool,
+    #[diesel(sql_type = Bool)]
+    to_draw: bool,
+    /// A pass past its deadline (and grace), or free units and someone
+    /// waiting behind the last pass.
+    #[diesel(sql_type = Bool)]
+    to_issue: bool,
+}
+
+const WORK: &str = "
+SELECT product_id, to_open, to_draw, to_issue FROM (
+    SELECT p.id AS product_id,
+        d.product_id IS NULL AND live AS to_open,
+        d.product_id IS NOT NULL AND d.drawn_at IS NULL AND live
+            AND p.sale_starts_at <= clock_timestamp() AS to_draw,
+        EXISTS (SELECT 1 FROM queue_admissions a WHERE a.product_id = p.id AND a.state = 'issued'
+                AND a.expires_at + $2 * interval '1 millisecond' <= clock_timestamp())
+        OR coalesce(d.drawn_at IS NOT NULL AND NOT d.admission_paused AND live
+            AND d.last_position > (SELECT coalesce(max(a.number), 0) FROM queue_admissions a
+                                   WHERE a.product_id = p.id)
+            AND p.stock > (SELECT coalesce(sum(a.units), 0) FROM queue_admissions a
+                           WHERE a.product_id = p.id AND a.state = 'issued'), false) AS to_issue
+    FROM products p LEFT JOIN queue_draws d ON d.product_id = p.id
+    CROSS JOIN LATERAL (SELECT p.sale_ends_at IS NULL OR p.sale_ends_at > clock_timestamp() AS live) l
+    WHERE p.queue_mode
+      AND coalesce(p.queue_opens_at, p.sale_starts_at - $1 * interval '1 second') <= clock_timestamp()
+) rooms
+WHERE to_open OR to_draw OR to_issue
+ORDER BY product_id";
+
+fn rooms_with_work(conn: &mut PgConn) -> Result<Vec<Work>, AppError> {
+    let opens_before = QUEUE_OPENS_BEFORE_START.num_seconds();
+    Ok(diesel::sql_query(WORK)
+        .bind::<BigInt, _>(opens_before)
+        .bind::<BigInt, _>(grace_ms())
+        .load(conn)?)
+}
+
+/// One tick over every room.
+pub async fn run_once(shop: &Shop) -> Result<TickReport, AppError> {
+    // No queue-mode sale on the shelf (at most a second old), no work: an
+    // idle shop's tick costs Postgres nothing.
+    let shelf = shop.sale_cache.shelf(&shop.pool).await?;
+    if !shelf.products().iter().any(|p| p.queue_mode) {
+        return Ok(TickReport::default());
+    }
+    let work = db::run(&shop.pool, rooms_with_work).await?;
+    let mut report = TickReport {
+        rooms: work.len(),
+        ..TickReport::default()
+    };
+    let pass_ms = TimeDelta::from_std(shop.settings.queue_pass)
+        .map_or(i64::MAX, |pass| pass.num_milliseconds());
+    for room in work {
+        let product = ProductId(room.product_id);
+        match step(shop, product, &room, pass_ms, &mut report).await {
+            Ok(()) => {}
+            Err(error) => {
+                report.failed += 1;
+                tracing::warn!(%product, %error, "a waiting room's tick failed; trying again next tick");
+            }
+        }
+    }
+    Ok(report)
+}
+
+async fn step(
+    shop: &Shop,
+    product: ProductId,
+    room: &Work,
+    pass_ms: i64,
+    report: &mut TickReport,
+) -> Result<(), AppError> {
+    if room.to_open {
+        ensure_room(shop, product).await?;
+        report.opened += 1;
+    }
+    let mut drawn = false;
+    if room.to_draw || room.to_open {
+        if let Drawn::Now(_) = draw(shop, product).await? {
+            report.drawn += 1;
+            drawn = true;
+        }
+    }
+    if !(drawn || room.to_issue) {
+        return Ok(());
+    }
+    // Right after the draw, in the same step: the first passes go out at
+    // the start, with no wait for the next tick.
+    let issued = issue(shop, product, pass_ms).await?;
+    report.issued += issued.issued;
+    report.lapsed += issued.lapsed;
+    Ok(())
+}
+
+/// The tick every `QUEUE_TICK_MS`, until the task is aborted.
+pub async fn run_forever(shop: Shop) {
+    let mut ticker = tokio::time::interval(shop.settings.queue_tick);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        match run_once(&shop).await {
+            Ok(report) if report.issued + report.drawn + report.lapsed > 0 => {
+                tracing::info!(?report, "waiting rooms ticked")
+            }
+            Ok(_) => {}
+            Err(error) => tracing::debug!(%error, "the waiting rooms' tick could not run"),
+        }
+    }
+}
