@@ -15,7 +15,8 @@ use chrono::Utc;
 
 use super::forms::parse_product_id;
 use super::session::{verify_csrf, SignedIn};
-use super::views::queue::{DrawPage, QueuePage, WaitingRoomView};
+use super::views::draw::DrawPage;
+use super::views::queue::{QueuePage, WaitingRoomView};
 use super::views::shop::SaleView;
 use super::views::{render, Nav};
 use super::{html, see_other};

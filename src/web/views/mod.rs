@@ -7,6 +7,7 @@ pub mod action_log;
 pub mod admin;
 pub mod auth;
 pub mod cart;
+pub mod draw;
 pub mod operations;
 pub mod orders;
 pub mod queue;

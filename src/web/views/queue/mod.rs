@@ -1,5 +1,5 @@
 //! The waiting room as a customer sees it (the waiting page, `queue.json`,
-//! the product page's join button) and the draw page. The page and the
+//! the product page's join button). The page and the
 //! JSON are built from one `WaitingRoomView`, so the script that polls the
 //! JSON and the page the server renders never disagree about which phase a
 //! customer is in.
@@ -11,98 +11,15 @@ use super::shop::SaleView;
 use super::Nav;
 use crate::db::models::Product;
 use crate::domain::draw::PassState;
-use crate::domain::draw::{DrawRecord, PassState as DrawPassState};
 use crate::domain::Quantity;
 use crate::domain::{QueueState, Standing};
 use crate::services::waiting_room::{QueueSale, QueueStatus};
-use crate::web::format::{iso, timestamp};
+use crate::web::format::timestamp;
 
-/// What the page shows, in the order a customer meets it. One section of
-/// the page per phase; the script swaps the section when the phase changes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Phase {
-    /// Signed out: sign in to join.
-    SignIn,
-    /// Signed in, not joined, the waiting room not open yet.
-    NotOpenYet,
-    /// Signed in, not joined, joining is open.
-    CanJoin,
-    /// Joined, before the start: the order is not drawn yet.
-    PreQueue,
-    /// Joined, the start has passed, the order is being drawn.
-    Drawing,
-    Waiting,
-    /// A pass is issued: the Buy form.
-    Admitted,
-    /// A purchase under the pass is on its way.
-    /// The pass bought its units.
-    Bought,
-    /// The pass ran out without a purchase.
-    Lapsed,
-    SoldOut,
-    Closed,
-}
+mod phase;
 
-impl Phase {
-    pub fn name(self) -> &'static str {
-        match self {
-            Phase::SignIn => "sign_in",
-            Phase::NotOpenYet => "not_open_yet",
-            Phase::CanJoin => "can_join",
-            Phase::PreQueue => "pre_queue",
-            Phase::Drawing => "drawing",
-            Phase::Waiting => "waiting",
-            Phase::Admitted => "admitted",
-            Phase::Bought => "bought",
-            Phase::Lapsed => "lapsed",
-            Phase::SoldOut => "sold_out",
-            Phase::Closed => "closed",
-        }
-    }
-
-    /// Nothing on the page can change by itself any more.
-    pub fn is_final(self) -> bool {
-        matches!(
-            self,
-            Phase::Bought | Phase::Lapsed | Phase::SoldOut | Phase::Closed
-        )
-    }
-}
-
-/// How the units stand, each with its own wording: the issue asks that
-/// waiters hear at once when every unit is sold or held, and how many are
-/// only held (and until when).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Availability {
-    /// Units left, none held.
-    Free,
-    /// Units left, and more held.
-    SomeHeld,
-    /// None left, some held: they may come back.
-    AllHeld,
-    /// None left, none held.
-    AllSold,
-}
-
-impl Availability {
-    fn of(units_left: i64, held: i64) -> Availability {
-        match (units_left > 0, held > 0) {
-            (true, false) => Availability::Free,
-            (true, true) => Availability::SomeHeld,
-            (false, true) => Availability::AllHeld,
-            (false, false) => Availability::AllSold,
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Availability::Free => "free",
-            Availability::SomeHeld => "some_held",
-            Availability::AllHeld => "all_held",
-            Availability::AllSold => "all_sold",
-        }
-    }
-}
+use phase::{phase_of, seconds_until};
+pub use phase::{Availability, Phase};
 
 /// One customer's waiting room at one instant.
 pub struct WaitingRoomView {
@@ -340,42 +257,6 @@ pub struct QueueJson {
     pub now: String,
 }
 
-fn phase_of(status: &QueueStatus, signed_in: bool, now: DateTime<Utc>) -> Phase {
-    // What the customer did with a pass outranks how the queue ended for
-    // everyone else: someone who bought should read that they bought.
-    match status.pass_state {
-        Some(PassState::Used) => return Phase::Bought,
-        // The service calls a spent turn `Closed`; its customer should read why.
-        Some(PassState::Lapsed) => return Phase::Lapsed,
-        _ => {}
-    }
-    match status.standing {
-        Standing::SoldOut => return Phase::SoldOut,
-        Standing::Closed => return Phase::Closed,
-        _ => {}
-    }
-    match status.queue {
-        QueueState::SoldOut => return Phase::SoldOut,
-        QueueState::Closed => return Phase::Closed,
-        _ => {}
-    }
-    match status.standing {
-        Standing::Admitted => Phase::Admitted,
-        Standing::NotJoined if !signed_in => Phase::SignIn,
-        Standing::NotJoined if now < status.opens_at => Phase::NotOpenYet,
-        Standing::NotJoined => Phase::CanJoin,
-        Standing::Waiting if status.position.is_some() => Phase::Waiting,
-        Standing::Waiting if now < status.starts_at => Phase::PreQueue,
-        Standing::Waiting => Phase::Drawing,
-        Standing::SoldOut => Phase::SoldOut,
-        Standing::Closed => Phase::Closed,
-    }
-}
-
-fn seconds_until(now: DateTime<Utc>, at: DateTime<Utc>) -> i64 {
-    (at - now).num_seconds()
-}
-
 /// RFC 3339 with milliseconds: the script's countdowns are to the second,
 /// and the server's clock is its reference.
 pub fn rfc3339(at: impl std::borrow::Borrow<DateTime<Utc>>) -> String {
@@ -463,98 +344,6 @@ impl ProductQueue {
     }
 }
 
-/// One entry of the draw page.
-pub struct DrawEntryRow {
-    pub ticket: String,
-    pub seq: u64,
-    /// To the millisecond, in UTC: what the `late` flag is checked against.
-    pub joined_at_text: String,
-    pub late: bool,
-    /// 1-based place in the published order; None before the draw.
-    pub position: Option<usize>,
-}
-
-pub struct DrawAdmissionRow {
-    pub number: usize,
-    pub ticket: String,
-    pub issued_at_text: String,
-    pub state: &'static str,
-}
-
-#[derive(Template)]
-#[template(path = "draw.html")]
-pub struct DrawPage {
-    pub nav: Nav,
-    pub sale: SaleView,
-    pub commitment: String,
-    pub seed: Option<String>,
-    pub starts_at_iso: String,
-    pub starts_at_text: String,
-    /// In the published order once drawn, else in join order.
-    pub entries: Vec<DrawEntryRow>,
-    pub admissions: Vec<DrawAdmissionRow>,
-    pub late: usize,
-}
-
-impl DrawPage {
-    pub fn new(nav: Nav, sale: SaleView, record: &DrawRecord) -> DrawPage {
-        let position: std::collections::HashMap<&str, usize> = record
-            .order
-            .iter()
-            .enumerate()
-            .map(|(i, ticket)| (ticket.as_str(), i + 1))
-            .collect();
-        let mut entries: Vec<DrawEntryRow> = record
-            .entries
-            .iter()
-            .map(|entry| DrawEntryRow {
-                ticket: entry.ticket.as_str().to_string(),
-                seq: entry.seq,
-                joined_at_text: entry
-                    .joined_at
-                    .format("%Y-%m-%d %H:%M:%S%.3f UTC")
-                    .to_string(),
-                late: entry.late,
-                position: position.get(entry.ticket.as_str()).copied(),
-            })
-            .collect();
-        entries.sort_by_key(|row| (row.position.unwrap_or(usize::MAX), row.seq));
-        let admissions = record
-            .admissions
-            .iter()
-            .enumerate()
-            .map(|(i, admission)| DrawAdmissionRow {
-                number: i + 1,
-                ticket: admission.ticket.as_str().to_string(),
-                issued_at_text: admission
-                    .issued_at
-                    .format("%Y-%m-%d %H:%M:%S%.3f UTC")
-                    .to_string(),
-                state: match admission.state {
-                    DrawPassState::Issued => "pass open",
-                    DrawPassState::Used => "bought",
-                    DrawPassState::Lapsed => "lapsed (place passed on)",
-                },
-            })
-            .collect();
-        DrawPage {
-            nav,
-            sale,
-            commitment: record.seed_sha256.to_string(),
-            seed: record.seed.as_ref().map(|s| s.to_hex()),
-            starts_at_iso: iso(&record.starts_at),
-            starts_at_text: timestamp(record.starts_at),
-            late: record.entries.iter().filter(|e| e.late).count(),
-            entries,
-            admissions,
-        }
-    }
-
-    pub fn drawn(&self) -> bool {
-        self.seed.is_some()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -568,13 +357,5 @@ mod tests {
         assert_eq!(wait_in_words(Some(60)), "about 1 minute");
         assert_eq!(wait_in_words(Some(61)), "about 2 minutes");
         assert!(wait_in_words(None).starts_with("not known yet"));
-    }
-
-    #[test]
-    fn availability_names_each_case() {
-        assert_eq!(Availability::of(3, 0), Availability::Free);
-        assert_eq!(Availability::of(3, 2), Availability::SomeHeld);
-        assert_eq!(Availability::of(0, 2), Availability::AllHeld);
-        assert_eq!(Availability::of(0, 0), Availability::AllSold);
     }
 }
