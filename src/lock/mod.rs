@@ -21,7 +21,7 @@
 //! (a paused process) cannot overwrite what a later holder wrote.
 //!
 //! One idea per file; an acquisition passes through them in this order:
-//! `queue` (the local FIFO, and the hand-over that skips Redis), `redlock`
+//! `fifo` (the local FIFO, and the hand-over that skips Redis), `redlock`
 //! (taking the lock from Redis or waiting for its release), `fencing` (the
 //! token), `lease` (the watchdog, and the check before commit), `held` (the
 //! locks until released, even on a panic), `release` (unlocking in Redis,
@@ -30,9 +30,9 @@
 
 mod error;
 mod fencing;
+mod fifo;
 mod held;
 mod lease;
-mod queue;
 mod quorum;
 mod redlock;
 mod release;
@@ -54,7 +54,7 @@ use crate::domain::ProductId;
 use crate::error::AppError;
 use crate::metrics;
 use crate::redis_node::RedisNode;
-use queue::ProductQueues;
+use fifo::ProductQueues;
 
 #[derive(Clone)]
 pub struct ProductLocks {

@@ -10,9 +10,9 @@ use rslock::LockError as RedlockError;
 use tokio::sync::OwnedMutexGuard;
 use tokio::time::{timeout_at, Instant};
 
+use super::fifo::ProductQueue;
 use super::held::HeldLock;
 use super::lease::{self, LeaseState};
-use super::queue::ProductQueue;
 use super::quorum::Holder;
 use super::{LockError, ProductLocks};
 use crate::domain::ProductId;

@@ -9,7 +9,7 @@ use futures::StreamExt;
 use rslock::Lock;
 use tokio::time::timeout;
 
-use super::queue::ProductQueues;
+use super::fifo::ProductQueues;
 use super::quorum::REDIS_CALL_TIMEOUT;
 use super::ProductLocks;
 use crate::domain::ProductId;

@@ -2,7 +2,7 @@
 //! and render a page or redirect (303 after every POST).
 //!
 //! - one file per area holds its handlers and registers its routes
-//!   (`shop`, `queue` (the waiting room and its draw), `cart`, `orders`,
+//!   (`shop`, `waiting_room` (the waiting room and its draw), `cart`, `orders`,
 //!   `auth`, `admin`, `action_log`, `operations`, `health`, `assets`); `routes` below puts them together;
 //! - `views/` holds what each area's pages show (template structs and view
 //!   data), `format` how pages write times and money;
@@ -27,12 +27,12 @@ pub mod health;
 pub mod idempotency;
 pub mod operations;
 pub mod orders;
-pub mod queue;
 pub mod request_id;
 pub mod session;
 pub mod session_cookie;
 pub mod shop;
 pub mod views;
+pub mod waiting_room;
 
 use actix_web::http::header;
 use actix_web::{web, HttpResponse};
@@ -59,7 +59,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     .configure(operations::routes)
     .configure(assets::routes)
     .configure(shop::routes)
-    .configure(queue::routes)
+    .configure(waiting_room::routes)
     .configure(auth::routes)
     .configure(cart::routes)
     .configure(orders::routes)

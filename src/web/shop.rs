@@ -8,11 +8,11 @@ use chrono::Utc;
 
 use super::forms::{parse_product_id, BuyForm};
 use super::idempotency::{answer_kept, once, replayed, Intent};
-use super::queue::standing;
 use super::session::{verify_csrf, SignedIn};
-use super::views::queue::{rfc3339, ProductQueue};
 use super::views::shop::{ProductPage, SaleListPage, SaleView};
+use super::views::waiting_room::{rfc3339, ProductQueue};
 use super::views::{render, Nav};
+use super::waiting_room::standing;
 use super::{html, see_other};
 use crate::domain::OrderId;
 use crate::error::AppError;

@@ -10,9 +10,9 @@ pub mod cart;
 pub mod draw;
 pub mod operations;
 pub mod orders;
-pub mod queue;
-pub mod queue_admin;
 pub mod shop;
+pub mod waiting_room;
+pub mod waiting_room_admin;
 
 use crate::web::session_cookie::Session;
 use askama::Template;

@@ -116,7 +116,7 @@ pub struct ProductPage {
     pub nav: Nav,
     pub sale: SaleView,
     /// A sale in queue mode: its waiting room instead of the Buy form.
-    pub queue: Option<super::queue::ProductQueue>,
+    pub queue: Option<super::waiting_room::ProductQueue>,
     /// The server's clock (RFC 3339), so the page script enables Buy at the
     /// opening second by the shop's clock rather than the reader's. Only an
     /// upcoming sale's page carries it: a live one stays the same for
