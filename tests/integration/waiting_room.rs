@@ -1048,155 +1048,140 @@ async fn a_lapsed_pass_admits_the_next_waiter() {
     assert_eq!(orders_of(&app, product), 1);
 }
 
-/// One unit, bought by the first in line: while the order is unpaid nobody
-/// else is admitted; its payment is declined, the unit comes back, and the
-/// next tick admits the second, who buys it.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_declined_payment_admits_the_next_waiter() {
+/// A one-unit, limit-1 room of `waiters` shoppers, drawn, whose first in
+/// line bought the unit with their pass: the shoppers in line order, and
+/// the order.
+struct OneUnitBought {
+    app: TestApp,
+    product: ProductId,
+    /// In line order.
+    line: Vec<Browser>,
+    order: i64,
+}
+
+async fn one_unit_bought(waiters: usize, tag: &str) -> OneUnitBought {
     let app = queue_app().await;
     let product = queue_sale(&app, 1, 1).await;
-    let people = shoppers(&app, 3, "decline").await;
+    let people = shoppers(&app, waiters, tag).await;
     let ids: Vec<CustomerId> = people.iter().map(|p| p.id).collect();
     join_all(&app, product, &ids).await;
     start_now(&app, product);
     assert_eq!(tick(&app).await.issued, 1);
-    let line = in_line_order(&app, product, &ids).await;
-    let browser_of = |id: CustomerId| &people.iter().find(|p| p.id == id).unwrap().web;
-    let first = browser_of(line[0].0);
-    let order = buy_ok(
-        first,
-        product,
-        1,
-        &line[0].1.pass.clone().unwrap().to_string(),
-    )
-    .await;
+    let line: Vec<(Browser, QueueStatus)> = in_line_order(&app, product, &ids)
+        .await
+        .into_iter()
+        .map(|(id, status)| {
+            (
+                people.iter().find(|p| p.id == id).unwrap().web.clone(),
+                status,
+            )
+        })
+        .collect();
+    let pass = line[0].1.pass.clone().unwrap().to_string();
+    let order = buy_ok(&line[0].0, product, 1, &pass).await;
     assert_eq!(
         tick(&app).await.issued,
         0,
         "the unit is held by an unpaid order"
     );
+    OneUnitBought {
+        app,
+        product,
+        line: line.into_iter().map(|(web, _)| web).collect(),
+        order,
+    }
+}
 
-    first.pay(order, DECLINED_CARD).await;
-    assert_eq!(order_status(&app, order), "payment_failed");
-    assert_eq!(app.db.stock(product.get()), 1);
-    assert_eq!(tick(&app).await.issued, 1);
-    let next = status(&app, line[1].0, product).await;
-    assert_eq!(next.standing, Standing::Admitted, "{next:?}");
-    assert_eq!(
-        status(&app, line[2].0, product).await.standing,
-        Standing::Waiting
-    );
-    let second = browser_of(line[1].0);
-    let order = buy_ok(second, product, 1, &next.pass.unwrap().to_string()).await;
-    assert_eq!(
-        second.pay(order, GOOD_CARD).await.status(),
-        StatusCode::SEE_OTHER
-    );
-    assert_eq!(app.db.stock(product.get()), 0);
-    assert_eq!(orders_of(&app, product), 2);
-    assert_eq!(
-        status(&app, line[2].0, product).await.standing,
-        Standing::SoldOut
-    );
-    app.db.assert_audit_clean();
+impl OneUnitBought {
+    /// The unit came back: the next tick admits the second in line, who
+    /// buys and pays for it; the ledger adds up.
+    async fn the_second_buys_the_unit_that_came_back(&self) {
+        let (app, product) = (&self.app, self.product);
+        assert_eq!(app.db.stock(product.get()), 1);
+        assert_eq!(tick(app).await.issued, 1);
+        let second = &self.line[1];
+        let next = status(app, id_of(app, second), product).await;
+        assert_eq!(next.standing, Standing::Admitted, "{next:?}");
+        if let Some(third) = self.line.get(2) {
+            assert_eq!(
+                status(app, id_of(app, third), product).await.standing,
+                Standing::Waiting
+            );
+        }
+        let order = buy_ok(second, product, 1, &next.pass.unwrap().to_string()).await;
+        assert_eq!(
+            second.pay(order, GOOD_CARD).await.status(),
+            StatusCode::SEE_OTHER
+        );
+        assert_eq!(app.db.stock(product.get()), 0);
+        assert_eq!(orders_of(app, product), 2);
+        if let Some(third) = self.line.get(2) {
+            assert_eq!(
+                status(app, id_of(app, third), product).await.standing,
+                Standing::SoldOut
+            );
+        }
+        app.db.assert_audit_clean();
+    }
+}
+
+/// One unit, bought by the first in line: while the order is unpaid nobody
+/// else is admitted; its payment is declined, the unit comes back, and the
+/// next tick admits the second, who buys it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_declined_payment_admits_the_next_waiter() {
+    let room = one_unit_bought(3, "decline").await;
+    room.line[0].pay(room.order, DECLINED_CARD).await;
+    assert_eq!(order_status(&room.app, room.order), "payment_failed");
+    room.the_second_buys_the_unit_that_came_back().await;
 }
 
 /// An order left unpaid past its deadline expires, its unit comes back,
 /// and the next tick admits the next waiter.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_expired_order_admits_the_next_waiter() {
-    let app = queue_app().await;
-    let product = queue_sale(&app, 1, 1).await;
-    let people = shoppers(&app, 2, "expire").await;
-    let ids: Vec<CustomerId> = people.iter().map(|p| p.id).collect();
-    join_all(&app, product, &ids).await;
-    start_now(&app, product);
-    tick(&app).await;
-    let line = in_line_order(&app, product, &ids).await;
-    let browser_of = |id: CustomerId| &people.iter().find(|p| p.id == id).unwrap().web;
-    let order = buy_ok(
-        browser_of(line[0].0),
-        product,
-        1,
-        &line[0].1.pass.clone().unwrap().to_string(),
-    )
-    .await;
-    assert_eq!(tick(&app).await.issued, 0);
-
+    let room = one_unit_bought(3, "expire").await;
     sql_behind_the_caches(
-        &app,
+        &room.app,
         &format!(
-            "UPDATE orders SET payment_deadline = now() - interval '1 second' WHERE id = {order}"
+            "UPDATE orders SET payment_deadline = now() - interval '1 second' WHERE id = {}",
+            room.order
         ),
     );
-    assert!(
-        restore_order(&app.shop, OrderId(order), OrderStatus::Expired, None)
-            .await
-            .unwrap()
-    );
-    assert_eq!(app.db.stock(product.get()), 1);
-    assert_eq!(tick(&app).await.issued, 1);
-    let next = status(&app, line[1].0, product).await;
-    assert_eq!(next.standing, Standing::Admitted, "{next:?}");
-    buy_ok(
-        browser_of(line[1].0),
-        product,
-        1,
-        &next.pass.unwrap().to_string(),
+    assert!(restore_order(
+        &room.app.shop,
+        OrderId(room.order),
+        OrderStatus::Expired,
+        None
     )
-    .await;
-    assert_eq!(app.db.stock(product.get()), 0);
-    app.db.assert_audit_clean();
+    .await
+    .unwrap());
+    room.the_second_buys_the_unit_that_came_back().await;
 }
 
 /// A paid order refunded by an admin gives its unit back, and the next tick
 /// admits the next waiter (who read "sold out" until then).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_refund_admits_the_next_waiter() {
-    let app = queue_app().await;
-    let product = queue_sale(&app, 1, 1).await;
-    let people = shoppers(&app, 2, "refund").await;
-    let ids: Vec<CustomerId> = people.iter().map(|p| p.id).collect();
-    join_all(&app, product, &ids).await;
-    start_now(&app, product);
-    tick(&app).await;
-    let line = in_line_order(&app, product, &ids).await;
-    let browser_of = |id: CustomerId| &people.iter().find(|p| p.id == id).unwrap().web;
-    let first = browser_of(line[0].0);
-    let order = buy_ok(
-        first,
-        product,
-        1,
-        &line[0].1.pass.clone().unwrap().to_string(),
-    )
-    .await;
+    let room = one_unit_bought(3, "refund").await;
     assert_eq!(
-        first.pay(order, GOOD_CARD).await.status(),
+        room.line[0].pay(room.order, GOOD_CARD).await.status(),
         StatusCode::SEE_OTHER
     );
+    let third = id_of(&room.app, &room.line[2]);
     assert_eq!(
-        status(&app, line[1].0, product).await.standing,
+        status(&room.app, third, room.product).await.standing,
         Standing::SoldOut
     );
-
-    assert!(
-        restore_order(&app.shop, OrderId(order), OrderStatus::Refunded, None)
-            .await
-            .unwrap()
-    );
-    assert_eq!(app.db.stock(product.get()), 1);
-    assert_eq!(tick(&app).await.issued, 1);
-    let next = status(&app, line[1].0, product).await;
-    assert_eq!(next.standing, Standing::Admitted, "{next:?}");
-    buy_ok(
-        browser_of(line[1].0),
-        product,
-        1,
-        &next.pass.unwrap().to_string(),
+    assert!(restore_order(
+        &room.app.shop,
+        OrderId(room.order),
+        OrderStatus::Refunded,
+        None
     )
-    .await;
-    assert_eq!(app.db.stock(product.get()), 0);
-    app.db.assert_audit_clean();
+    .await
+    .unwrap());
+    room.the_second_buys_the_unit_that_came_back().await;
 }
 
 // ---------------------------------------------------------------------------
