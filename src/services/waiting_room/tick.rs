@@ -6,17 +6,18 @@
 //! step is safe in every process at once: the draw and the issuer take the
 //! room's locks, and the second finds the work done.
 
-use chrono::Duration as TimeDelta;
+use chrono::{DateTime, Duration as TimeDelta, Utc};
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Bool};
 
 use super::draw::{draw, ensure_room, Drawn};
-use super::passes::{grace_ms, issue};
+use super::passes::{grace_ms, issue, PASS_GRACE};
+use super::sale::QueueSale;
 use crate::db::{self, PgConn};
 use crate::domain::ProductId;
 use crate::error::AppError;
 use crate::services::catalog::QUEUE_OPENS_BEFORE_START;
-use crate::services::Shop;
+use crate::services::{sale_cache, Shop};
 
 /// What one tick did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -76,12 +77,6 @@ fn rooms_with_work(conn: &mut PgConn) -> Result<Vec<Work>, AppError> {
 
 /// One tick over every room.
 pub async fn run_once(shop: &Shop) -> Result<TickReport, AppError> {
-    // No queue-mode sale on the shelf (at most a second old), no work: an
-    // idle shop's tick costs Postgres nothing.
-    let shelf = shop.sale_cache.shelf(&shop.pool).await?;
-    if !shelf.products().iter().any(|p| p.queue_mode) {
-        return Ok(TickReport::default());
-    }
     let work = db::run(&shop.pool, rooms_with_work).await?;
     let mut report = TickReport {
         rooms: work.len(),
@@ -131,12 +126,17 @@ async fn step(
     Ok(())
 }
 
-/// The tick every `QUEUE_TICK_MS`, until the task is aborted.
+/// The tick every `QUEUE_TICK_MS`, until the task is aborted; only while
+/// some room is live, so an idle shop's tick costs Postgres nothing.
 pub async fn run_forever(shop: Shop) {
     let mut ticker = tokio::time::interval(shop.settings.queue_tick);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut rooms = KnownRooms::default();
     loop {
         ticker.tick().await;
+        if !rooms.any_live(&shop).await {
+            continue;
+        }
         match run_once(&shop).await {
             Ok(report) if report.issued + report.drawn + report.lapsed > 0 => {
                 tracing::info!(?report, "waiting rooms ticked")
@@ -145,4 +145,56 @@ pub async fn run_forever(shop: Shop) {
             Err(error) => tracing::debug!(%error, "the waiting rooms' tick could not run"),
         }
     }
+}
+
+/// The queue-mode sales as the shelf had them, read again every
+/// `JOBS_INTERVAL`, when this process changed a sale, and every tick while
+/// a room is live (the shelf itself reads Postgres at most once a second).
+/// Only whether to tick is decided here, by this instance's clock and with
+/// a margin; what a tick does is decided by the database's.
+#[derive(Default)]
+struct KnownRooms {
+    sales: Vec<QueueSale>,
+    read_at: Option<tokio::time::Instant>,
+    writes_seen: u64,
+}
+
+impl KnownRooms {
+    async fn any_live(&mut self, shop: &Shop) -> bool {
+        let now = Utc::now();
+        let writes = sale_cache::writes();
+        let due = self
+            .read_at
+            .is_none_or(|at| at.elapsed() >= shop.settings.jobs_interval)
+            || writes != self.writes_seen
+            || self.sales.iter().any(|sale| is_live(shop, sale, now));
+        if due {
+            match shop.sale_cache.shelf(&shop.pool).await {
+                Ok(shelf) => {
+                    self.sales = shelf
+                        .products()
+                        .iter()
+                        .filter_map(|p| QueueSale::of(p))
+                        .collect();
+                    self.read_at = Some(tokio::time::Instant::now());
+                    self.writes_seen = writes;
+                }
+                Err(error) => {
+                    tracing::debug!(%error, "could not read the sales for the waiting rooms' tick");
+                    return false;
+                }
+            }
+        }
+        self.sales.iter().any(|sale| is_live(shop, sale, now))
+    }
+}
+
+/// From a little before its opening until its last passes can have
+/// lapsed after its end (a room without an end stays live).
+fn is_live(shop: &Shop, sale: &QueueSale, now: DateTime<Utc>) -> bool {
+    let margin = TimeDelta::seconds(5);
+    let linger = TimeDelta::from_std(shop.settings.queue_pass + PASS_GRACE)
+        .unwrap_or(TimeDelta::hours(1))
+        + TimeDelta::minutes(1);
+    now + margin >= sale.opens_at && sale.ends_at.is_none_or(|end| now < end + linger)
 }
