@@ -24,6 +24,9 @@ use crate::services::Shop;
 /// How old a room's snapshot may be when a poll reads it.
 pub const FRESH_FOR: Duration = Duration::from_millis(250);
 
+/// How old a pre-queue's snapshot may be while its start is far.
+const PRE_QUEUE_FRESH_FOR: Duration = Duration::from_secs(1);
+
 /// Places kept per process before the cache starts again (a guard on
 /// memory, not a limit on customers).
 const MAX_PLACES: usize = 1_000_000;
@@ -42,6 +45,7 @@ pub struct RoomSnapshot {
     pub entries_commitment: Option<EntriesCommitment>,
     pub frozen: bool,
     pub drawn: bool,
+    pub starts_at: DateTime<Utc>,
     pub paused: bool,
     pub ended: bool,
     /// The last position handed out: the line's length.
@@ -69,6 +73,19 @@ pub struct OpenPassView {
 }
 
 impl RoomSnapshot {
+    /// How long this snapshot answers polls: `FRESH_FOR`, or a second for a
+    /// pre-queue whose start is more than two seconds away (nothing a
+    /// waiter sees changes there but the count of units, and a crowd
+    /// polling the last minutes before a drop is the largest).
+    fn fresh_for(&self) -> Duration {
+        let quiet = !self.frozen && self.starts_at - self.db_now > chrono::Duration::seconds(2);
+        if quiet {
+            PRE_QUEUE_FRESH_FOR
+        } else {
+            FRESH_FOR
+        }
+    }
+
     /// Units nobody holds a pass for.
     pub fn units_free(&self) -> i64 {
         (self.stock - self.open_units).max(0)
@@ -137,7 +154,7 @@ impl Rooms {
     fn fresh(&self, product: ProductId) -> Option<Arc<RoomSnapshot>> {
         locked(&self.snapshots)
             .get(&product)
-            .filter(|s| s.read_at.elapsed() < FRESH_FOR)
+            .filter(|s| s.read_at.elapsed() < s.fresh_for())
             .cloned()
     }
 
@@ -193,6 +210,7 @@ SELECT p.stock::bigint AS stock,
     d.drawn_at IS NOT NULL AS drawn,
     coalesce(d.admission_paused, false) AS paused,
     coalesce(p.sale_ends_at <= clock_timestamp(), false) AS ended,
+    p.sale_starts_at AS starts_at,
     coalesce(d.last_position, 0)::bigint AS last_position,
     (SELECT coalesce(max(a.number), 0)::bigint FROM queue_admissions a WHERE a.product_id = p.id) AS admitted,
     (SELECT count(*) FROM queue_admissions a
@@ -227,6 +245,8 @@ struct RoomRow {
     paused: bool,
     #[diesel(sql_type = Bool)]
     ended: bool,
+    #[diesel(sql_type = Timestamptz)]
+    starts_at: DateTime<Utc>,
     #[diesel(sql_type = BigInt)]
     last_position: i64,
     #[diesel(sql_type = BigInt)]
@@ -311,6 +331,7 @@ fn read_room(conn: &mut PgConn, product: ProductId) -> Result<RoomSnapshot, AppE
                 entries_commitment,
                 frozen: row.frozen,
                 drawn: row.drawn,
+                starts_at: row.starts_at,
                 paused: row.paused,
                 ended: row.ended,
                 last_position: row.last_position,

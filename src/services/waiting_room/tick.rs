@@ -152,11 +152,18 @@ pub async fn run_forever(shop: Shop) {
 /// a room is live (the shelf itself reads Postgres at most once a second).
 /// Only whether to tick is decided here, by this instance's clock and with
 /// a margin; what a tick does is decided by the database's.
+///
+/// Between its opening and its start a room needs no tick (joins open it
+/// and draw it themselves if they come first), only one to open it: each
+/// room is ticked once after its opening, then from a little before its
+/// start until its last passes can have lapsed after its end.
 #[derive(Default)]
 struct KnownRooms {
     sales: Vec<QueueSale>,
     read_at: Option<tokio::time::Instant>,
     writes_seen: u64,
+    /// Rooms this process ticked after their opening.
+    opened: std::collections::HashSet<ProductId>,
 }
 
 impl KnownRooms {
@@ -167,7 +174,7 @@ impl KnownRooms {
             .read_at
             .is_none_or(|at| at.elapsed() >= shop.settings.jobs_interval)
             || writes != self.writes_seen
-            || self.sales.iter().any(|sale| is_live(shop, sale, now));
+            || self.sales.iter().any(|sale| self.is_live(shop, sale, now));
         if due {
             match shop.sale_cache.shelf(&shop.pool).await {
                 Ok(shelf) => {
@@ -185,16 +192,28 @@ impl KnownRooms {
                 }
             }
         }
-        self.sales.iter().any(|sale| is_live(shop, sale, now))
+        let live = self.sales.iter().any(|sale| self.is_live(shop, sale, now));
+        if live {
+            // This tick opens every room whose opening has passed.
+            let opened: Vec<ProductId> = self
+                .sales
+                .iter()
+                .filter(|sale| sale.is_open(now))
+                .map(|sale| sale.product)
+                .collect();
+            self.opened.extend(opened);
+        }
+        live
     }
-}
 
-/// From a little before its opening until its last passes can have
-/// lapsed after its end (a room without an end stays live).
-fn is_live(shop: &Shop, sale: &QueueSale, now: DateTime<Utc>) -> bool {
-    let margin = TimeDelta::seconds(5);
-    let linger = TimeDelta::from_std(shop.settings.queue_pass + PASS_GRACE)
-        .unwrap_or(TimeDelta::hours(1))
-        + TimeDelta::minutes(1);
-    now + margin >= sale.opens_at && sale.ends_at.is_none_or(|end| now < end + linger)
+    fn is_live(&self, shop: &Shop, sale: &QueueSale, now: DateTime<Utc>) -> bool {
+        let margin = TimeDelta::seconds(5);
+        let linger = TimeDelta::from_std(shop.settings.queue_pass + PASS_GRACE)
+            .unwrap_or(TimeDelta::hours(1))
+            + TimeDelta::minutes(1);
+        let to_open = sale.is_open(now) && !self.opened.contains(&sale.product);
+        let running =
+            now + margin >= sale.starts_at && sale.ends_at.is_none_or(|end| now < end + linger);
+        to_open || running
+    }
 }
