@@ -129,6 +129,13 @@ impl SaleCache {
         self.refresh(pool).await
     }
 
+    /// The copy as the last reader left it, however old, without reading
+    /// Postgres: for a background job that must not cost an idle shop a
+    /// read, but should see what the pages see.
+    pub fn peek(&self) -> Option<Arc<Shelf>> {
+        self.current()
+    }
+
     fn current(&self) -> Option<Arc<Shelf>> {
         self.shelf.read().unwrap_or_else(|e| e.into_inner()).clone()
     }

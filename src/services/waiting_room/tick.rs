@@ -147,9 +147,10 @@ pub async fn run_forever(shop: Shop) {
     }
 }
 
-/// The queue-mode sales as the shelf had them, read again every
-/// `JOBS_INTERVAL`, when this process changed a sale, and every tick while
-/// a room is live (the shelf itself reads Postgres at most once a second).
+/// The queue-mode sales as the shelf had them: as the pages last read it
+/// (free), and read again every `JOBS_INTERVAL`, when this process changed
+/// a sale, and every tick while a room is live (the shelf itself reads
+/// Postgres at most once a second).
 /// Only whether to tick is decided here, by this instance's clock and with
 /// a margin; what a tick does is decided by the database's.
 ///
@@ -170,6 +171,16 @@ impl KnownRooms {
     async fn any_live(&mut self, shop: &Shop) -> bool {
         let now = Utc::now();
         let writes = sale_cache::writes();
+        // What the pages read lately is free to look at: a sale another
+        // process created is seen as soon as a page (a join, a poll, the
+        // sale list) read the shelf.
+        if let Some(shelf) = shop.sale_cache.peek() {
+            self.sales = shelf
+                .products()
+                .iter()
+                .filter_map(|p| QueueSale::of(p))
+                .collect();
+        }
         let due = self
             .read_at
             .is_none_or(|at| at.elapsed() >= shop.settings.jobs_interval)
