@@ -1590,6 +1590,9 @@ async fn an_instance_whose_clock_is_ahead_does_not_move_the_draw() {
             .await
             .unwrap();
         joined += 1;
+        // Waiters poll every instance: the one ahead learns the sale's new
+        // start from its own reads of the sale list, as it would in a drop.
+        clock_ahead(&ahead.address, product).await;
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let frozen_early = count(
