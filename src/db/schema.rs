@@ -31,6 +31,15 @@ diesel::table! {
 }
 
 diesel::table! {
+    holdings (product_id, customer_id) {
+        product_id -> Int8,
+        customer_id -> Int8,
+        units -> Int4,
+        cap -> Nullable<Int4>,
+    }
+}
+
+diesel::table! {
     idempotency_keys (customer_id, key) {
         customer_id -> Int8,
         key -> Text,
@@ -186,6 +195,8 @@ diesel::table! {
 diesel::joinable!(admin_actions -> customers (admin_id));
 diesel::joinable!(admin_actions -> orders (order_id));
 diesel::joinable!(admin_actions -> products (product_id));
+diesel::joinable!(holdings -> customers (customer_id));
+diesel::joinable!(holdings -> products (product_id));
 diesel::joinable!(idempotency_keys -> customers (customer_id));
 diesel::joinable!(idempotency_keys -> orders (order_id));
 diesel::joinable!(order_items -> orders (order_id));
@@ -206,6 +217,7 @@ diesel::allow_tables_to_appear_in_same_query!(
     admin_actions,
     customers,
     deployment,
+    holdings,
     idempotency_keys,
     login_attempts,
     order_items,

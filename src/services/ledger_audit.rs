@@ -1,5 +1,6 @@
-//! The ledger audit: replays stock_history against products, orders and items
-//! and names every disagreement. Used by `flashsale audit`, the admin
+//! The ledger audit: replays stock_history against products, orders and items,
+//! compares each customer's holdings with their live orders, and names every
+//! disagreement. Used by `flashsale audit`, the admin
 //! dashboard and the tests.
 
 use diesel::prelude::*;
@@ -40,6 +41,9 @@ pub struct ProductLedger {
     pub mismatched_restore_rows: i64,
     #[diesel(sql_type = BigInt)]
     pub last_stock_after: i64,
+    /// Customers whose holdings row disagrees with their live orders.
+    #[diesel(sql_type = BigInt)]
+    pub mismatched_holdings: i64,
 }
 
 impl ProductLedger {
@@ -91,6 +95,12 @@ impl ProductLedger {
                 self.mismatched_restore_rows
             ));
         }
+        if self.mismatched_holdings != 0 {
+            problems.push(format!(
+                "{who}: {} customers' holdings disagree with the units of their live orders",
+                self.mismatched_holdings
+            ));
+        }
         if self.last_stock_after >= 0 && self.last_stock_after != stock {
             problems.push(format!(
                 "{who}: last history row says stock {} but stock is {}",
@@ -139,7 +149,15 @@ SELECT p.id, p.name, p.stock, p.initial_stock,
     WHERE h.product_id = p.id AND h.reason IN ('payment_failed', 'expired', 'refund')
       AND o.status <> CASE h.reason WHEN 'refund' THEN 'refunded' ELSE h.reason END) AS mismatched_restore_rows,
   COALESCE((SELECT h.stock_after FROM stock_history h WHERE h.product_id = p.id ORDER BY h.id DESC LIMIT 1), -1)::int8
-    AS last_stock_after
+    AS last_stock_after,
+  (SELECT count(*) FROM
+     (SELECT h.customer_id, h.units::int8 AS units FROM holdings h
+       WHERE h.product_id = p.id AND h.units <> 0) AS held
+     FULL JOIN
+     (SELECT o.customer_id, sum(i.quantity)::int8 AS units FROM order_items i JOIN orders o ON o.id = i.order_id
+       WHERE i.product_id = p.id AND o.status IN ('awaiting_payment', 'paid') GROUP BY o.customer_id) AS live
+     ON held.customer_id = live.customer_id
+   WHERE held.units IS DISTINCT FROM live.units) AS mismatched_holdings
 FROM products p
 ORDER BY p.id
 "#;

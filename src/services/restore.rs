@@ -1,6 +1,8 @@
 //! Giving stock back: payment declined, order expired, order refunded.
 //! One function for all three, under the same product locks and row locks as
 //! a purchase, so a restore and a sale of the same unit can never interleave.
+//! The customer's holdings shrink in the same transaction, so the units
+//! count against their per-customer limit exactly while the order is live.
 
 use chrono::Utc;
 use diesel::prelude::*;
@@ -9,8 +11,8 @@ use super::Shop;
 use crate::db::fence::change_stock;
 use crate::db::models::{NewStockChange, Order, OrderItem};
 use crate::db::schema::{order_items, orders, payments, products, stock_history};
-use crate::db::{self, PgConn};
-use crate::domain::{OrderId, OrderStatus, ProductId};
+use crate::db::{self, holdings, PgConn};
+use crate::domain::{CustomerId, OrderId, OrderStatus, ProductId};
 use crate::error::AppError;
 use crate::lock::Lease;
 use crate::metrics;
@@ -66,8 +68,15 @@ pub async fn restore_order(
                         .status()
                         .transition(to)
                         .map_err(|refused| refused_transition(order, refused.from, to))?;
+                    let customer = CustomerId(current.customer_id);
                     for item in &items {
                         let stock_after = give_back(conn, &lease, item)?;
+                        holdings::release(
+                            conn,
+                            ProductId(item.product_id),
+                            customer,
+                            item.quantity,
+                        )?;
                         diesel::insert_into(stock_history::table)
                             .values(NewStockChange {
                                 product_id: item.product_id,

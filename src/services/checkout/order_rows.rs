@@ -39,8 +39,9 @@ pub struct KeyRow {
     pub fingerprint: Option<String>,
 }
 
-/// The order, its items and their purchase ledger rows, and the order named
-/// on the request's idempotency key, in one statement:
+/// The order, its items and their purchase ledger rows, the customer's
+/// holdings of each product, and the order named on the request's
+/// idempotency key, in one statement:
 /// this runs once per buyer inside a batch's lock hold, where every round
 /// trip to the database is time the next buyers wait.
 const WRITE_ORDER: &str = "
@@ -49,8 +50,14 @@ WITH new_order AS (
     VALUES ($1, $2, $3, $4, $5)
     RETURNING id
 ), lines AS (
-    SELECT * FROM unnest($6::bigint[], $7::int[], $8::bigint[], $9::int[])
-        AS line(product_id, quantity, unit_price_cents, stock_after)
+    SELECT * FROM unnest($6::bigint[], $7::int[], $8::bigint[], $9::int[], $14::int[])
+        AS line(product_id, quantity, unit_price_cents, stock_after, cap)
+), held AS (
+    INSERT INTO holdings (product_id, customer_id, units, cap)
+    SELECT line.product_id, $1, sum(line.quantity), max(line.cap)
+    FROM lines AS line GROUP BY line.product_id ORDER BY line.product_id
+    ON CONFLICT (product_id, customer_id) DO UPDATE
+        SET units = holdings.units + EXCLUDED.units, cap = EXCLUDED.cap
 ), items AS (
     INSERT INTO order_items (order_id, product_id, quantity, unit_price_cents)
     SELECT new_order.id, line.product_id, line.quantity, line.unit_price_cents
@@ -120,6 +127,12 @@ pub(super) fn write_order(
         .bind::<Nullable<Text>, _>(answer_key.map(|k| k.key.as_str()))
         .bind::<Nullable<Text>, _>(answer_key.and_then(|k| k.fingerprint.as_deref()))
         .bind::<Nullable<Int4>, _>(pass)
+        .bind::<Array<Nullable<Int4>>, _>(
+            lines
+                .iter()
+                .map(|(p, _, _)| p.per_customer_limit)
+                .collect::<Vec<_>>(),
+        )
         .get_result(conn)?;
     if !written.named {
         return Err(AppError::KeyTaken);
@@ -127,8 +140,9 @@ pub(super) fn write_order(
     Ok(OrderId(written.id))
 }
 
-/// Every admitted buyer's order, item and purchase ledger row, the order
-/// named on their idempotency key, and each product's new stock under its
+/// Every admitted buyer's order, item and purchase ledger row, their
+/// holdings (summed per customer and product: one row cannot be upserted
+/// twice in a statement), the order named on their idempotency key, and each product's new stock under its
 /// lock's fencing token, in one statement: a group transaction of many
 /// products, one buyer each, would otherwise pay a statement's parsing and
 /// planning (and a round trip, row locks held) per product.
@@ -139,8 +153,14 @@ pub(super) fn write_order(
 const WRITE_SALES: &str = "
 WITH buyer AS MATERIALIZED (
     SELECT nextval('orders_id_seq') AS order_id, b.*
-    FROM unnest($1::bigint[], $2::bigint[], $3::int[], $4::bigint[], $5::bigint[], $6::timestamptz[], $7::text[], $8::int[], $9::text[], $10::text[], $16::int[])
-        WITH ORDINALITY AS b(product_id, customer_id, quantity, unit_price_cents, total_cents, payment_deadline, gate_key, stock_after, answer_key, answer_fingerprint, pass, arrival)
+    FROM unnest($1::bigint[], $2::bigint[], $3::int[], $4::bigint[], $5::bigint[], $6::timestamptz[], $7::text[], $8::int[], $9::text[], $10::text[], $16::int[], $17::int[])
+        WITH ORDINALITY AS b(product_id, customer_id, quantity, unit_price_cents, total_cents, payment_deadline, gate_key, stock_after, answer_key, answer_fingerprint, pass, cap, arrival)
+), held AS (
+    INSERT INTO holdings (product_id, customer_id, units, cap)
+    SELECT product_id, customer_id, sum(quantity), max(cap) FROM buyer
+    GROUP BY product_id, customer_id ORDER BY product_id, customer_id
+    ON CONFLICT (product_id, customer_id) DO UPDATE
+        SET units = holdings.units + EXCLUDED.units, cap = EXCLUDED.cap
 ), new_orders AS (
     INSERT INTO orders (id, customer_id, status, total_cents, payment_deadline, gate_key)
     SELECT order_id, customer_id, $11, total_cents, payment_deadline, gate_key
@@ -244,5 +264,10 @@ pub(super) fn write_sales(
         .bind::<Array<Int4>, _>(units)
         .bind::<Array<BigInt>, _>(sales.iter().map(|s| s.token).collect::<Vec<_>>())
         .bind::<Array<Nullable<Int4>>, _>(buyers().map(|(_, (b, _))| b.pass).collect::<Vec<_>>())
+        .bind::<Array<Nullable<Int4>>, _>(
+            buyers()
+                .map(|(p, _)| p.per_customer_limit)
+                .collect::<Vec<_>>(),
+        )
         .load(conn)
 }
