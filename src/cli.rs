@@ -106,7 +106,7 @@ struct BenchArgs {
     /// Signed-in customers who join the waiting rooms (each joins every room once).
     #[arg(long, default_value_t = 2048)]
     join_customers: usize,
-    /// Fresh shop processes the hot product at 64 buyers is measured in (twice each).
+    /// Fresh shop processes the headline (hot product, limit 1) is measured in.
     #[arg(long)]
     hot_repeats: Option<usize>,
     /// Markdown report to write.
@@ -471,6 +471,7 @@ async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
         customers: args.customers.max(1),
         join_customers: args.join_customers.max(1),
         hot_repeats: args.hot_repeats.unwrap_or(if args.quick { 1 } else { 3 }),
+        sell_out_units: if args.quick { 10_000 } else { 100_000 },
         crowd_only: args.crowd_only,
         output: args.output,
         chart: args.chart,

@@ -9,32 +9,58 @@ const XS: [usize; 8] = [1, 2, 4, 8, 16, 32, 64, 256];
 
 pub fn chart(report: &BenchReport, path: &Path) -> anyhow::Result<()> {
     use plotters::prelude::*;
+    let no_sweep: &[Ceiling] = &[];
+    let points = |key| {
+        report
+            .ceiling(key)
+            .map_or(no_sweep, |s| s.points.as_slice())
+    };
     let sweeps = [
-        ("pgbench, one hot row", &report.pgbench_hot, BLACK),
+        ("pgbench, one row, limit 1", points(PG_HOT_LIMIT_1), BLACK),
         (
-            "pgbench, 100 rows",
-            &report.pgbench_spread,
-            RGBColor(120, 120, 120),
+            "pgbench, one row, no limit",
+            points(PG_HOT_NO_LIMIT),
+            RGBColor(90, 90, 90),
+        ),
+        (
+            "pgbench, 100 rows, limit 1",
+            points(PG_SPREAD_LIMIT_1),
+            RGBColor(160, 160, 160),
         ),
     ];
     let shop: Vec<(&str, Option<&Measured>, RGBColor)> = vec![
         (
-            "shop: hot product (median of 64-buyer runs, and 256)",
-            report.median(HOT_64),
+            "shop: hot product, limit 1 (median)",
+            report.median(HOT_LIMIT_1),
             RED,
         ),
-        ("shop: 100 products", report.find(SPREAD), BLUE),
         (
-            "shop: one customer, 64 buys",
-            report.find(ONE_CUSTOMER),
+            "shop: hot product, limit 2",
+            report.find(HOT_LIMIT_2),
             MAGENTA,
+        ),
+        (
+            "shop: hot product, no limit (64 and 256)",
+            report.find(HOT_NO_LIMIT),
+            GREEN,
+        ),
+        (
+            "shop: 100 products, limit 1",
+            report.find(SPREAD_LIMIT_1),
+            BLUE,
         ),
     ];
     let x_of = |c: usize| XS.iter().position(|&x| x == c).map(|i| i as f64);
     let top = sweeps
         .iter()
         .flat_map(|(_, points, _)| points.iter().filter_map(|p| p.tps))
-        .chain(report.runs.iter().map(Measured::orders_per_second))
+        .chain(
+            report
+                .runs
+                .iter()
+                .filter(|r| r.scenario != SELL_OUT)
+                .map(Measured::orders_per_second),
+        )
         .fold(1.0, f64::max)
         * 1.15;
     let root = SVGBackend::new(path, (800, 480)).into_drawing_area();
@@ -80,7 +106,7 @@ pub fn chart(report: &BenchReport, path: &Path) -> anyhow::Result<()> {
             .into_iter()
             .filter_map(|r| Some((x_of(r.connections)?, r.orders_per_second())))
             .collect();
-        if label.starts_with("shop: hot") {
+        if label.starts_with("shop: hot product, no limit") {
             points.extend(
                 report
                     .find(HOT_256)

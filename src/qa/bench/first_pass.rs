@@ -12,7 +12,8 @@ use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Double, Nullable};
 use serde::Serialize;
 
-use super::run::{join_waiting_room, queue_sale_starting};
+use super::crowd::join_waiting_room;
+use super::fixtures::queue_sale_starting;
 use super::wrk::Customer;
 use crate::db::PgPool;
 

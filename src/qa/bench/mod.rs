@@ -7,16 +7,24 @@
 //! `probe` reads the costs, `machine` what it ran on, `render` and `chart`
 //! the report.
 
+mod ceilings;
 mod chart;
+mod crowd;
 mod customers;
 mod first_pass;
+mod fixtures;
 mod machine;
+mod measure;
 mod pgbench;
 mod probe;
 mod process;
 mod render;
+mod render_sales;
 mod run;
+mod sale_script;
+mod sales;
 mod sign_in;
+mod targets;
 mod wrk;
 
 use std::path::PathBuf;
@@ -27,9 +35,10 @@ use super::Latency;
 
 pub use chart::chart;
 pub use first_pass::FirstPass;
-pub use probe::CpuShare;
+pub use probe::{CpuShare, SaleShape};
 pub use render::render;
 pub use run::run_bench;
+pub use targets::Target;
 
 #[derive(Debug, Clone)]
 pub struct BenchConfig {
@@ -44,8 +53,12 @@ pub struct BenchConfig {
     pub customers: usize,
     /// Signed-in customers the joins scenario pairs with its waiting rooms.
     pub join_customers: usize,
-    /// How many times the hot product at 64 buyers is measured.
+    /// How many times the headline (hot product, limit 1) is measured,
+    /// each in a fresh shop process; the report takes the median.
     pub hot_repeats: usize,
+    /// Units of the sale sold out whole, whose first and last second of
+    /// selling are compared.
+    pub sell_out_units: usize,
     /// Only `/healthz`, the pages, the polls, sold-out buys and joins: no
     /// pgbench ceilings and no purchases.
     pub crowd_only: bool,
@@ -67,6 +80,24 @@ pub fn best(points: &[Ceiling]) -> Option<&Ceiling> {
         .iter()
         .filter(|p| p.tps.is_some())
         .max_by(|a, b| a.tps.unwrap_or(0.0).total_cmp(&b.tps.unwrap_or(0.0)))
+}
+
+/// One pgbench sweep: which SQL, on what, and its points.
+#[derive(Debug, Clone, Serialize)]
+pub struct Sweep {
+    pub key: &'static str,
+    /// Buyers each transaction sells to (1: one purchase at a time).
+    pub buyers_per_transaction: usize,
+    pub points: Vec<Ceiling>,
+}
+
+impl Sweep {
+    /// The best point, in buyers (orders) per second.
+    pub fn best_buyers_per_second(&self) -> Option<f64> {
+        best(&self.points)?
+            .tps
+            .map(|tps| tps * self.buyers_per_transaction as f64)
+    }
 }
 
 /// One wrk run against the shop.
@@ -105,6 +136,10 @@ pub struct Measured {
     /// `/healthz` answers/s just before and just after this run, for the
     /// crowd scenarios held to a fraction of it.
     pub healthz_beside: Option<(f64, f64)>,
+    /// A purchase run's first and last second of selling, from the database.
+    pub shape: Option<SaleShape>,
+    /// Answers/s of a sale's crowd (sold-out buys, page views) mixed in.
+    pub crowd_per_second: f64,
 }
 
 impl Measured {
@@ -136,9 +171,11 @@ impl Measured {
 pub struct BenchReport {
     pub machine: Vec<(String, String)>,
     pub shop: Vec<(String, String)>,
-    pub pgbench_hot: Vec<Ceiling>,
-    pub pgbench_spread: Vec<Ceiling>,
+    pub ceilings: Vec<Sweep>,
     pub runs: Vec<Measured>,
+    /// The most buyers one of the shop's purchase transactions sold to, over
+    /// the headline runs (orders sharing a transaction's `now()`).
+    pub largest_batch: Option<u64>,
     /// A waiting room's start to its first pass, by pre-queue size.
     pub first_passes: Vec<FirstPass>,
 }
@@ -146,6 +183,16 @@ pub struct BenchReport {
 impl BenchReport {
     pub fn all(&self, scenario: &'static str) -> impl Iterator<Item = &Measured> {
         self.runs.iter().filter(move |r| r.scenario == scenario)
+    }
+
+    pub fn ceiling(&self, key: &'static str) -> Option<&Sweep> {
+        self.ceilings.iter().find(|s| s.key == key)
+    }
+
+    /// A run's orders/s over the best of pgbench on the same SQL.
+    pub fn ratio_to_ceiling(&self, run: &Measured, key: &'static str) -> Option<f64> {
+        let ceiling = self.ceiling(key)?.best_buyers_per_second()?;
+        (ceiling > 0.0).then(|| run.orders_per_second() / ceiling)
     }
 
     pub fn find(&self, scenario: &'static str) -> Option<&Measured> {
@@ -159,113 +206,6 @@ impl BenchReport {
         runs.sort_by(|a, b| a.orders_per_second().total_cmp(&b.orders_per_second()));
         runs.get(runs.len().saturating_sub(1) / 2).copied()
     }
-
-    pub fn targets(&self) -> Vec<Target> {
-        let mut out = Vec::new();
-        let ratio_to_healthz =
-            |scenario: &'static str| self.find(scenario)?.ratio_to_healthz_beside();
-        out.push(Target::at_least(
-            "sold-out answers / `/healthz` beside",
-            ratio_to_healthz(SOLD_OUT),
-            0.25,
-        ));
-        out.push(Target::at_most(
-            "Postgres transactions per 1,000 sold-out answers",
-            self.find(SOLD_OUT)
-                .map(|r| 1000.0 * r.per_answer(r.pg_transactions as f64)),
-            1.0,
-        ));
-        for page in [LIST_ANON, LIST_SIGNED, PRODUCT_ANON, PRODUCT_SIGNED] {
-            out.push(Target::at_least(
-                format!("{page} / `/healthz` beside"),
-                ratio_to_healthz(page),
-                0.25,
-            ));
-        }
-        out.push(Target::at_least(
-            format!("{QUEUE_STATUS} / `/healthz` beside"),
-            ratio_to_healthz(QUEUE_STATUS),
-            0.25,
-        ));
-        out.push(Target::at_most(
-            "Postgres transactions per 1,000 status polls",
-            self.find(QUEUE_STATUS)
-                .map(|r| 1000.0 * r.per_answer(r.pg_transactions as f64)),
-            1.0,
-        ));
-        out.push(Target::at_least(
-            "waiting-room joins: places committed per second",
-            self.find(JOINS).map(Measured::places_per_second),
-            5000.0,
-        ));
-        for first in &self.first_passes {
-            out.push(Target::below(
-                format!(
-                    "waiting room, {} waiting: start to first pass, ms",
-                    first.waiters
-                ),
-                first.ms,
-                1000.0,
-            ));
-        }
-        let hot_best = best(&self.pgbench_hot).and_then(|c| c.tps);
-        out.push(Target::at_least(
-            "hot product, 64 buyers (median run) / pgbench best on one row",
-            self.median(HOT_64)
-                .zip(hot_best)
-                .map(|(r, c)| r.orders_per_second() / c),
-            3.0,
-        ));
-        out.push(Target::below(
-            "hot product, 256 buyers: p99 ms",
-            self.find(HOT_256).map(|r| r.latency.p99_ms),
-            250.0,
-        ));
-        let spread_best = best(&self.pgbench_spread).and_then(|c| c.tps);
-        out.push(Target::at_least(
-            "100 products, 64 buyers / pgbench best over 100 rows",
-            self.find(SPREAD)
-                .zip(spread_best)
-                .map(|(r, c)| r.orders_per_second() / c),
-            0.7,
-        ));
-        out
-    }
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct Target {
-    pub what: String,
-    pub value: Option<f64>,
-    pub bound: &'static str,
-    pub limit: f64,
-    pub pass: bool,
-}
-
-impl Target {
-    fn new(what: impl Into<String>, value: Option<f64>, bound: &'static str, limit: f64) -> Target {
-        let pass = value.is_some_and(|v| match bound {
-            ">=" => v >= limit,
-            "<=" => v <= limit,
-            _ => v < limit,
-        });
-        Target {
-            what: what.into(),
-            value,
-            bound,
-            limit,
-            pass,
-        }
-    }
-    fn at_least(what: impl Into<String>, value: Option<f64>, limit: f64) -> Target {
-        Target::new(what, value, ">=", limit)
-    }
-    fn at_most(what: impl Into<String>, value: Option<f64>, limit: f64) -> Target {
-        Target::new(what, value, "<=", limit)
-    }
-    fn below(what: impl Into<String>, value: Option<f64>, limit: f64) -> Target {
-        Target::new(what, value, "<", limit)
-    }
 }
 
 pub const HEALTHZ: &str = "`/healthz` (wrk's own request loop)";
@@ -276,8 +216,37 @@ pub const PRODUCT_ANON: &str = "product page, anonymous";
 pub const PRODUCT_SIGNED: &str = "product page, signed in";
 pub const SOLD_OUT: &str = "sold-out buys";
 pub const QUEUE_STATUS: &str = "waiting-room status polls (`queue.json`), signed in";
-pub const HOT_64: &str = "hot product, 64 buyers";
-pub const HOT_256: &str = "hot product, 256 buyers";
-pub const ONE_CUSTOMER: &str = "hot product, one customer, 64 concurrent buys";
-pub const SPREAD: &str = "100 products, 64 buyers";
+/// The headline: a drop of one hot product, limit 1, to distinct buyers.
+pub const HOT_LIMIT_1: &str = "hot product, limit 1, distinct buyers buying once";
+pub const HOT_LIMIT_2: &str = "hot product, limit 2, distinct buyers buying twice";
+pub const HOT_NO_LIMIT: &str = "hot product, no limit, 256 buyers rotating";
+pub const HOT_256: &str = "hot product, no limit, 256 buyers, 256 connections, buys only";
+pub const SPREAD_LIMIT_1: &str = "100 products, limit 1, distinct buyers buying once";
+pub const SELL_OUT: &str = "hot product, limit 1, the whole stock sold out";
+
+/// pgbench's sweeps, by the SQL they run.
+pub const PG_HOT_LIMIT_1: &str =
+    "one purchase per transaction, one row, limit 1, a new customer each";
+pub const PG_HOT_LIMIT_2: &str =
+    "one purchase per transaction, one row, limit 2, each customer twice";
+pub const PG_HOT_NO_LIMIT: &str =
+    "one purchase per transaction, one row, no limit, 256 customers at random";
+pub const PG_SPREAD_LIMIT_1: &str =
+    "one purchase per transaction, 100 rows, limit 1, a new customer each";
+pub const PG_BATCH_32: &str =
+    "the batch statement, 32 new customers per transaction, one row, limit 1";
+pub const PG_BATCH_LARGEST: &str =
+    "the batch statement, the shop's largest batch per transaction, one row, limit 1";
+
+/// The pgbench sweep running a scenario's SQL one purchase at a time.
+pub fn ceiling_of(scenario: &str) -> Option<&'static str> {
+    Some(match scenario {
+        HOT_LIMIT_1 | SELL_OUT => PG_HOT_LIMIT_1,
+        HOT_LIMIT_2 => PG_HOT_LIMIT_2,
+        HOT_NO_LIMIT | HOT_256 => PG_HOT_NO_LIMIT,
+        SPREAD_LIMIT_1 => PG_SPREAD_LIMIT_1,
+        _ => return None,
+    })
+}
+
 pub const JOINS: &str = "waiting-room joins, a new place each";

@@ -26,6 +26,26 @@ struct Number {
     n: i64,
 }
 
+/// A purchase run's selling, second by second at its ends.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct SaleShape {
+    /// Orders in the run's first second of selling.
+    pub first_second: u64,
+    /// Orders in its last second of selling (up to its last order).
+    pub last_second: u64,
+    /// The most orders one transaction wrote.
+    pub largest_transaction: u64,
+    /// From the first order's transaction start to the last one's.
+    pub selling_seconds: f64,
+}
+
+impl SaleShape {
+    /// The last second's orders over the first's.
+    pub fn last_over_first(&self) -> Option<f64> {
+        (self.first_second > 0).then(|| self.last_second as f64 / self.first_second as f64)
+    }
+}
+
 pub(super) struct Probe {
     /// On the server's `postgres` database, so reading the counters is not
     /// itself counted against the bench database.
@@ -101,17 +121,71 @@ impl Probe {
         .bind::<Timestamptz, _>(to)
         .get_result(&mut conn)?;
         drop(conn);
+        self.wait_gone(counted.pid)?;
+        Ok((counted.n as u64, counted.places as u64))
+    }
+
+    /// How a purchase run sold, from the orders whose transaction began in
+    /// `[from, to)`: the orders of its first and of its last second of
+    /// selling (from the first order's start, and up to the last one's),
+    /// and the most orders one transaction wrote (a transaction's orders
+    /// share its `now()`, their `created_at`). On a connection of its own,
+    /// closed before this returns, as `committed_between`.
+    pub fn sale_shape(
+        &mut self,
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+    ) -> anyhow::Result<SaleShape> {
+        #[derive(QueryableByName)]
+        struct Shape {
+            #[diesel(sql_type = BigInt)]
+            first: i64,
+            #[diesel(sql_type = BigInt)]
+            last: i64,
+            #[diesel(sql_type = BigInt)]
+            largest: i64,
+            #[diesel(sql_type = diesel::sql_types::Double)]
+            selling: f64,
+            #[diesel(sql_type = diesel::sql_types::Integer)]
+            pid: i32,
+        }
+        let mut conn = PgConnection::establish(&self.bench_url)?;
+        let shape: Shape = diesel::sql_query(
+            "WITH run AS (SELECT created_at FROM orders WHERE created_at >= $1 AND created_at < $2), \
+                  span AS (SELECT min(created_at) AS first, max(created_at) AS last FROM run) \
+             SELECT (SELECT count(*) FROM run, span WHERE created_at < span.first + interval '1 second') AS first, \
+                    (SELECT count(*) FROM run, span WHERE created_at > span.last - interval '1 second') AS last, \
+                    coalesce((SELECT count(*) FROM run GROUP BY created_at ORDER BY count(*) DESC LIMIT 1), 0) AS largest, \
+                    coalesce((SELECT extract(epoch FROM span.last - span.first)::float8 FROM span), 0) AS selling, \
+                    pg_backend_pid() AS pid",
+        )
+        .bind::<Timestamptz, _>(from)
+        .bind::<Timestamptz, _>(to)
+        .get_result(&mut conn)?;
+        drop(conn);
+        self.wait_gone(shape.pid)?;
+        Ok(SaleShape {
+            first_second: shape.first as u64,
+            last_second: shape.last as u64,
+            largest_transaction: shape.largest as u64,
+            selling_seconds: shape.selling,
+        })
+    }
+
+    /// Until the backend `pid` has exited: it flushes its statistics as it
+    /// does, so its transactions are in `transactions()` from then on.
+    fn wait_gone(&mut self, pid: i32) -> anyhow::Result<()> {
         for _ in 0..200 {
             let alive: Number =
                 diesel::sql_query("SELECT count(*) AS n FROM pg_stat_activity WHERE pid = $1")
-                    .bind::<diesel::sql_types::Integer, _>(counted.pid)
+                    .bind::<diesel::sql_types::Integer, _>(pid)
                     .get_result(&mut self.admin)?;
             if alive.n == 0 {
                 break;
             }
             std::thread::sleep(Duration::from_millis(10));
         }
-        Ok((counted.n as u64, counted.places as u64))
+        Ok(())
     }
 
     /// The shop's counters and histogram sums, by series.

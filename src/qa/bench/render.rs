@@ -10,17 +10,6 @@ fn ms(value: Option<f64>) -> String {
         .unwrap_or_else(|| "–".into())
 }
 
-fn tps(point: &Ceiling) -> String {
-    match (point.tps, &point.error) {
-        (Some(tps), _) => format!("{tps:.0}"),
-        (None, Some(error)) => format!(
-            "failed: {}",
-            error.lines().last().unwrap_or("").replace('|', "/")
-        ),
-        _ => "–".into(),
-    }
-}
-
 pub fn render(report: &BenchReport, config: &BenchConfig, command: &str) -> String {
     let mut out = String::from("# Benchmarks\n\n");
     let _ = writeln!(
@@ -35,12 +24,17 @@ pub fn render(report: &BenchReport, config: &BenchConfig, command: &str) -> Stri
            and its own Redis key prefix, with its default settings unless the environment of \
            `scripts/bench` changes them.\n\
          - **The load** is Debian's `wrk` (`wrk -t2 -c<N> -d<S>s --latency`), a separate process. \
-           Generated Lua scripts rotate signed-in customers per request (their session cookies \
-           and CSRF tokens come from signing in through the shop's own form), and every buy \
+           Generated Lua scripts rotate signed-in customers per request, and every buy \
            (`POST /products/{id}/buy`, form fields `quantity`, `csrf_token`, `idempotency_key`, \
            and the same key as `Idempotency-Key` header) carries a key of its own. Each script \
            counts answers by status. `/healthz` through wrk's own request loop is the yardstick; \
            `/healthz` through the rotating script shows what the script itself can send.\n\
+         - **Signed-in customers** are seeded in one statement; their sessions are real rows of \
+           the shop's `sessions` table, opened in one statement, and their cookies are sealed \
+           as the shop's sign-in seals them (the same entries, AES-256-GCM under the shop's \
+           session key), so the shop verifies them as any browser's. Before the runs, one such \
+           cookie must get a signed-in page and a buy answered 303, and two customers sign in \
+           through the shop's own form and do the same.\n\
          - **Beside `/healthz`**: on a shared machine the speed on offer drifts within a minute, \
            so every crowd scenario (pages, status polls, sold-out buys) runs between two \
            `/healthz` runs of the same length and connections, one just before its counters \
@@ -64,10 +58,9 @@ pub fn render(report: &BenchReport, config: &BenchConfig, command: &str) -> Stri
            them). Rows written only to set a run up (the waiting room's joins) are vacuumed and \
            analyzed before that run's counters are read, so neither they nor the autovacuum they \
            would trigger count as the run's.\n\
-         - **The ceiling** is `pgbench` running the purchase transaction's SQL (lock the row, \
-           insert order, item and history row, update the stock, commit) one purchase at a time, \
-           on a database of its own on the same server, swept over client counts; the ceiling \
-           is its best point, not its figure at the shop's concurrency.\n\n",
+         - **The ceilings** are `pgbench` on a database of its own on the same server, swept \
+           over client counts; a ceiling is the sweep's best point, not its figure at the \
+           shop's concurrency. See *The ceilings* below for the SQL.\n\n",
     );
     out.push_str("## Machine and settings\n\n| what | value |\n|---|---|\n");
     for (what, value) in report.machine.iter().chain(&report.shop) {
@@ -164,66 +157,7 @@ pub fn render(report: &BenchReport, config: &BenchConfig, command: &str) -> Stri
         }
     }
 
-    let hot: Vec<&Measured> = report
-        .runs
-        .iter()
-        .filter(|r| r.scenario == HOT_64 || r.scenario == ONE_CUSTOMER)
-        .collect();
-    if !hot.is_empty() {
-        out.push_str(
-            "\n## Hot product, run to run\n\n\
-             The hot product at 64 connections, in several fresh shop processes: 64-customer runs \
-             first and last, one customer's 64 concurrent buys (one cookie, distinct keys) between \
-             them. A mode fixed when a process starts shows as runs that agree within a process \
-             and differ across processes.\n\n\
-             | run | customers | orders/s | p99 ms | buyers per batch | batches/s | mean lock wait ms | mean batch transaction ms | cores busy / shop / load |\n|---|---:|---:|---:|---:|---:|---:|---:|---|\n",
-        );
-        for run in hot {
-            let _ = writeln!(
-                out,
-                "| {} | {} | {:.0} | {:.1} | {} | {:.0} | {} | {} | {:.2} / {:.2} / {:.1} |",
-                run.note,
-                run.customers,
-                run.orders_per_second(),
-                run.latency.p99_ms,
-                ms(run.batch_mean),
-                run.batches / run.seconds.max(1e-9),
-                ms(run.lock_wait_ms),
-                ms(run.batch_tx_ms),
-                run.cpu.machine_busy_cores,
-                run.cpu.shop_cores,
-                run.cpu.load_average
-            );
-        }
-    }
-
-    out.push_str(
-        "\n## The pgbench ceiling\n\n| clients | one hot row: tps | avg ms | 100 rows: tps | avg ms |\n|---:|---:|---:|---:|---:|\n",
-    );
-    for (hot, spread) in report.pgbench_hot.iter().zip(&report.pgbench_spread) {
-        let _ = writeln!(
-            out,
-            "| {} | {} | {:.2} | {} | {:.2} |",
-            hot.clients,
-            tps(hot),
-            hot.latency_ms,
-            tps(spread),
-            spread.latency_ms
-        );
-    }
-    for (what, points) in [
-        ("one hot row", &report.pgbench_hot),
-        ("100 rows", &report.pgbench_spread),
-    ] {
-        if let Some(best) = best(points) {
-            let _ = writeln!(
-                out,
-                "\nBest on {what}: **{:.0} tps** at {} clients.",
-                best.tps.unwrap_or(0.0),
-                best.clients
-            );
-        }
-    }
+    out.push_str(&super::render_sales::render_sales(report));
 
     out.push_str(
         "\n## Where the Postgres backends were\n\n\
@@ -255,22 +189,9 @@ pub fn render(report: &BenchReport, config: &BenchConfig, command: &str) -> Stri
             states.join("; ")
         );
     }
-    if let (Some(one), Some(many)) = (report.median(ONE_CUSTOMER), report.median(HOT_64)) {
-        let _ = writeln!(
-            out,
-            "\nOne customer sending 64 buys at once (median run): {:.0} orders/s, {:.2}x the \
-             64-connection median with rotated customers ({:.0} orders/s), {:.1} buyers per batch \
-             against {}.",
-            one.orders_per_second(),
-            one.orders_per_second() / many.orders_per_second().max(1e-9),
-            many.orders_per_second(),
-            one.batch_mean.unwrap_or(0.0),
-            ms(many.batch_mean)
-        );
-    }
     let _ = writeln!(
         out,
-        "\n![purchases per second](bench.svg)\n\n{} customers, {:.0} s per app run, {:.0} s per pgbench point.",
+        "\n![purchases per second](bench.svg)\n\n{} rotating customers, {:.0} s per app run, {:.0} s per pgbench point.",
         config.customers, config.seconds, config.pgbench_seconds
     );
     out

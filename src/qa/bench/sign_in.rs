@@ -69,10 +69,9 @@ pub(super) fn sign_in_many(
         accounts.len()
     );
     // Postgres keeps microseconds: the cookie's copy must equal the row's.
-    let expires_at = DateTime::from_timestamp_micros(
-        (Utc::now() + SESSION_LIFETIME).timestamp_micros(),
-    )
-    .context("session expiry out of range")?;
+    let expires_at =
+        DateTime::from_timestamp_micros((Utc::now() + SESSION_LIFETIME).timestamp_micros())
+            .context("session expiry out of range")?;
     let tokens: Vec<String> = accounts.iter().map(|_| new_token()).collect();
     let hashes: Vec<Vec<u8>> = tokens
         .iter()
@@ -128,7 +127,10 @@ fn customer(
     let mut jar = CookieJar::new();
     jar.private_mut(key)
         .add(Cookie::new(COOKIE_NAME, serde_json::to_string(&entries)?));
-    let sealed = jar.delta().next().context("the sealed cookie went missing")?;
+    let sealed = jar
+        .delta()
+        .next()
+        .context("the sealed cookie went missing")?;
     Ok(Customer {
         cookie: sealed.encoded().stripped().to_string(),
         csrf,

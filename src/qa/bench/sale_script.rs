@@ -1,0 +1,134 @@
+//! The wrk script of a sale with its crowd mixed in. In a drop most of the
+//! crowd never gets a unit: while the buyers check out, others refresh the
+//! product page and press "buy" on what is already gone. The mix here, of
+//! every four requests: two buys of the sale, one buy of a sold-out product,
+//! one view of the sale's product page, all signed in. The buys are half
+//! so that the purchase path, which the targets measure, is most of the
+//! load, and the crowd's cheap answers still take a share of the same
+//! CPU a drop would give them.
+
+use std::fmt::Write as _;
+
+use super::wrk::{lua_string, Customer, SaleRequests, THREADS};
+
+/// The requests of one turn of the mix, in order.
+pub(super) const MIX: [Kind; 4] = [Kind::Buy, Kind::Page, Kind::Buy, Kind::SoldOut];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Kind {
+    Buy,
+    SoldOut,
+    Page,
+}
+
+impl Kind {
+    fn lua(self) -> &'static str {
+        match self {
+            Kind::Buy => "\"buy\"",
+            Kind::SoldOut => "\"gone\"",
+            Kind::Page => "\"page\"",
+        }
+    }
+}
+
+/// The mix in words, for the report.
+pub(super) fn mix_described() -> String {
+    let count = |kind| MIX.iter().filter(|k| **k == kind).count();
+    format!(
+        "of every {} requests: {} buys of the sale, {} sold-out buy, {} product page view",
+        MIX.len(),
+        count(Kind::Buy),
+        count(Kind::SoldOut),
+        count(Kind::Page)
+    )
+}
+
+fn customers_table(out: &mut String, name: &str, customers: &[Customer]) {
+    let _ = writeln!(out, "local {name} = {{");
+    for customer in customers {
+        let csrf =
+            serde_urlencoded::to_string([("csrf_token", &customer.csrf)]).unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "  {{ cookie = {}, csrf = {} }},",
+            lua_string(&customer.cookie),
+            lua_string(&csrf)
+        );
+    }
+    out.push_str("}\n");
+}
+
+/// Everything but `done()`: the tables, `setup`, `init`, `request` and
+/// `response` (answers counted by status).
+pub(super) fn sale_lua(sale: &SaleRequests<'_>) -> String {
+    let mut out = String::new();
+    customers_table(&mut out, "buyers", sale.buyers);
+    customers_table(&mut out, "crowd", sale.crowd);
+    out.push_str("local paths = {\n");
+    for product in &sale.products {
+        let _ = writeln!(
+            out,
+            "  {},",
+            lua_string(&format!("/products/{product}/buy"))
+        );
+    }
+    out.push_str("}\nlocal mix = {");
+    for kind in MIX {
+        let _ = write!(out, " {},", kind.lua());
+    }
+    let _ = writeln!(
+        out,
+        " }}\nlocal sold_out = {}\nlocal page = {}\nlocal tag = {}\nlocal per_buyer = {}\nlocal nthreads = {THREADS}",
+        lua_string(&format!("/products/{}/buy", sale.sold_out)),
+        lua_string(&sale.page),
+        lua_string(&sale.tag),
+        sale.buys_per_buyer.max(1),
+    );
+    out.push_str(
+        r#"local threads = {}
+function setup(thread)
+  table.insert(threads, thread)
+  thread:set("tid", #threads)
+end
+function init(args)
+  n = 0
+  bought = 0
+  seen = 0
+  statuses = {}
+end
+local function buy(path, who, key)
+  local headers = {}
+  headers["Cookie"] = who.cookie
+  headers["Content-Type"] = "application/x-www-form-urlencoded"
+  headers["Idempotency-Key"] = key
+  return wrk.format("POST", path, headers, "quantity=1&" .. who.csrf .. "&idempotency_key=" .. key)
+end
+-- Buy number k of the whole run (thread t sends k = t - 1, t - 1 + nthreads,
+-- ...) is the (k % per_buyer + 1)th of buyer k / per_buyer: no two threads
+-- share a buyer's turn, and no buyer comes back before all have bought.
+function request()
+  n = n + 1
+  local kind = mix[(n % #mix) + 1]
+  local key = tag .. "-" .. tid .. "-" .. n
+  if kind == "buy" then
+    local k = bought * nthreads + (tid - 1)
+    bought = bought + 1
+    local who = buyers[(math.floor(k / per_buyer) % #buyers) + 1]
+    return buy(paths[(k % #paths) + 1], who, key)
+  end
+  seen = seen + 1
+  local who = crowd[((seen * nthreads + tid) % #crowd) + 1]
+  if kind == "gone" then
+    return buy(sold_out, who, key)
+  end
+  local headers = {}
+  headers["Cookie"] = who.cookie
+  return wrk.format("GET", page, headers, nil)
+end
+function response(status, headers, body)
+  statuses[status] = (statuses[status] or 0) + 1
+end
+"#,
+    );
+    out
+}
