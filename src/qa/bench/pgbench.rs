@@ -24,27 +24,33 @@ pub(super) enum Buyers {
     Rotating,
 }
 
-/// The product row lock and the buyer's holdings read, as the shop runs them
-/// before deciding a purchase (`:cust` the buyer).
-const LOCK_AND_READ: &str = "BEGIN;
+/// The product row lock, as the shop takes it before deciding a purchase.
+const LOCK: &str = "BEGIN;
 SELECT stock, per_customer_limit FROM products WHERE id = :pid FOR UPDATE;
-SELECT customer_id, units FROM holdings WHERE product_id = :pid AND customer_id = ANY(ARRAY[:cust]::bigint[]);
+";
+/// The buyer's holdings, which the shop reads (`:cust` the buyer) only for
+/// a product with a limit.
+const READ_HOLDINGS: &str = "SELECT customer_id, units FROM holdings WHERE product_id = :pid AND units > 0 AND customer_id = ANY(ARRAY[:cust]::bigint[]);
 ";
 
 /// One purchase per transaction, as `services::checkout` sells to a lone
-/// buyer: lock the row, read the buyer's holdings, insert the order, its
+/// buyer: lock the row, read the buyer's holdings (with a limit), insert the order, its
 /// item, the stock's ledger row, update the stock, upsert the holdings.
 fn purchase_script(buyers: Buyers) -> String {
     format!(
         "{}\\set pid random(:pmin, :pmax)
-{LOCK_AND_READ}INSERT INTO orders (customer_id, status, total_cents, payment_deadline) VALUES (:cust, 'awaiting_payment', 100, now() + interval '10 minutes') RETURNING id AS order_id \\gset
+{LOCK}{}INSERT INTO orders (customer_id, status, total_cents, payment_deadline) VALUES (:cust, 'awaiting_payment', 100, now() + interval '10 minutes') RETURNING id AS order_id \\gset
 INSERT INTO order_items (order_id, product_id, quantity, unit_price_cents) VALUES (:order_id, :pid, 1, 100);
 UPDATE products SET stock = stock - 1, updated_at = now() WHERE id = :pid RETURNING stock AS left \\gset
 INSERT INTO stock_history (product_id, order_id, delta, stock_after, reason, note) VALUES (:pid, :order_id, -1, :left, 'purchase', '');
 INSERT INTO holdings (product_id, customer_id, units, cap) VALUES (:pid, :cust, 1, :cap) ON CONFLICT (product_id, customer_id) DO UPDATE SET units = holdings.units + EXCLUDED.units, cap = EXCLUDED.cap;
 COMMIT;
 ",
-        who(buyers, 1)
+        who(buyers, 1),
+        match buyers {
+            Buyers::Distinct { .. } => READ_HOLDINGS,
+            Buyers::Rotating => "",
+        }
     )
 }
 
@@ -71,7 +77,7 @@ pub(super) fn batch_script(batch: usize) -> String {
         "{who}\\set pid :pmin
 BEGIN;
 SELECT stock, per_customer_limit, fence FROM products WHERE id = :pid FOR UPDATE;
-SELECT customer_id, units FROM holdings WHERE product_id = :pid AND customer_id = ANY(ARRAY(SELECT generate_series(:cust::bigint, :cust + {last})));
+SELECT customer_id, units FROM holdings WHERE product_id = :pid AND units > 0 AND customer_id = ANY(ARRAY(SELECT generate_series(:cust::bigint, :cust + {last})));
 WITH buyer AS MATERIALIZED (
     SELECT nextval('orders_id_seq') AS order_id, b.*
     FROM (SELECT :pid::bigint AS product_id, c AS customer_id, 1 AS quantity, 100::bigint AS unit_price_cents,
