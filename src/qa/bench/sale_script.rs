@@ -8,6 +8,7 @@
 //! CPU a drop would give them.
 
 use std::fmt::Write as _;
+use std::path::Path;
 
 use super::wrk::{lua_string, Customer, SaleRequests, THREADS};
 
@@ -43,27 +44,43 @@ pub(super) fn mix_described() -> String {
     )
 }
 
-fn customers_table(out: &mut String, name: &str, customers: &[Customer]) {
-    let _ = writeln!(out, "local {name} = {{");
+/// Writes `customers` to `file`, one a line (cookie, tab, CSRF form field),
+/// and the Lua that reads them into `name` at load. Not as a table in the
+/// script: LuaJIT allows a function 65,536 string constants, and a sale's
+/// distinct buyers are more.
+fn customers_from_file(
+    out: &mut String,
+    name: &str,
+    customers: &[Customer],
+    file: &Path,
+) -> anyhow::Result<()> {
+    let mut lines = String::with_capacity(customers.len() * 400);
     for customer in customers {
         let csrf =
             serde_urlencoded::to_string([("csrf_token", &customer.csrf)]).unwrap_or_default();
-        let _ = writeln!(
-            out,
-            "  {{ cookie = {}, csrf = {} }},",
-            lua_string(&customer.cookie),
-            lua_string(&csrf)
+        anyhow::ensure!(
+            !format!("{}{csrf}", customer.cookie).contains(['\t', '\n']),
+            "a cookie or CSRF field with a tab or newline"
         );
+        let _ = writeln!(lines, "{}\t{csrf}", customer.cookie);
     }
-    out.push_str("}\n");
+    std::fs::write(file, lines)?;
+    let _ = writeln!(
+        out,
+        "local {name} = {{}}\nfor line in io.lines({}) do\n  local cookie, csrf = line:match(\"^([^\\t]*)\\t(.*)$\")\n  table.insert({name}, {{ cookie = cookie, csrf = csrf }})\nend",
+        lua_string(&file.display().to_string())
+    );
+    Ok(())
 }
 
 /// Everything but `done()`: the tables, `setup`, `init`, `request` and
 /// `response` (answers counted by status).
-pub(super) fn sale_lua(sale: &SaleRequests<'_>) -> String {
+/// The customers go to files beside `script`.
+pub(super) fn sale_lua(sale: &SaleRequests<'_>, script: &Path) -> anyhow::Result<String> {
     let mut out = String::new();
-    customers_table(&mut out, "buyers", sale.buyers);
-    customers_table(&mut out, "crowd", sale.crowd);
+    let beside = |what: &str| script.with_extension(format!("{what}.tsv"));
+    customers_from_file(&mut out, "buyers", sale.buyers, &beside("buyers"))?;
+    customers_from_file(&mut out, "crowd", sale.crowd, &beside("crowd"))?;
     out.push_str("local paths = {\n");
     for product in &sale.products {
         let _ = writeln!(
@@ -130,5 +147,5 @@ function response(status, headers, body)
 end
 "#,
     );
-    out
+    Ok(out)
 }
