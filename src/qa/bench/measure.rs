@@ -301,8 +301,14 @@ impl<'a> Bench<'a> {
         }
         if let Some(shape) = measured.shape {
             eprintln!(
-                "{:>48} first second {} orders, last second {}, largest transaction {} buyers, crowd {:.0} answers/s",
-                "", shape.first_second, shape.last_second, shape.largest_transaction, measured.crowd_per_second
+                "{:>48} first second {} orders, last second {}, largest transaction {} buyers, batch transaction {} ms, lock wait {} ms, crowd {:.0} answers/s",
+                "",
+                shape.first_second,
+                shape.last_second,
+                shape.largest_transaction,
+                measured.batch_tx_ms.map_or("–".into(), |ms| format!("{ms:.2}")),
+                measured.lock_wait_ms.map_or("–".into(), |ms| format!("{ms:.2}")),
+                measured.crowd_per_second
             );
         }
         if measured.places > 0 {

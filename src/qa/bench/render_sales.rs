@@ -56,8 +56,8 @@ pub(super) fn render_sales(report: &BenchReport) -> String {
              order. `largest transaction` is the most orders that shared one transaction's \
              `now()`. The ratio divides by pgbench's best on the same SQL, one purchase per \
              transaction (see *The ceilings*).\n\n\
-             | scenario | buyers | orders/s, database | first second | last second | buyers per batch (mean) | largest transaction | crowd answers/s | p99 ms | pgbench best, same SQL | ratio |\n\
-             |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+             | scenario | buyers | orders/s, database | first second | last second | buyers per batch (mean) | largest transaction | batch transaction ms (mean) | lock wait ms (mean) | crowd answers/s | p99 ms | cores busy / shop | pgbench best, same SQL | ratio |\n\
+             |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|\n",
             mix_described(),
             report
                 .shop
@@ -71,7 +71,7 @@ pub(super) fn render_sales(report: &BenchReport) -> String {
             let shape = run.shape.unwrap_or_default();
             let _ = writeln!(
                 out,
-                "| {}{} | {} | {:.0} | {} | {} | {} | {} | {:.0} | {:.1} | {} | {} |",
+                "| {}{} | {} | {:.0} | {} | {} | {} | {} | {} | {} | {:.0} | {:.1} | {:.2} / {:.2} | {} | {} |",
                 run.scenario,
                 if run.note.is_empty() {
                     String::new()
@@ -84,8 +84,12 @@ pub(super) fn render_sales(report: &BenchReport) -> String {
                 shape.last_second,
                 figure(run.batch_mean, 1),
                 shape.largest_transaction,
+                figure(run.batch_tx_ms, 2),
+                figure(run.lock_wait_ms, 2),
                 run.crowd_per_second,
                 run.latency.p99_ms,
+                run.cpu.machine_busy_cores,
+                run.cpu.shop_cores,
                 figure(ceiling, 0),
                 figure(ceiling.map(|c| selling_rate(run) / c), 2),
             );
@@ -103,7 +107,7 @@ fn render_ceilings(report: &BenchReport) -> String {
     out.push_str(
         "\n## The ceilings\n\n\
          **One purchase per transaction** is the shop's purchase SQL for a lone buyer: lock the \
-         product row (`SELECT … FOR UPDATE`), read the buyer's `holdings` row, insert the order, \
+         product row (`SELECT … FOR UPDATE`), read the buyer's `holdings` row (with a limit, as the shop does), insert the order, \
          its item and the stock's ledger row, update the stock, upsert the buyer's `holdings` \
          row, commit. (It writes no idempotency key, which the shop does: that favours pgbench.) \
          **The batch statement** is the shop's own batch transaction (`checkout::sell`): the row \
