@@ -365,7 +365,7 @@ fn audit_time(at: Option<DateTime<Utc>>) -> String {
     })
 }
 
-/// What an edit changed, for the audit log: "price 12.00 → 10.00; limit none → 2".
+/// What an edit changed, for the action log: "price 12.00 → 10.00; limit none → 2".
 fn changes(before: &Product, after: &SaleTerms) -> String {
     let money = |cents: i64| Money::from_cents(cents).unwrap_or_default().to_string();
     let limit = |limit: Option<i32>| limit.map_or("none".to_string(), |l| l.to_string());
