@@ -430,14 +430,9 @@ fn changes(before: &Product, after: &SaleTerms) -> String {
     }
 }
 
+/// Every product, read fresh from Postgres (not the sale cache's copy).
 pub async fn list_products(pool: &PgPool) -> Result<Vec<Product>, AppError> {
-    db::run(pool, |conn| {
-        Ok(products::table
-            .order((products::sale_starts_at.asc(), products::id.asc()))
-            .select(Product::as_select())
-            .load(conn)?)
-    })
-    .await
+    sale_cache::load_products(pool).await
 }
 
 pub async fn find_product(pool: &PgPool, id: ProductId) -> Result<Product, AppError> {
