@@ -18,7 +18,7 @@ use super::views::admin::{
     HistoryRow, RefundConfirmPage,
 };
 use super::views::orders::{OrderPage, OrderView};
-use super::views::shop::SaleView;
+use super::views::sale::SaleView;
 use super::views::waiting_room_admin::{QueueDashboardPage, QueuePanel};
 use super::views::{render, Nav, Pager};
 use super::{html, see_other};

@@ -5,7 +5,7 @@
 use askama::Template;
 
 use super::orders::{OrderRow, OrderView};
-use super::shop::SaleView;
+use super::sale::SaleView;
 use super::{Nav, Pager};
 use crate::db::models::{Order, Product, StockChange};
 use crate::domain::OrderStatus;
