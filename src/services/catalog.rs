@@ -34,6 +34,21 @@ pub struct SaleSpec {
 pub const MAX_STOCK: i32 = 10_000_000;
 
 impl SaleSpec {
+    /// A sale as it stands (its current stock), for the edit form.
+    pub fn of(product: &Product) -> SaleSpec {
+        SaleSpec {
+            name: product.name.clone(),
+            description: product.description.clone(),
+            price: product.price(),
+            stock: product.stock,
+            per_customer_limit: product.per_customer_limit,
+            starts_at: product.sale_starts_at,
+            ends_at: product.sale_ends_at,
+            queue_mode: product.queue_mode,
+            queue_opens_at: product.queue_opens_at,
+        }
+    }
+
     pub fn validate(self) -> Result<SaleSpec, InvalidInput> {
         if !(0..=MAX_STOCK).contains(&self.stock) {
             return Err(InvalidInput(
