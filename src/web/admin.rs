@@ -14,8 +14,8 @@ use super::forms::{
 use super::idempotency::{once, Intent};
 use super::session::{verify_csrf, Admin};
 use super::views::admin::{
-    AdminDashboardPage, AdminHistoryPage, AdminOrdersPage, AdminSaleFormPage, GateStatus,
-    HistoryRow, RefundConfirmPage,
+    AdminDashboardPage, AdminHistoryPage, AdminOrdersPage, AdminSaleFormPage, AuditView,
+    GateStatus, HistoryRow, RefundConfirmPage,
 };
 use super::views::orders::{OrderPage, OrderView};
 use super::views::sale::SaleView;
@@ -67,7 +67,7 @@ pub async fn dashboard(
     let gate = gate_status(&shop, &audit).await;
     let page = AdminDashboardPage {
         nav: Nav::from_session(&session),
-        audit,
+        audit: AuditView::new(&audit),
         gate,
     };
     Ok(html(StatusCode::OK, render(&page)?))
