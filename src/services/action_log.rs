@@ -119,7 +119,7 @@ pub async fn record_done(pool: &PgPool, action: AdminAction) -> Result<(), AppEr
     db::run(pool, move |conn| Ok(record(conn, &action)?)).await
 }
 
-/// A recorded action as the audit log page lists it.
+/// A recorded action as the action log page lists it.
 #[derive(Debug, Clone, Queryable)]
 pub struct RecordedAction {
     pub id: i64,

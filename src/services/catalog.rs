@@ -34,6 +34,21 @@ pub struct SaleSpec {
 pub const MAX_STOCK: i32 = 10_000_000;
 
 impl SaleSpec {
+    /// A sale as it stands (its current stock), for the edit form.
+    pub fn of(product: &Product) -> SaleSpec {
+        SaleSpec {
+            name: product.name.clone(),
+            description: product.description.clone(),
+            price: product.price(),
+            stock: product.stock,
+            per_customer_limit: product.per_customer_limit,
+            starts_at: product.sale_starts_at,
+            ends_at: product.sale_ends_at,
+            queue_mode: product.queue_mode,
+            queue_opens_at: product.queue_opens_at,
+        }
+    }
+
     pub fn validate(self) -> Result<SaleSpec, InvalidInput> {
         if !(0..=MAX_STOCK).contains(&self.stock) {
             return Err(InvalidInput(
@@ -365,7 +380,7 @@ fn audit_time(at: Option<DateTime<Utc>>) -> String {
     })
 }
 
-/// What an edit changed, for the audit log: "price 12.00 → 10.00; limit none → 2".
+/// What an edit changed, for the action log: "price 12.00 → 10.00; limit none → 2".
 fn changes(before: &Product, after: &SaleTerms) -> String {
     let money = |cents: i64| Money::from_cents(cents).unwrap_or_default().to_string();
     let limit = |limit: Option<i32>| limit.map_or("none".to_string(), |l| l.to_string());
@@ -430,14 +445,9 @@ fn changes(before: &Product, after: &SaleTerms) -> String {
     }
 }
 
+/// Every product, read fresh from Postgres (not the sale cache's copy).
 pub async fn list_products(pool: &PgPool) -> Result<Vec<Product>, AppError> {
-    db::run(pool, |conn| {
-        Ok(products::table
-            .order((products::sale_starts_at.asc(), products::id.asc()))
-            .select(Product::as_select())
-            .load(conn)?)
-    })
-    .await
+    sale_cache::load_products(pool).await
 }
 
 pub async fn find_product(pool: &PgPool, id: ProductId) -> Result<Product, AppError> {

@@ -6,7 +6,7 @@
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Integer, Text};
 
-use crate::db::PgConn;
+use crate::db::{self, PgConn, PgPool};
 use crate::error::AppError;
 
 #[derive(Debug, Clone, QueryableByName)]
@@ -161,6 +161,11 @@ SELECT p.id, p.name, p.stock, p.initial_stock,
 FROM products p
 ORDER BY p.id
 "#;
+
+/// The audit on a pooled connection (the admin dashboard's).
+pub async fn audit(pool: &PgPool) -> Result<AuditReport, AppError> {
+    db::run(pool, run_audit).await
+}
 
 pub fn run_audit(conn: &mut PgConn) -> Result<AuditReport, AppError> {
     // One snapshot, so a sale in progress cannot make a clean ledger look torn.

@@ -10,6 +10,7 @@ pub mod jobs;
 pub mod ledger_audit;
 pub mod orders;
 pub mod payment;
+pub mod readiness;
 pub mod restore;
 pub mod revocations;
 pub mod sale_cache;

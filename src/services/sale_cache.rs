@@ -21,11 +21,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
+use diesel::prelude::*;
+
 use crate::db::models::Product;
-use crate::db::PgPool;
+use crate::db::schema::products;
+use crate::db::{self, PgPool};
 use crate::domain::ProductId;
 use crate::error::AppError;
-use crate::services::catalog::list_products;
 
 /// How long a copy is served before a reader refreshes it.
 pub const REFRESH_AFTER: Duration = Duration::from_millis(500);
@@ -151,7 +153,7 @@ impl SaleCache {
     async fn refresh(&self, pool: &PgPool) -> Result<Arc<Shelf>, AppError> {
         let writes = WRITES.load(Ordering::Acquire);
         let read_at = Instant::now();
-        let rows = match list_products(pool).await {
+        let rows = match load_products(pool).await {
             Ok(rows) => rows,
             Err(error) => {
                 *self.failed_at.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
@@ -173,4 +175,17 @@ impl SaleCache {
         *self.shelf.write().unwrap_or_else(|e| e.into_inner()) = Some(shelf.clone());
         Ok(shelf)
     }
+}
+
+/// Every product row, by start then id: what a copy holds, and what
+/// `catalog::list_products` reads fresh for the admin pages. The read lives
+/// here so calls go one way, catalog -> sale_cache.
+pub(crate) async fn load_products(pool: &PgPool) -> Result<Vec<Product>, AppError> {
+    db::run(pool, |conn| {
+        Ok(products::table
+            .order((products::sale_starts_at.asc(), products::id.asc()))
+            .select(Product::as_select())
+            .load(conn)?)
+    })
+    .await
 }

@@ -14,20 +14,21 @@ use super::forms::{
 use super::idempotency::{once, Intent};
 use super::session::{verify_csrf, Admin};
 use super::views::admin::{
-    AdminDashboardPage, AdminHistoryPage, AdminOrdersPage, AdminSaleFormPage, GateStatus,
-    HistoryRow, RefundConfirmPage,
+    AdminDashboardPage, AdminHistoryPage, AdminOrdersPage, AdminSaleFormPage, AuditView,
+    GateStatus, HistoryRow, RefundConfirmPage,
 };
 use super::views::orders::{OrderPage, OrderView};
-use super::views::shop::SaleView;
+use super::views::sale::SaleView;
 use super::views::waiting_room_admin::{QueueDashboardPage, QueuePanel};
 use super::views::{render, Nav, Pager};
 use super::{html, see_other};
-use crate::db;
 use crate::domain::{OrderStatus, ProductId};
 use crate::error::AppError;
 use crate::services::action_log::{record_done, ActionKind, AdminAction};
-use crate::services::catalog::{create_sale_by, find_product, list_products, update_sale};
-use crate::services::ledger_audit::{run_audit, AuditReport};
+use crate::services::catalog::{
+    create_sale_by, find_product, list_products, update_sale, SaleSpec,
+};
+use crate::services::ledger_audit::{self, AuditReport};
 use crate::services::orders::{order_detail, search_orders};
 use crate::services::restore::restore_order;
 use crate::services::stock::{adjust_stock, history_of};
@@ -62,11 +63,11 @@ pub async fn dashboard(
     _admin: Admin,
     session: Session,
 ) -> Result<HttpResponse, AppError> {
-    let audit = db::run(&shop.pool, run_audit).await?;
+    let audit = ledger_audit::audit(&shop.pool).await?;
     let gate = gate_status(&shop, &audit).await;
     let page = AdminDashboardPage {
         nav: Nav::from_session(&session),
-        audit,
+        audit: AuditView::new(&audit),
         gate,
     };
     Ok(html(StatusCode::OK, render(&page)?))
@@ -286,7 +287,7 @@ pub async fn edit_sale_page(
     sale_form(
         &session,
         Some(sale),
-        SaleFields::of(&product),
+        SaleFields::of(&SaleSpec::of(&product)),
         None,
         query.saved(),
     )

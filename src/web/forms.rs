@@ -10,7 +10,6 @@
 use chrono::{DateTime, Datelike, NaiveDateTime, Utc};
 use serde::Deserialize;
 
-use crate::db::models::Product;
 use crate::domain::CardNumber;
 use crate::domain::{
     check_plain_text, Email, InvalidInput, Lines, Money, OrderId, OrderStatus, Password, ProductId,
@@ -265,33 +264,26 @@ impl SaleFields {
         }
     }
 
-    /// The form filled in with `product` as it stands, for an edit.
-    pub fn of(product: &Product) -> SaleFields {
+    /// The form filled in with a sale as it stands, for an edit.
+    pub fn of(sale: &SaleSpec) -> SaleFields {
+        let cents = sale.price.cents();
         SaleFields {
-            name: product.name.clone(),
-            description: product.description.clone(),
-            price: format!(
-                "{}.{:02}",
-                product.price_cents / 100,
-                product.price_cents % 100
-            ),
-            stock: product.stock.to_string(),
-            per_customer_limit: product
+            name: sale.name.clone(),
+            description: sale.description.clone(),
+            price: format!("{}.{:02}", cents / 100, cents % 100),
+            stock: sale.stock.to_string(),
+            per_customer_limit: sale
                 .per_customer_limit
                 .map(|l| l.to_string())
                 .unwrap_or_default(),
-            starts_at: form_time(&product.sale_starts_at),
-            ends_at: product
-                .sale_ends_at
-                .as_ref()
-                .map(form_time)
-                .unwrap_or_default(),
-            queue_mode: if product.queue_mode {
+            starts_at: form_time(&sale.starts_at),
+            ends_at: sale.ends_at.as_ref().map(form_time).unwrap_or_default(),
+            queue_mode: if sale.queue_mode {
                 "on".into()
             } else {
                 String::new()
             },
-            queue_opens_at: product
+            queue_opens_at: sale
                 .queue_opens_at
                 .as_ref()
                 .map(form_time)

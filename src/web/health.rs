@@ -6,9 +6,9 @@ use std::time::Duration;
 use actix_web::http::header;
 use actix_web::{get, web, HttpResponse};
 
-use crate::db::PgPool;
 use crate::error::AppError;
 use crate::metrics;
+use crate::services::readiness::Readiness;
 use crate::services::Shop;
 
 pub fn routes(cfg: &mut web::ServiceConfig) {
@@ -33,7 +33,7 @@ pub async fn healthz() -> HttpResponse {
 /// stock gate's Redis answer; 503 naming each one that did not.
 #[get("/readyz")]
 pub async fn readyz(shop: web::Data<Shop>) -> HttpResponse {
-    let down = Readiness::check(&shop).await.down();
+    let down = down(&Readiness::check(&shop, PROBE_TIMEOUT).await);
     if down.is_empty() {
         HttpResponse::Ok()
             .content_type("text/plain; charset=utf-8")
@@ -58,55 +58,14 @@ pub async fn metrics_text(shop: web::Data<Shop>) -> Result<HttpResponse, AppErro
         .body(metrics::render()))
 }
 
-struct Readiness {
-    postgres: bool,
-    redis_locks: bool,
-    /// None when the stock gate is off.
-    stock_gate: Option<bool>,
-}
-
-impl Readiness {
-    async fn check(shop: &Shop) -> Readiness {
-        let gate = async {
-            match &shop.gate {
-                Some(gate) => Some(within_probe_timeout(gate.reachable()).await),
-                None => None,
-            }
-        };
-        let (postgres, redis_locks, stock_gate) = futures::join!(
-            database_answers(&shop.pool),
-            within_probe_timeout(shop.locks.quorum_reachable()),
-            gate,
-        );
-        Readiness {
-            postgres,
-            redis_locks,
-            stock_gate,
-        }
-    }
-
-    fn down(&self) -> Vec<&'static str> {
-        [
-            (self.postgres, "postgres"),
-            (self.redis_locks, "redis lock quorum"),
-            (self.stock_gate.unwrap_or(true), "stock gate redis"),
-        ]
-        .into_iter()
-        .filter_map(|(ok, name)| (!ok).then_some(name))
-        .collect()
-    }
-}
-
-async fn within_probe_timeout(check: impl std::future::Future<Output = bool>) -> bool {
-    tokio::time::timeout(PROBE_TIMEOUT, check)
-        .await
-        .unwrap_or(false)
-}
-
-/// `SELECT 1` on a pooled connection, waiting at most `PROBE_TIMEOUT` for one
-/// (the pool's own connect timeout is longer, sized for purchases).
-async fn database_answers(pool: &PgPool) -> bool {
-    let pool = pool.clone();
-    let select_one = web::block(move || crate::db::answers_within(&pool, PROBE_TIMEOUT));
-    within_probe_timeout(async { select_one.await.unwrap_or(false) }).await
+/// The names `/readyz` gives what did not answer.
+fn down(readiness: &Readiness) -> Vec<&'static str> {
+    [
+        (readiness.postgres, "postgres"),
+        (readiness.redis_locks, "redis lock quorum"),
+        (readiness.stock_gate.unwrap_or(true), "stock gate redis"),
+    ]
+    .into_iter()
+    .filter_map(|(ok, name)| (!ok).then_some(name))
+    .collect()
 }

@@ -16,7 +16,7 @@ use chrono::Utc;
 use super::forms::parse_product_id;
 use super::session::{verify_csrf, SignedIn};
 use super::views::draw::DrawPage;
-use super::views::shop::SaleView;
+use super::views::sale::SaleView;
 use super::views::waiting_room::{QueuePage, WaitingRoomView};
 use super::views::{render, Nav};
 use super::{html, see_other};

@@ -8,7 +8,7 @@ use chrono::{DateTime, TimeZone, Utc};
 use flashsale::db::models::Product;
 use flashsale::domain::{CardNumber, Email, IdempotencyKey, Money, Password, ProductId, Quantity};
 use flashsale::error::AppError;
-use flashsale::services::catalog::MAX_STOCK;
+use flashsale::services::catalog::{SaleSpec, MAX_STOCK};
 use flashsale::web::forms::{
     parse_order_id, parse_product_id, AdjustForm, BuyForm, CartForm, CredentialsForm, CsrfOnlyForm,
     OrderSearch, PayForm, SaleFields,
@@ -298,7 +298,7 @@ proptest! {
             queue_mode: queue.is_some(),
             queue_opens_at,
         };
-        let fields = SaleFields::of(&product);
+        let fields = SaleFields::of(&SaleSpec::of(&product));
         prop_assert_eq!(fields.queue_ticked(), product.queue_mode);
         let spec = fields.spec().unwrap();
         prop_assert_eq!(spec.name, name);

@@ -1,5 +1,5 @@
 //! Sign-in throttling, server-side sessions (rotated at sign-in, revoked at
-//! sign-out), the admin audit log, secure cookies, and secrets kept out of
+//! sign-out), the admin action log, secure cookies, and secrets kept out of
 //! logs and pages.
 
 use std::time::{Duration, Instant};
@@ -367,8 +367,11 @@ async fn every_admin_action_is_recorded_and_listed_newest_first() {
 
     let (status, page) = admin.get_text("/admin/audit-log").await;
     assert_eq!(status, StatusCode::OK);
-    let rows: Vec<&str> = page.split("data-testid=\"audit-row\"").skip(1).collect();
+    let rows: Vec<&str> = page.split("data-testid=\"action-row\"").skip(1).collect();
     assert_eq!(rows.len(), 5, "{page}");
+    // Named for what it lists; "audit" is the ledger check's name.
+    assert!(page.contains("<h1>Action log</h1>"), "{page}");
+    assert!(!page.contains("Audit log"), "{page}");
     let expected = [
         ("Refund", format!("Order #{order}"), "refunded".to_string()),
         ("Gate resync", format!("Sale #{sale}"), String::new()),
@@ -397,7 +400,7 @@ async fn every_admin_action_is_recorded_and_listed_newest_first() {
 
     // Linked from the admin pages; for admins only.
     let (_, dashboard) = admin.get_text("/admin").await;
-    assert!(dashboard.contains("href=\"/admin/audit-log\""));
+    assert!(dashboard.contains("href=\"/admin/audit-log\">Action log</a>"));
     expect_page(
         buyer.get("/admin/audit-log").await,
         StatusCode::FORBIDDEN,

@@ -227,7 +227,7 @@ async fn the_sale_form_creates_and_edits_a_queue_mode_sale() {
     assert_eq!(
         app.db.count(&format!("SELECT count(*) AS n FROM admin_actions WHERE product_id = {id} AND action = 'sale_edit' AND detail LIKE '%mode queue → open%'")),
         1,
-        "the audit log says the mode changed"
+        "the action log says the mode changed"
     );
 
     // Refused: said why, the form comes back as typed, nothing is saved.

@@ -5,7 +5,7 @@
 use askama::Template;
 
 use super::orders::{OrderRow, OrderView};
-use super::shop::SaleView;
+use super::sale::SaleView;
 use super::{Nav, Pager};
 use crate::db::models::{Order, Product, StockChange};
 use crate::domain::OrderStatus;
@@ -19,8 +19,51 @@ use crate::web::forms::{OrderSearch, SaleFields};
 pub struct AdminDashboardPage {
     pub nav: Nav,
     /// The stock-ledger audit.
-    pub audit: AuditReport,
+    pub audit: AuditView,
     pub gate: Option<GateStatus>,
+}
+
+/// The ledger audit as the dashboard shows it: what disagrees, and each
+/// sale's units.
+pub struct AuditView {
+    pub problems: Vec<String>,
+    pub products: Vec<SaleUnits>,
+}
+
+/// One sale's units on the dashboard.
+pub struct SaleUnits {
+    pub id: i64,
+    pub name: String,
+    pub offered: i64,
+    pub paid_units: i64,
+    pub awaiting_units: i64,
+    pub restored_units: i64,
+    pub stock: i32,
+}
+
+impl AuditView {
+    pub fn new(report: &AuditReport) -> AuditView {
+        AuditView {
+            problems: report.problems.clone(),
+            products: report
+                .products
+                .iter()
+                .map(|p| SaleUnits {
+                    id: p.id,
+                    name: p.name.clone(),
+                    offered: p.offered(),
+                    paid_units: p.paid_units,
+                    awaiting_units: p.awaiting_units,
+                    restored_units: p.restored_units,
+                    stock: p.stock,
+                })
+                .collect(),
+        }
+    }
+
+    pub fn is_clean(&self) -> bool {
+        self.problems.is_empty()
+    }
 }
 
 /// The stock gate as the dashboard shows it.

@@ -3,7 +3,7 @@
 
 use askama::Template;
 
-use super::shop::SaleView;
+use super::sale::SaleView;
 use super::Nav;
 use crate::domain::draw::{DrawRecord, PassState};
 use crate::web::format::{iso, timestamp};

@@ -10,6 +10,7 @@ pub mod cart;
 pub mod draw;
 pub mod operations;
 pub mod orders;
+pub mod sale;
 pub mod shop;
 pub mod waiting_room;
 pub mod waiting_room_admin;

@@ -4,10 +4,10 @@
 use askama::Template;
 
 use super::Nav;
-use crate::db::models::{Order, Payment, StockChange};
+use crate::db::models::Order;
 use crate::domain::OrderStatus;
-use crate::services::orders::{OrderDetail, OrderLine};
-use crate::web::format::{iso, timestamp};
+use crate::services::orders::OrderDetail;
+use crate::web::format::{iso, money, timestamp};
 
 /// One order in a list of orders.
 pub struct OrderRow {
@@ -36,77 +36,150 @@ impl OrderRow {
 
 /// One order with its lines, payments and ledger rows: what the order page
 /// (customer and admin alike) and the admin's refund confirmation show.
+/// Built from the service's `OrderDetail`; holds only what the pages print.
 pub struct OrderView {
-    order: Order,
+    id: i64,
+    status: OrderStatus,
+    total: String,
+    created_text: String,
+    created_iso: String,
+    deadline_text: String,
+    deadline_iso: String,
+    payment_pending: bool,
     pub customer_email: String,
-    pub lines: Vec<OrderLine>,
-    pub payments: Vec<Payment>,
-    pub history: Vec<StockChange>,
+    pub lines: Vec<LineView>,
+    pub payments: Vec<PaymentView>,
+    pub history: Vec<LedgerView>,
+}
+
+/// One product line of an order.
+pub struct LineView {
+    pub product_id: i64,
+    pub product_name: String,
+    pub quantity: i32,
+    pub unit_price: String,
+}
+
+/// One payment attempt, as the admin's order page lists it.
+pub struct PaymentView {
+    pub at_iso: String,
+    pub at_text: String,
+    pub outcome: String,
+    pub card_last4: String,
+    pub amount: String,
+}
+
+/// One stock-ledger row of an order, as the admin's order page lists it.
+pub struct LedgerView {
+    pub at_iso: String,
+    pub at_text: String,
+    pub product_id: i64,
+    pub delta: String,
+    pub stock_after: i32,
+    pub reason: String,
 }
 
 impl OrderView {
     pub fn new(detail: OrderDetail) -> OrderView {
+        let order = &detail.order;
         OrderView {
-            order: detail.order,
+            id: order.id,
+            status: order.status(),
+            total: order.total().to_string(),
+            created_text: timestamp(order.created_at),
+            created_iso: iso(&order.created_at),
+            deadline_text: timestamp(order.payment_deadline),
+            deadline_iso: iso(&order.payment_deadline),
+            payment_pending: detail.payments.iter().any(|p| p.outcome == "pending"),
             customer_email: detail.customer_email,
-            lines: detail.lines,
-            payments: detail.payments,
-            history: detail.history,
+            lines: detail
+                .lines
+                .iter()
+                .map(|line| LineView {
+                    product_id: line.item.product_id,
+                    product_name: line.product_name.clone(),
+                    quantity: line.item.quantity,
+                    unit_price: money(line.item.unit_price_cents),
+                })
+                .collect(),
+            payments: detail
+                .payments
+                .iter()
+                .map(|p| PaymentView {
+                    at_iso: iso(&p.created_at),
+                    at_text: timestamp(p.created_at),
+                    outcome: p.outcome.clone(),
+                    card_last4: p.card_last4.clone(),
+                    amount: money(p.amount_cents),
+                })
+                .collect(),
+            history: detail
+                .history
+                .iter()
+                .map(|h| LedgerView {
+                    at_iso: iso(&h.created_at),
+                    at_text: timestamp(h.created_at),
+                    product_id: h.product_id,
+                    delta: format!("{:+}", h.delta),
+                    stock_after: h.stock_after,
+                    reason: h.reason.clone(),
+                })
+                .collect(),
         }
     }
 
     pub fn id(&self) -> i64 {
-        self.order.id
+        self.id
     }
 
     pub fn status_label(&self) -> &'static str {
-        self.order.status().label()
+        self.status.label()
     }
 
     pub fn status_class(&self) -> &'static str {
-        self.order.status().as_str()
+        self.status.as_str()
     }
 
     pub fn total(&self) -> String {
-        self.order.total().to_string()
+        self.total.clone()
     }
 
     /// Units over every line.
     pub fn units(&self) -> i32 {
-        self.lines.iter().map(|l| l.item.quantity).sum()
+        self.lines.iter().map(|l| l.quantity).sum()
     }
 
     pub fn awaiting_payment(&self) -> bool {
-        self.order.status() == OrderStatus::AwaitingPayment
+        self.status == OrderStatus::AwaitingPayment
     }
 
     pub fn payment_declined(&self) -> bool {
-        self.order.status() == OrderStatus::PaymentFailed
+        self.status == OrderStatus::PaymentFailed
     }
 
     /// A charge was sent and its answer has not come back yet.
     pub fn payment_pending(&self) -> bool {
-        self.payments.iter().any(|p| p.outcome == "pending")
+        self.payment_pending
     }
 
     pub fn refundable(&self) -> bool {
-        self.order.status() == OrderStatus::Paid
+        self.status == OrderStatus::Paid
     }
 
     pub fn created_text(&self) -> String {
-        timestamp(self.order.created_at)
+        self.created_text.clone()
     }
 
     pub fn created_iso(&self) -> String {
-        iso(&self.order.created_at)
+        self.created_iso.clone()
     }
 
     pub fn deadline_text(&self) -> String {
-        timestamp(self.order.payment_deadline)
+        self.deadline_text.clone()
     }
 
     pub fn deadline_iso(&self) -> String {
-        iso(&self.order.payment_deadline)
+        self.deadline_iso.clone()
     }
 }
 

@@ -1,107 +1,10 @@
-//! The sale list and a product page; `SaleView` is a product as every page
-//! that shows one (admin pages included) shows it.
+//! The sale list and a product page (`sale::SaleView` is the sale itself).
 
 use askama::Template;
-use chrono::{DateTime, Utc};
 
+use super::sale::SaleView;
+use super::waiting_room::ProductQueue;
 use super::Nav;
-use crate::db::models::Product;
-use crate::domain::Quantity;
-use crate::domain::SaleState;
-use crate::web::format::{iso, timestamp};
-
-/// A product as the shop pages show it.
-pub struct SaleView {
-    pub id: i64,
-    pub name: String,
-    pub description: String,
-    pub price: String,
-    pub stock: i32,
-    pub offered: i32,
-    pub percent_left: i64,
-    pub state: SaleState,
-    pub starts_at: DateTime<Utc>,
-    pub ends_at: Option<DateTime<Utc>>,
-    pub per_customer_limit: Option<i32>,
-    /// The most one order may ask for: bounded by stock, limit and `Quantity::MAX`.
-    pub max_quantity: i32,
-}
-
-impl SaleView {
-    pub fn new(product: &Product, now: DateTime<Utc>) -> SaleView {
-        SaleView::showing(product, product.stock, now)
-    }
-
-    /// `product` with `units_left` counted elsewhere (the stock gate) instead
-    /// of its row's stock. The state comes from `now`, never from a cache.
-    pub fn showing(product: &Product, units_left: i32, now: DateTime<Utc>) -> SaleView {
-        let offered = product.initial_stock.max(units_left);
-        let max_quantity = units_left
-            .min(product.per_customer_limit.unwrap_or(i32::MAX))
-            .min(Quantity::MAX);
-        let state = match product.sale_state(now) {
-            SaleState::Live | SaleState::SoldOut if units_left == 0 => SaleState::SoldOut,
-            SaleState::Live | SaleState::SoldOut => SaleState::Live,
-            timed => timed,
-        };
-        SaleView {
-            id: product.id,
-            name: product.name.clone(),
-            description: product.description.clone(),
-            price: product.price().to_string(),
-            stock: units_left,
-            offered,
-            percent_left: if offered == 0 {
-                0
-            } else {
-                i64::from(units_left) * 100 / i64::from(offered)
-            },
-            state,
-            starts_at: product.sale_starts_at,
-            ends_at: product.sale_ends_at,
-            per_customer_limit: product.per_customer_limit,
-            max_quantity,
-        }
-    }
-
-    pub fn state_label(&self) -> &'static str {
-        match self.state {
-            SaleState::Upcoming => "Upcoming",
-            SaleState::Live => "Live",
-            SaleState::SoldOut => "Sold out",
-            SaleState::Ended => "Ended",
-        }
-    }
-
-    pub fn state_class(&self) -> &'static str {
-        match self.state {
-            SaleState::Upcoming => "upcoming",
-            SaleState::Live => "live",
-            SaleState::SoldOut => "soldout",
-            SaleState::Ended => "ended",
-        }
-    }
-
-    pub fn can_buy(&self) -> bool {
-        self.state == SaleState::Live && self.max_quantity >= 1
-    }
-
-    pub fn starts_at_text(&self) -> String {
-        timestamp(self.starts_at)
-    }
-
-    pub fn starts_at_iso(&self) -> String {
-        iso(&self.starts_at)
-    }
-
-    pub fn ends_at_text(&self) -> Option<String> {
-        self.ends_at.as_ref().map(timestamp)
-    }
-
-    pub fn ends_at_iso(&self) -> String {
-        self.ends_at.as_ref().map(iso).unwrap_or_default()
-    }
-}
 
 #[derive(Template)]
 #[template(path = "sale_list.html")]
@@ -116,7 +19,7 @@ pub struct ProductPage {
     pub nav: Nav,
     pub sale: SaleView,
     /// A sale in queue mode: its waiting room instead of the Buy form.
-    pub queue: Option<super::waiting_room::ProductQueue>,
+    pub queue: Option<ProductQueue>,
     /// The server's clock (RFC 3339), so the page script enables Buy at the
     /// opening second by the shop's clock rather than the reader's. Only an
     /// upcoming sale's page carries it: a live one stays the same for

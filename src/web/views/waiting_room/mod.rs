@@ -7,7 +7,7 @@
 use askama::Template;
 use chrono::{DateTime, SecondsFormat, Utc};
 
-use super::shop::SaleView;
+use super::sale::SaleView;
 use super::Nav;
 use crate::db::models::Product;
 use crate::domain::draw::PassState;
