@@ -9,6 +9,7 @@
 
 mod chart;
 mod customers;
+mod drop;
 mod first_pass;
 mod machine;
 mod pgbench;
@@ -25,6 +26,7 @@ use serde::Serialize;
 use super::Latency;
 
 pub use chart::chart;
+pub use drop::{render_drop, run_drop, DropConfig, DropReport};
 pub use first_pass::FirstPass;
 pub use probe::CpuShare;
 pub use render::render;
