@@ -17,6 +17,7 @@ mod probe;
 mod process;
 mod render;
 mod run;
+mod sign_in;
 mod wrk;
 
 use std::path::PathBuf;

@@ -10,6 +10,7 @@ use diesel::{Connection, PgConnection};
 use futures::StreamExt;
 
 use super::customers::{seed, sign_in_all};
+use super::sign_in::{check_signed_in, sign_in_many};
 use super::first_pass::time_to_first_pass;
 use super::machine::{machine, pg_settings};
 use super::pgbench::{pgbench, Rows, PGBENCH_SCRIPT};
@@ -411,7 +412,12 @@ pub async fn run_bench(config: &BenchConfig) -> anyhow::Result<BenchReport> {
         runs: 0,
     };
     bench.restart().await?;
-    let customers: Vec<Customer> = sign_in_all(&bench.address(), accounts).await?;
+    let customers: Vec<Customer> = sign_in_many(&db.url, &bench.session_key, accounts)?;
+    check_signed_in(&bench.address(), &customers[accounts - 1], hot).await?;
+    // A few through the shop's own form as well, as a browser would.
+    for by_form in sign_in_all(&bench.address(), 2).await? {
+        check_signed_in(&bench.address(), &by_form, hot).await?;
+    }
     eprintln!("{} customers signed in", customers.len());
     let mut runs = Vec::new();
     let signed = &customers[..config.customers];
