@@ -10,8 +10,8 @@ use serde::Serialize;
 
 use super::crowd::{by_status, latency_of, Crowd, Event, Kind, Request};
 use super::database::{check_sale, SaleChecked, Transactions};
-use super::{sale_spec, Shop};
-use crate::qa::bench::probe::{load_average, Cpu, STATS_SETTLE};
+use super::{sale_spec, CpuWindow, Shop};
+use crate::qa::bench::probe::STATS_SETTLE;
 use crate::qa::bench::CpuShare;
 use crate::qa::Latency;
 use crate::services::catalog::create_product;
@@ -40,7 +40,9 @@ pub struct DirectRun {
     /// The opening's baseline (settled) to the counters settled after the
     /// last answer.
     pub transactions: Transactions,
+    /// From the opening to the last answer.
     pub cpu: CpuShare,
+    pub driver_cores: f64,
     pub checked: SaleChecked,
 }
 
@@ -82,7 +84,6 @@ pub(super) async fn run_direct(
     shop.vacuum()?;
     tokio::time::sleep(STATS_SETTLE).await;
     let before = shop.counters.now()?;
-    let (load, cpu_before) = (load_average(), Cpu::now(shop.pid()));
     let crowd = Arc::new(Crowd::new(&shop.address(), connections, origin)?);
     let path = format!("/products/{product}/buy");
     let tasks: Vec<_> = customers
@@ -115,15 +116,17 @@ pub(super) async fn run_direct(
         "setting up {} buyers took past the opening",
         customers.len()
     );
+    tokio::time::sleep_until(origin.into()).await;
+    let cpu_window = CpuWindow::start(shop.pid());
     for task in tasks {
         task.await?;
     }
-    let cpu = Cpu::now(shop.pid()).share_since(&cpu_before, load);
+    let (cpu, driver_cores) = cpu_window.finish();
     tokio::time::sleep(STATS_SETTLE).await;
     let transactions = shop.counters.now()? - before;
     let checked = check_sale(&shop.db_url, product)?;
     let events = crowd.events();
-    let run = summarize(
+    let mut run = summarize(
         product,
         units,
         connections,
@@ -132,6 +135,7 @@ pub(super) async fn run_direct(
         cpu,
         checked,
     );
+    run.driver_cores = driver_cores;
     eprintln!(
         "drop without the waiting room: {} customers, last unit sold {:.0} ms after the opening, \
          answers {:?}, buyers' wait p50 {:.0} / p99 {:.0} ms from the opening, {:.4} commits/answer",
@@ -175,6 +179,7 @@ fn summarize(
         wait_opening_all: latency_of(events.iter(), since_opening),
         transactions,
         cpu,
+        driver_cores: 0.0,
         checked,
     }
 }

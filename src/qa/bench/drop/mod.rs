@@ -21,15 +21,17 @@ use chrono::Utc;
 use diesel::{Connection, PgConnection};
 use serde::Serialize;
 
-use super::customers::{seed, sign_in_all};
+use super::customers::seed;
 use super::machine::machine;
-use super::probe::wait_until_up;
+use super::probe::{load_average, wait_until_up, Cpu};
 use super::process::ShopProcess;
+use super::sign_in::{check_signed_in, sign_in_many};
 use super::wrk::Customer;
+use super::CpuShare;
 use crate::db::PgPool;
 use crate::domain::Money;
 use crate::qa::harness::ScratchDb;
-use crate::services::catalog::SaleSpec;
+use crate::services::catalog::{create_product, SaleSpec};
 
 pub use crowd::DriverCapacity;
 pub use direct::DirectRun;
@@ -104,12 +106,20 @@ pub async fn run_drop(config: &DropConfig) -> anyhow::Result<DropReport> {
     };
     shop.restart().await?;
     let signing_in = std::time::Instant::now();
-    shop.customers = sign_in_all(&shop.address(), config.customers).await?;
+    shop.customers = sign_in_many(&shop.db_url, &shop.session_key, config.customers)?;
     eprintln!(
         "drop: {} customers signed in in {:.1} s",
         shop.customers.len(),
         signing_in.elapsed().as_secs_f64()
     );
+    // The minted cookies work (a page and a buy), on a sale of its own.
+    let checked_on = create_product(&shop.pool, sale_spec("sign-in check", 1))
+        .await?
+        .id;
+    tokio::time::sleep(crate::services::sale_cache::SERVE_AT_MOST).await;
+    if let Some(last) = shop.customers.last() {
+        check_signed_in(&shop.address(), last, checked_on).await?;
+    }
     let driver =
         crowd::capacity(&shop.address(), config.connections, DRIVER_PROBE_REQUESTS).await?;
     eprintln!(
@@ -228,7 +238,35 @@ impl Drop for Shop {
     }
 }
 
-/// A sale of `units` at one dollar, open now, no limit: the runs set their own.
+/// The CPU the machine, the shop and the driver (this process) used over a
+/// window: on a shared machine, what the figures had of it.
+pub(super) struct CpuWindow {
+    load: f64,
+    shop_pid: u32,
+    shop: Cpu,
+    driver: Cpu,
+}
+
+impl CpuWindow {
+    fn start(shop_pid: u32) -> CpuWindow {
+        CpuWindow {
+            load: load_average(),
+            shop_pid,
+            shop: Cpu::now(shop_pid),
+            driver: Cpu::now(std::process::id()),
+        }
+    }
+
+    /// The machine's and the shop's cores, and the driver's.
+    fn finish(&self) -> (CpuShare, f64) {
+        let shop = Cpu::now(self.shop_pid).share_since(&self.shop, self.load);
+        let driver = Cpu::now(std::process::id()).share_since(&self.driver, self.load);
+        (shop, driver.shop_cores)
+    }
+}
+
+/// A sale of `units` at one dollar, open since a minute ago, no limit: the
+/// runs set their own.
 fn sale_spec(name: &str, units: i32) -> SaleSpec {
     SaleSpec {
         name: name.into(),
@@ -236,7 +274,7 @@ fn sale_spec(name: &str, units: i32) -> SaleSpec {
         price: Money::from_cents(100).expect("valid price"),
         stock: units,
         per_customer_limit: None,
-        starts_at: Utc::now(),
+        starts_at: Utc::now() - chrono::Duration::minutes(1),
         ends_at: None,
         queue_mode: false,
         queue_opens_at: None,

@@ -15,8 +15,8 @@ use serde::Serialize;
 
 use super::crowd::{by_status, latency_of, Crowd, Event, Kind, Request};
 use super::database::{check_sale, SaleChecked, Transactions};
-use super::Shop;
-use crate::qa::bench::probe::{load_average, Cpu, STATS_SETTLE};
+use super::{CpuWindow, Shop};
+use crate::qa::bench::probe::STATS_SETTLE;
 use crate::qa::bench::run::queue_sale_starting;
 use crate::qa::bench::wrk::Customer;
 use crate::qa::bench::CpuShare;
@@ -64,7 +64,9 @@ pub struct QueuedRun {
     /// The whole run: joins, the pre-queue and the drop.
     pub run_answers: u64,
     pub run_transactions: Transactions,
+    /// From the start to the end.
     pub cpu: CpuShare,
+    pub driver_cores: f64,
     pub checked: SaleChecked,
 }
 
@@ -119,7 +121,7 @@ pub(super) async fn run_queued(
     // least once a second, so up to a second of the pre-queue's work may
     // be counted as the drop's.
     let at_start = shop.counters.now()?;
-    let (load, cpu_before) = (load_average(), Cpu::now(shop.pid()));
+    let cpu_window = CpuWindow::start(shop.pid());
     let deadline = start + time_limit;
     let sold_out_in_time = loop {
         if room.bought.load(Ordering::Relaxed) >= room.units {
@@ -136,7 +138,7 @@ pub(super) async fn run_queued(
     for task in &tasks {
         task.abort();
     }
-    let cpu = Cpu::now(shop.pid()).share_since(&cpu_before, load);
+    let (cpu, driver_cores) = cpu_window.finish();
     tokio::time::sleep(STATS_SETTLE).await;
     let after = shop.counters.now()?;
     let checked = check_sale(&shop.db_url, product)?;
@@ -153,6 +155,7 @@ pub(super) async fn run_queued(
         drop_transactions: after - at_start,
         run_transactions: after - before_joins,
         cpu,
+        driver_cores,
         checked,
     });
     eprintln!(
@@ -192,6 +195,8 @@ struct Page {
     /// The tick (every 250 ms from the page's load) that sees the start
     /// reached; the script then polls 150 ms later.
     countdown: Option<Instant>,
+    /// The buy form's pass, on the admitted page.
+    pass: Option<String>,
 }
 
 /// One customer: joins, loads the waiting page, and follows its script.
@@ -255,10 +260,10 @@ async fn waiter(room: Arc<Room>, who: Customer, join_at: Instant) {
             Some(fresh) => {
                 swap_failures = 0;
                 page = fresh;
-                if page.phase == "admitted" {
-                    if let Some(pass) = status.pass {
-                        buy(&room, &who, &pass, page.loaded).await;
-                    }
+                // The form's pass, as the browser sends it: the poll that
+                // led here may have said "waiting" a moment before the pass.
+                if let (true, Some(pass)) = (page.phase == "admitted", &page.pass) {
+                    buy(&room, &who, pass, page.loaded).await;
                     return;
                 }
                 if FINAL.contains(&page.phase.as_str()) {
@@ -317,7 +322,6 @@ fn back_off(failures: u32) -> Duration {
 struct Status {
     phase: String,
     availability: String,
-    pass: Option<String>,
 }
 
 async fn load_page(room: &Room, who: &Customer, clicked: Instant) -> Option<Page> {
@@ -343,6 +347,7 @@ async fn load_page(room: &Room, who: &Customer, clicked: Instant) -> Option<Page
     });
     Some(Page {
         availability: attribute(&body, "data-availability").unwrap_or_default(),
+        pass: attribute(&body, "name=\"pass\" value").filter(|pass| !pass.is_empty()),
         phase,
         loaded,
         countdown,
@@ -388,6 +393,7 @@ struct Summary<'a> {
     drop_transactions: Transactions,
     run_transactions: Transactions,
     cpu: CpuShare,
+    driver_cores: f64,
     checked: SaleChecked,
 }
 
@@ -440,6 +446,7 @@ fn summarize(s: Summary<'_>) -> QueuedRun {
         run_answers: events.iter().filter(answered).count() as u64,
         run_transactions: s.run_transactions,
         cpu: s.cpu,
+        driver_cores: s.driver_cores,
         checked: s.checked,
     }
 }
@@ -464,12 +471,17 @@ mod tests {
 
     #[test]
     fn the_page_attributes_are_read() {
-        let html = r#"<section id="waiting-room" data-phase="pre_queue" data-availability="free">"#;
+        let html = r#"<section id="waiting-room" data-phase="pre_queue" data-availability="free">
+            <input type="hidden" name="pass" value="7KQ2M9XW3P-12">"#;
         assert_eq!(attribute(html, "data-phase").as_deref(), Some("pre_queue"));
         assert_eq!(
             attribute(html, "data-availability").as_deref(),
             Some("free")
         );
         assert_eq!(attribute(html, "data-missing"), None);
+        assert_eq!(
+            attribute(html, "name=\"pass\" value").as_deref(),
+            Some("7KQ2M9XW3P-12")
+        );
     }
 }

@@ -178,10 +178,20 @@ pub fn render_drop(report: &DropReport) -> String {
             ),
         ),
         (
-            "cores busy (machine / shop)",
+            "cores busy over the drop: machine / shop / driver (of 2)",
             cell(
-                &|d| format!("{:.2} / {:.2}", d.cpu.machine_busy_cores, d.cpu.shop_cores),
-                &|q| format!("{:.2} / {:.2}", q.cpu.machine_busy_cores, q.cpu.shop_cores),
+                &|d| {
+                    format!(
+                        "{:.2} / {:.2} / {:.2}",
+                        d.cpu.machine_busy_cores, d.cpu.shop_cores, d.driver_cores
+                    )
+                },
+                &|q| {
+                    format!(
+                        "{:.2} / {:.2} / {:.2}",
+                        q.cpu.machine_busy_cores, q.cpu.shop_cores, q.driver_cores
+                    )
+                },
             ),
         ),
         (
@@ -263,8 +273,8 @@ pub fn render_drop(report: &DropReport) -> String {
     let _ = writeln!(
         out,
         "\n**Method.** The shop runs as its own release process on a scratch database and a Redis key prefix of \
-         its own; {} customers are seeded and signed in (real sessions). The crowd is a tokio driver (reqwest) \
-         in the benchmark's process, on the same 2 cores as the shop, Postgres and Redis; it keeps at most {} \
+         its own; {} customers are seeded and signed in (real sessions). The crowd is a tokio driver (its own HTTP/1.1 over \
+         tokio sockets) in the benchmark's process, on the same 2 cores as the shop, Postgres and Redis; it keeps at most {} \
          requests on the wire over as many keep-alive connections, and every request is timed on its own. \
          Its own speed, measured first against `/healthz` (no database, no Redis) through the same connections: \
          **{} answers/s** (p50 {:.1} ms, {} requests). \
