@@ -26,7 +26,7 @@ use super::machine::machine;
 use super::probe::{load_average, wait_until_up, Cpu};
 use super::process::ShopProcess;
 use super::sign_in::{check_signed_in, sign_in_many};
-use super::wrk::Customer;
+use super::wrk::{wrk, Customer, Requests};
 use super::CpuShare;
 use crate::db::PgPool;
 use crate::domain::Money;
@@ -120,11 +120,23 @@ pub async fn run_drop(config: &DropConfig) -> anyhow::Result<DropReport> {
     if let Some(last) = shop.customers.last() {
         check_signed_in(&shop.address(), last, checked_on).await?;
     }
-    let driver =
+    let mut driver =
         crowd::capacity(&shop.address(), config.connections, DRIVER_PROBE_REQUESTS).await?;
+    let healthz = Requests::Plain {
+        path: "/healthz".into(),
+    };
+    let script = shop.scratch.join("healthz.lua");
+    driver.wrk_per_second =
+        match wrk(&shop.address(), &healthz, config.connections, 3.0, &script).await {
+            Ok(run) => Some((run.requests - run.failing) as f64 / run.seconds.max(1e-9)),
+            Err(error) => {
+                eprintln!("drop: no wrk to compare the driver with: {error:#}");
+                None
+            }
+        };
     eprintln!(
-        "drop: the driver's own speed: {:.0} /healthz answers/s over {} connections (p50 {:.1} ms)",
-        driver.per_second, driver.connections, driver.latency.p50_ms
+        "drop: the driver's own speed: {:.0} /healthz answers/s over {} connections (p50 {:.1} ms); wrk: {:?}",
+        driver.per_second, driver.connections, driver.latency.p50_ms, driver.wrk_per_second
     );
     let without_waiting_room = if config.without_waiting_room {
         Some(direct::run_direct(&mut shop, config.units, config.connections).await?)

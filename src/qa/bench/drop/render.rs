@@ -11,7 +11,7 @@ fn thousands(n: impl Into<f64>) -> String {
     let digits = n.abs().to_string();
     let mut out = String::new();
     for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(c);
@@ -277,7 +277,8 @@ pub fn render_drop(report: &DropReport) -> String {
          tokio sockets) in the benchmark's process, on the same 2 cores as the shop, Postgres and Redis; it keeps at most {} \
          requests on the wire over as many keep-alive connections, and every request is timed on its own. \
          Its own speed, measured first against `/healthz` (no database, no Redis) through the same connections: \
-         **{} answers/s** (p50 {:.1} ms, {} requests). \
+         **{} answers/s** (p50 {:.1} ms, {} requests; Debian's `wrk`, its own loop on 2 threads, against the \
+         same shop and connections just after: {} answers/s). \
          *Without the waiting room* every customer presses Buy (`POST /products/{{id}}/buy`, quantity 1, an \
          idempotency key of their own) at the opening, all at once: the driver puts them on the wire as fast \
          as connections free up, and a buyer's wait from the opening includes the wait for a connection. \
@@ -297,6 +298,7 @@ pub fn render_drop(report: &DropReport) -> String {
         thousands(d.per_second),
         d.latency.p50_ms,
         thousands(d.requests as f64),
+        d.wrk_per_second.map_or("–".into(), thousands),
         direct.map_or("–".into(), |d| d.transactions.rollbacks.to_string()),
         queued.map_or("–".into(), |q| q.drop_transactions.rollbacks.to_string()),
     );
