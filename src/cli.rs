@@ -10,7 +10,7 @@ use crate::config::Settings;
 use crate::db;
 use crate::domain::draw::{Claims, EntriesCommitment, SeedCommitment, Ticket};
 use crate::domain::{Email, Money, Password, ProductId};
-use crate::qa::bench::{chart, render as render_bench, run_bench, BenchConfig};
+use crate::qa::bench::{bench, BenchArgs};
 use crate::qa::draw::{check_document_with, fetch_and_check_with};
 use crate::qa::lab::{
     lab_document, render_experiments, run_experiments, run_lab, Contest, LabConfig, Strategy,
@@ -82,41 +82,6 @@ struct DrawVerifyArgs {
     /// at the start: the published one must be the same.
     #[arg(long, value_name = "HEX")]
     entries: Option<EntriesCommitment>,
-}
-
-#[derive(clap::Args)]
-struct BenchArgs {
-    /// Seconds of load per shop scenario and per pgbench point.
-    #[arg(long)]
-    seconds: Option<f64>,
-    /// A short smoke run: 2 s per point, one fresh shop process for the hot product.
-    #[arg(long)]
-    quick: bool,
-    /// pgbench client counts, comma-separated; the ceiling is the best of them.
-    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16,32,64")]
-    pgbench_clients: Vec<usize>,
-    /// Only the crowd's answers (`/healthz`, pages, status polls, sold-out
-    /// buys, joins): no pgbench and no purchases. For working on those
-    /// answers; the report's purchase targets then read "–" and fail.
-    #[arg(long)]
-    crowd_only: bool,
-    /// Signed-in customers the requests rotate over.
-    #[arg(long, default_value_t = 256)]
-    customers: usize,
-    /// Signed-in customers who join the waiting rooms (each joins every room once).
-    #[arg(long, default_value_t = 2048)]
-    join_customers: usize,
-    /// Fresh shop processes the headline (hot product, limit 1) is measured in.
-    #[arg(long)]
-    hot_repeats: Option<usize>,
-    /// Markdown report to write.
-    #[arg(long)]
-    output: Option<std::path::PathBuf>,
-    /// SVG chart to write.
-    #[arg(long)]
-    chart: Option<std::path::PathBuf>,
-    #[arg(long)]
-    json: bool,
 }
 
 #[derive(clap::Args)]
@@ -458,60 +423,6 @@ async fn lab(args: LabArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::FAILURE
     })
-}
-
-async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
-    let seconds = args.seconds.unwrap_or(if args.quick { 2.0 } else { 5.0 });
-    let config = BenchConfig {
-        database_url: std::env::var("DATABASE_URL")
-            .unwrap_or_else(|_| Settings::DEFAULT_DATABASE_URL.into()),
-        seconds,
-        pgbench_seconds: seconds,
-        pgbench_clients: args.pgbench_clients,
-        customers: args.customers.max(1),
-        join_customers: args.join_customers.max(1),
-        hot_repeats: args.hot_repeats.unwrap_or(if args.quick { 1 } else { 3 }),
-        sell_out_units: if args.quick { 10_000 } else { 100_000 },
-        crowd_only: args.crowd_only,
-        output: args.output,
-        chart: args.chart,
-    };
-    let command = std::env::args().collect::<Vec<_>>().join(" ");
-    // The shell's runtime has one thread; the run's probes (activity sampling
-    // beside wrk, sign-ins) get a runtime of their own. The load is wrk's.
-    let run_config = config.clone();
-    let report = tokio::task::spawn_blocking(move || {
-        tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build()?
-            .block_on(run_bench(&run_config))
-    })
-    .await??;
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    }
-    for target in report.targets() {
-        eprintln!(
-            "{} {}: {} (target {} {})",
-            if target.pass { "PASS" } else { "FAIL" },
-            target.what,
-            target.value.map_or("none".into(), |v| format!("{v:.2}")),
-            target.bound,
-            target.limit
-        );
-    }
-    let document = render_bench(&report, &config, &command);
-    if let Some(path) = &config.output {
-        std::fs::write(path, &document)?;
-        eprintln!("wrote {}", path.display());
-    } else if !args.json {
-        print!("{document}");
-    }
-    if let Some(path) = &config.chart {
-        chart(&report, path)?;
-        eprintln!("wrote {}", path.display());
-    }
-    Ok(ExitCode::SUCCESS)
 }
 
 fn migrate(settings: &Settings) -> anyhow::Result<()> {

@@ -9,8 +9,10 @@
 
 mod ceilings;
 mod chart;
+mod command;
 mod crowd;
 mod customers;
+mod drop;
 mod first_pass;
 mod fixtures;
 mod machine;
@@ -34,6 +36,8 @@ use serde::Serialize;
 use super::Latency;
 
 pub use chart::chart;
+pub use command::{bench, BenchArgs};
+pub use drop::{render_drop, run_drop, DropConfig, DropReport};
 pub use first_pass::FirstPass;
 pub use probe::{CpuShare, SaleShape};
 pub use render::render;
