@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use chrono::Utc;
 
 use super::probe::{load_average, wait_until_up, Cpu, Probe, STATS_SETTLE};
-use super::process::ShopProcess;
+use super::process::{forget_redis_keys, ShopProcess};
 use super::wrk::{wrk, Requests};
 use super::*;
 
@@ -336,24 +336,7 @@ impl<'a> Bench<'a> {
 impl Drop for Bench<'_> {
     fn drop(&mut self) {
         self.shop = None;
-        let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
-        let forgotten = redis::Client::open(url.split(',').next().unwrap_or_default())
-            .and_then(|client| client.get_connection())
-            .and_then(|mut redis| {
-                let keys: Vec<String> = redis::cmd("SCAN")
-                    .cursor_arg(0)
-                    .arg("MATCH")
-                    .arg(format!("{}*", self.prefix))
-                    .arg("COUNT")
-                    .arg(10_000)
-                    .clone()
-                    .iter(&mut redis)?
-                    .collect::<Result<_, _>>()?;
-                for chunk in keys.chunks(1_000) {
-                    redis::cmd("UNLINK").arg(chunk).exec(&mut redis)?;
-                }
-                Ok(keys.len())
-            });
+        let forgotten = forget_redis_keys(&self.prefix);
         match forgotten {
             Ok(keys) => eprintln!("removed the run's {keys} Redis keys ({}*)", self.prefix),
             Err(error) => eprintln!(

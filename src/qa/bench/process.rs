@@ -85,3 +85,27 @@ impl Drop for ShopProcess {
         let _ = self.child.wait();
     }
 }
+
+/// Removes a run's Redis keys (the answer records of every sold-out buy,
+/// the admission markers of every order): the machine's Redis is shared,
+/// and a benchmark leaves nothing of its own there. Only keys under the
+/// run's own `prefix`; the rest of the server is never touched. Answers
+/// how many keys went.
+pub(super) fn forget_redis_keys(prefix: &str) -> redis::RedisResult<usize> {
+    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+    let client = redis::Client::open(url.split(',').next().unwrap_or_default())?;
+    let mut redis = client.get_connection()?;
+    let keys: Vec<String> = redis::cmd("SCAN")
+        .cursor_arg(0)
+        .arg("MATCH")
+        .arg(format!("{prefix}*"))
+        .arg("COUNT")
+        .arg(10_000)
+        .clone()
+        .iter(&mut redis)?
+        .collect::<Result<_, _>>()?;
+    for chunk in keys.chunks(1_000) {
+        redis::cmd("UNLINK").arg(chunk).exec(&mut redis)?;
+    }
+    Ok(keys.len())
+}

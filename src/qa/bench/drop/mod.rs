@@ -24,7 +24,7 @@ use serde::Serialize;
 use super::customers::seed;
 use super::machine::machine;
 use super::probe::{load_average, wait_until_up, Cpu};
-use super::process::ShopProcess;
+use super::process::{forget_redis_keys, ShopProcess};
 use super::sign_in::{check_signed_in, sign_in_many};
 use super::wrk::{wrk, Customer, Requests};
 use super::CpuShare;
@@ -219,24 +219,7 @@ impl Shop {
 impl Drop for Shop {
     fn drop(&mut self) {
         self.process = None;
-        let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
-        let removed = redis::Client::open(url.split(',').next().unwrap_or_default())
-            .and_then(|client| client.get_connection())
-            .and_then(|mut redis| {
-                let keys: Vec<String> = redis::cmd("SCAN")
-                    .cursor_arg(0)
-                    .arg("MATCH")
-                    .arg(format!("{}*", self.prefix))
-                    .arg("COUNT")
-                    .arg(10_000)
-                    .clone()
-                    .iter(&mut redis)?
-                    .collect::<Result<_, _>>()?;
-                for chunk in keys.chunks(1_000) {
-                    redis::cmd("UNLINK").arg(chunk).exec(&mut redis)?;
-                }
-                Ok(keys.len())
-            });
+        let removed = forget_redis_keys(&self.prefix);
         match removed {
             Ok(keys) => eprintln!(
                 "drop: removed the run's {keys} Redis keys ({}*)",
