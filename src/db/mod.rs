@@ -309,13 +309,29 @@ fn with_pooled<T>(
     result
 }
 
+/// Any number that no other advisory lock of this database uses.
+const MIGRATION_LOCK: i64 = 0x666c_6173_6873_616c; // "flashsal"
+
 pub fn run_migrations(database_url: &str) -> anyhow::Result<()> {
     let mut conn = PgConnection::establish(database_url)?;
-    conn.run_pending_migrations(MIGRATIONS)
-        .map_err(|e| anyhow::anyhow!("migrations failed: {e}"))?;
-    backfill::place_rooms_drawn_without_positions(&mut conn)
-        .map_err(|e| anyhow::anyhow!("placing the waiting rooms drawn before positions: {e}"))?;
-    Ok(())
+    // Instances started together (a rolling deploy, a systemd restart of
+    // all) migrate one at a time: the second finds nothing pending instead
+    // of racing the first to create the same tables. The lock is the
+    // session's, so it goes with the connection if this process dies.
+    diesel::sql_query(format!("SELECT pg_advisory_lock({MIGRATION_LOCK})")).execute(&mut conn)?;
+    let migrated = conn
+        .run_pending_migrations(MIGRATIONS)
+        .map(|_| ())
+        .map_err(|e| anyhow::anyhow!("migrations failed: {e}"))
+        .and_then(|()| {
+            backfill::place_rooms_drawn_without_positions(&mut conn)
+                .map(|_| ())
+                .map_err(|e| {
+                    anyhow::anyhow!("placing the waiting rooms drawn before positions: {e}")
+                })
+        });
+    diesel::sql_query(format!("SELECT pg_advisory_unlock({MIGRATION_LOCK})")).execute(&mut conn)?;
+    migrated
 }
 
 /// Creates the database named in `database_url` if it does not exist yet.
@@ -324,7 +340,12 @@ pub fn create_database_if_missing(database_url: &str) -> anyhow::Result<()> {
         return Ok(());
     }
     let (server_url, name) = split_database_url(database_url)?;
-    let mut conn = PgConnection::establish(&format!("{server_url}/postgres"))?;
+    // The URL's parameters come along: with several hosts,
+    // target_session_attrs=read-write is what finds the primary.
+    let parameters = database_url
+        .split_once('?')
+        .map_or(String::new(), |(_, p)| format!("?{p}"));
+    let mut conn = PgConnection::establish(&format!("{server_url}/postgres{parameters}"))?;
     diesel::sql_query(format!("CREATE DATABASE \"{name}\"")).execute(&mut conn)?;
     Ok(())
 }

@@ -13,6 +13,7 @@ mod fault_matrix;
 mod form_parsers;
 mod gate_answers;
 mod group_commit;
+mod high_availability;
 mod holdings;
 mod hostile_input;
 mod hot_product;
