@@ -331,7 +331,7 @@ async fn rolling_restart_of_two_instances_loses_no_answered_order() {
         ];
         start_server_process_from(&binary, &db.url, &prefix, &key, &env)
     };
-    let mut instances = vec![start(0), start(1)];
+    let mut instances = [start(0), start(1)];
     let bases: Vec<String> = instances.iter().map(|s| s.address.clone()).collect();
     let pool =
         flashsale::db::build_pool(&db.url, 2, Duration::from_secs(5), Duration::from_secs(3));
