@@ -276,7 +276,7 @@ async fn shop(command: ShopCommand) -> anyhow::Result<ExitCode> {
                 .unwrap_or("127.0.0.1");
             println!("flashsale listening on http://{host}:{}", app.port());
             std::io::stdout().flush()?;
-            app.run_until_stopped().await?;
+            app.run_until_signalled().await?;
         }
         ShopCommand::Migrate => {
             migrate(&settings)?;

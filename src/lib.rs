@@ -7,7 +7,8 @@
 //! use cases.
 //!
 //! - `startup`, `cli`: build the application (`Application::build`) and the
-//!   command line; `main.rs` only calls `cli::main`.
+//!   command line; `main.rs` only calls `cli::main`. `shutdown`: the
+//!   graceful stop (draining, tracked tasks, the jobs' stop signal).
 //! - `web`: thin handlers per area (parse the form into domain types, call a
 //!   service, render a template or redirect), the session cookie
 //!   (`web::session_cookie`: sealed entries, opened once per thread) and
@@ -52,5 +53,6 @@ pub mod qa;
 pub mod redis_batch;
 pub mod redis_node;
 pub mod services;
+pub mod shutdown;
 pub mod startup;
 pub mod web;

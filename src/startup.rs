@@ -4,12 +4,15 @@
 use std::net::TcpListener;
 
 use crate::web::session_cookie::SessionCookies;
-use actix_web::dev::Server;
-use actix_web::middleware::{from_fn, DefaultHeaders};
+use actix_web::body::MessageBody;
+use actix_web::dev::{Server, ServiceRequest, ServiceResponse};
+use actix_web::http::ConnectionType;
+use actix_web::middleware::{from_fn, DefaultHeaders, Next};
 use actix_web::{web, App, HttpServer};
 
 use crate::config::Settings;
 use crate::services::Shop;
+use crate::shutdown::{self, Stopping};
 
 pub struct Application {
     port: u16,
@@ -18,6 +21,8 @@ pub struct Application {
     /// The background jobs; they stop with the server, so a stopped shop
     /// lets go of its database connections.
     jobs: Vec<tokio::task::JoinHandle<()>>,
+    /// Read by `/readyz` and the jobs; set by the graceful stop.
+    stopping: Stopping,
 }
 
 impl Application {
@@ -30,24 +35,29 @@ impl Application {
         if let Err(error) = crate::services::revocations::poll_revocations(&shop).await {
             tracing::warn!(%error, "could not load revoked sessions at start-up");
         }
-        let server = serve(listener, shop.clone())?;
+        let stopping = Stopping::new();
+        let server = serve(listener, shop.clone(), stopping.clone())?;
         crate::services::stock_gate::seed_all(&shop).await;
         let mut jobs = vec![crate::services::jobs::spawn(
             shop.clone(),
             shop.settings.jobs_interval,
+            stopping.signal(),
         )];
         jobs.push(crate::services::revocations::spawn_revocation_watcher(
             shop.clone(),
+            stopping.signal(),
         ));
         jobs.extend(crate::services::jobs::spawn_reconcile(
             shop.clone(),
             shop.settings.reconcile_interval,
+            stopping.signal(),
         ));
         Ok(Application {
             port,
             server,
             shop,
             jobs,
+            stopping,
         })
     }
 
@@ -64,21 +74,82 @@ impl Application {
         &self.shop
     }
 
+    /// Serves until the server is stopped (through `handle`), then lets
+    /// the jobs finish their current run and waits for the tracked tasks
+    /// (`shutdown::spawn`), each at most `SHUTDOWN_TIMEOUT_SECS`.
     pub async fn run_until_stopped(self) -> std::io::Result<()> {
         let served = self.server.await;
-        for job in self.jobs {
-            job.abort();
+        let timeout = self.shop.settings.shutdown_timeout;
+        self.stopping.stop_jobs();
+        for mut job in self.jobs {
+            // A run that outlives the timeout is cut: the process must end.
+            if tokio::time::timeout(timeout, &mut job).await.is_err() {
+                tracing::warn!("a background job did not finish its run in time; aborted");
+                job.abort();
+            }
+        }
+        // Tasks the jobs spawned (give-backs of expired orders) ran on this
+        // runtime, which outlives the workers: wait for them too.
+        let left = shutdown::tracked_ended(timeout).await;
+        if left > 0 {
+            tracing::warn!(left, "tasks still running at exit");
         }
         served
     }
+
+    /// `flashsale serve`: serves until SIGTERM or SIGINT, then stops
+    /// gracefully (see `crate::shutdown` for the steps and why).
+    pub async fn run_until_signalled(self) -> std::io::Result<()> {
+        let handle = self.server.handle();
+        let stopping = self.stopping.clone();
+        let drain = self.shop.settings.drain;
+        let timeout = self.shop.settings.shutdown_timeout;
+        tokio::spawn(async move {
+            let signal = match shutdown::terminate_or_interrupt().await {
+                Ok(signal) => signal,
+                Err(error) => {
+                    // Without a handler the signal's default action ends
+                    // the process at once, as before this stop existed.
+                    tracing::error!(%error, "cannot listen for SIGTERM; a stop will not be graceful");
+                    return;
+                }
+            };
+            stopping.start_draining();
+            tracing::info!(
+                signal,
+                drain_secs = drain.as_secs_f64(),
+                "stopping: /readyz answers 503 while draining"
+            );
+            tokio::time::sleep(drain).await;
+            // No new connections; those open go on, each closed after its
+            // answer (see `close_while_draining`).
+            handle.pause().await;
+            let left = shutdown::tracked_ended(timeout).await;
+            if left > 0 {
+                tracing::warn!(
+                    left,
+                    "in-flight tasks did not end within SHUTDOWN_TIMEOUT_SECS"
+                );
+            }
+            tracing::info!("drained; stopping the server");
+            // Graceful: open requests finish, within the server's own
+            // shutdown timeout (the same setting).
+            handle.stop(true).await;
+        });
+        self.run_until_stopped().await?;
+        tracing::info!("stopped");
+        Ok(())
+    }
 }
 
-fn serve(listener: TcpListener, shop: Shop) -> anyhow::Result<Server> {
+fn serve(listener: TcpListener, shop: Shop, stopping: Stopping) -> anyhow::Result<Server> {
+    let shutdown_timeout = shop.settings.shutdown_timeout;
     let cookies = web::Data::new(SessionCookies::new(
         &shop.settings.session_key,
         shop.settings.cookie_secure,
     ));
     let shop = web::Data::new(shop);
+    let stopping = web::Data::new(stopping);
     let server = HttpServer::new(move || {
         App::new()
             .wrap(from_fn(crate::web::session::check_session))
@@ -86,7 +157,9 @@ fn serve(listener: TcpListener, shop: Shop) -> anyhow::Result<Server> {
             .wrap(from_fn(crate::web::session_cookie::carry))
             // Outermost, so the id covers the session middleware and every page.
             .wrap(from_fn(crate::web::request_id::tag_request))
+            .wrap(from_fn(close_while_draining))
             .app_data(shop.clone())
+            .app_data(stopping.clone())
             .app_data(cookies.clone())
             .configure(crate::web::routes)
     })
@@ -96,9 +169,34 @@ fn serve(listener: TcpListener, shop: Shop) -> anyhow::Result<Server> {
             .unwrap_or(2)
             .clamp(2, 8),
     )
+    // The process's own handler (`run_until_signalled`) decides when to
+    // stop: actix's would stop accepting at the first signal, before a load
+    // balancer has seen `/readyz` fail.
+    .disable_signals()
+    .shutdown_timeout(shutdown_timeout.as_secs().max(1))
     .listen(listener)?
     .run();
     Ok(server)
+}
+
+/// While draining, every answer closes its connection: a client (or load
+/// balancer) holding a kept-alive connection then opens its next one,
+/// which lands on another instance, instead of the stop cutting it.
+async fn close_while_draining(
+    request: ServiceRequest,
+    next: Next<impl MessageBody>,
+) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
+    let stopping = request.app_data::<web::Data<Stopping>>().cloned();
+    let mut response = next.call(request).await?;
+    // Read after the answer, so requests in flight when the drain began
+    // close their connections too.
+    if stopping.is_some_and(|stopping| stopping.is_draining()) {
+        response
+            .response_mut()
+            .head_mut()
+            .set_connection_type(ConnectionType::Close);
+    }
+    Ok(response)
 }
 
 fn security_headers() -> DefaultHeaders {

@@ -83,6 +83,14 @@ pub struct Settings {
     /// At most this many joins share one insert and one commit
     /// (`QUEUE_JOIN_MAX`).
     pub queue_join_max: usize,
+    /// After SIGTERM, how long `/readyz` answers 503 while every request
+    /// that still arrives is served, before the process stops accepting
+    /// (`DRAIN_SECONDS`): a load balancer needs a poll or two to notice.
+    pub drain: Duration,
+    /// Then at most this long for what is in flight (requests, give-backs,
+    /// the jobs' current run) to finish before the process exits anyway
+    /// (`SHUTDOWN_TIMEOUT_SECS`).
+    pub shutdown_timeout: Duration,
 }
 
 impl Settings {
@@ -142,6 +150,8 @@ impl Settings {
             queue_pass: Duration::from_secs(parse_var("QUEUE_PASS_SECS", 120)?),
             queue_tick: Duration::from_millis(parse_var("QUEUE_TICK_MS", 250)?),
             queue_join_max: parse_var("QUEUE_JOIN_MAX", 1_000)?,
+            drain: Duration::from_secs(parse_var("DRAIN_SECONDS", 5)?),
+            shutdown_timeout: Duration::from_secs(parse_var("SHUTDOWN_TIMEOUT_SECS", 30)?),
         };
         settings.validate()?;
         Ok(settings)
@@ -185,6 +195,8 @@ impl Settings {
             queue_pass: Duration::from_secs(120),
             queue_tick: Duration::from_millis(250),
             queue_join_max: 1_000,
+            drain: Duration::from_secs(5),
+            shutdown_timeout: Duration::from_secs(30),
         }
     }
 
@@ -242,6 +254,9 @@ impl Settings {
         }
         if self.queue_join_max == 0 {
             bail!("QUEUE_JOIN_MAX must be at least 1");
+        }
+        if self.shutdown_timeout.is_zero() {
+            bail!("SHUTDOWN_TIMEOUT_SECS must be at least 1, or a stop would cut purchases off half way");
         }
         if self.lock_lease <= self.db_statement_timeout {
             bail!("LOCK_LEASE_MS must be longer than DB_STATEMENT_TIMEOUT_MS, or a slow statement could outlive the lock");

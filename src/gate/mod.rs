@@ -255,7 +255,7 @@ impl StockGate {
         };
         let queued = self.inner.admissions.enqueue(product, buyer);
         if let Some(driver) = queued.drive {
-            tokio::spawn(self.clone().send_admissions(driver));
+            crate::shutdown::spawn(self.clone().send_admissions(driver));
         }
         let answer = answer_of(queued.answer, "stock gate").await;
         let admission = answer.and_then(|(code, value, limit, text)| match code {

@@ -176,7 +176,7 @@ impl HeldLock {
         // The waiter may give up before its turn comes: then nobody takes the
         // parked lock, and it is released here instead of renewed forever.
         let (locks, queue, product) = (self.locks.clone(), queue.clone(), self.product);
-        tokio::spawn(async move {
+        crate::shutdown::spawn(async move {
             tokio::time::sleep(PARKED_LIMIT).await;
             let stranded = {
                 let mut parked = queue.parked.lock().unwrap_or_else(|p| p.into_inner());

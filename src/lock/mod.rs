@@ -150,7 +150,7 @@ impl ProductLocks {
         T: Send + 'static,
     {
         let locks = self.clone();
-        tokio::spawn(async move {
+        crate::shutdown::spawn(async move {
             let held = locks.acquire(products).await?;
             let lease = held.lease();
             let result = work(lease.clone()).await;

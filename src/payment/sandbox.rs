@@ -99,7 +99,7 @@ impl PaymentProvider for SandboxProvider {
         // The provider's side runs on its own: a shop that stops waiting
         // for the answer does not stop the charge, as with a real provider.
         let slow = card.digits() == Self::SLOW_CARD;
-        let booking = tokio::spawn(book(
+        let booking = crate::shutdown::spawn(book(
             self.books.clone(),
             attempt.to_string(),
             Self::decide(card),

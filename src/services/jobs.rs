@@ -17,6 +17,7 @@ use crate::error::AppError;
 use crate::metrics;
 use crate::services::idempotency::purge_expired;
 use crate::services::{sessions, throttle};
+use crate::shutdown::StopSignal;
 
 /// How many due orders one sweep takes on; the next sweep takes the rest.
 const SWEEP_BATCH: i64 = 200;
@@ -92,16 +93,20 @@ pub async fn run_once(shop: &Shop) -> Result<JobReport, AppError> {
     Ok(report)
 }
 
-/// Runs the reconcile job every `interval` until the task is aborted
-/// (none without the stock gate).
-pub fn spawn_reconcile(shop: Shop, interval: Duration) -> Option<JoinHandle<()>> {
+/// Runs the reconcile job every `interval` until `stop` fires (none
+/// without the stock gate). A stop waits for a reconcile under way: it is
+/// only ever awaited in place of the next tick.
+pub fn spawn_reconcile(
+    shop: Shop,
+    interval: Duration,
+    mut stop: StopSignal,
+) -> Option<JoinHandle<()>> {
     shop.gate.as_ref()?;
     Some(tokio::spawn(async move {
         let mut ticker = tokio::time::interval(interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         ticker.tick().await; // start-up seeding just ran
-        loop {
-            ticker.tick().await;
+        while next_tick(&mut ticker, &mut stop).await {
             if let Err(error) = crate::services::stock_gate::reconcile_once(&shop).await {
                 tracing::warn!(%error, "reconcile failed; retrying next interval");
             }
@@ -110,16 +115,16 @@ pub fn spawn_reconcile(shop: Shop, interval: Duration) -> Option<JoinHandle<()>>
 }
 
 /// Runs the jobs every `interval`, and beside them the waiting rooms' tick
-/// every `QUEUE_TICK_MS` (`services::waiting_room::run_forever`), until the task
-/// is aborted: both stop with the server.
-pub fn spawn(shop: Shop, interval: Duration) -> JoinHandle<()> {
+/// every `QUEUE_TICK_MS` (`services::waiting_room::run_until`), until `stop`
+/// fires: both then finish the run they are in and end.
+pub fn spawn(shop: Shop, interval: Duration, stop: StopSignal) -> JoinHandle<()> {
     tokio::spawn(async move {
-        let queues = crate::services::waiting_room::run_forever(shop.clone());
+        let queues = crate::services::waiting_room::run_until(shop.clone(), stop.clone());
+        let mut stop = stop;
         let jobs = async move {
             let mut ticker = tokio::time::interval(interval);
             ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                ticker.tick().await;
+            while next_tick(&mut ticker, &mut stop).await {
                 match run_once(&shop).await {
                     Ok(report) if report != JobReport::default() => {
                         tracing::info!(?report, "jobs ran")
@@ -131,4 +136,18 @@ pub fn spawn(shop: Shop, interval: Duration) -> JoinHandle<()> {
         };
         tokio::join!(jobs, queues);
     })
+}
+
+/// Waits for the next tick; false once the stop is asked for. This is a
+/// loop's only wait outside its run, so a stop lands between runs, never
+/// in one (an expiry half done would leave its give-back to reconcile).
+pub async fn next_tick(ticker: &mut tokio::time::Interval, stop: &mut StopSignal) -> bool {
+    if stop.is_stopped() {
+        return false;
+    }
+    tokio::select! {
+        biased;
+        _ = stop.stopped() => false,
+        _ = ticker.tick() => true,
+    }
 }

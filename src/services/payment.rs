@@ -46,7 +46,7 @@ pub async fn pay(
 ) -> Result<PaymentOutcome, AppError> {
     let shop = shop.clone();
     let payment = async move { pay_to_the_end(&shop, customer, order, card).await };
-    tokio::spawn(payment.instrument(tracing::Span::current()))
+    crate::shutdown::spawn(payment.instrument(tracing::Span::current()))
         .await
         .map_err(|e| AppError::Internal(anyhow::anyhow!("payment task failed: {e}")))?
 }
@@ -207,7 +207,7 @@ async fn settle(
 async fn restore_declined(shop: &Shop, order: OrderId) {
     if let Err(error) = restore_order(shop, order, OrderStatus::PaymentFailed, None).await {
         tracing::warn!(%order, %error, "could not restore a declined order now; retrying in the background");
-        tokio::spawn(restore_declined_later(shop.clone(), order));
+        crate::shutdown::spawn(restore_declined_later(shop.clone(), order));
     }
 }
 

@@ -30,6 +30,7 @@ use crate::db::listener::Listener;
 use crate::db::{self, PgPool};
 use crate::error::AppError;
 use crate::metrics;
+use crate::shutdown::StopSignal;
 
 /// The copy is trusted only if a proof that started at most this long ago
 /// succeeded.
@@ -269,38 +270,47 @@ async fn poll(shop: &Shop, whole: bool) -> Result<PollReport, AppError> {
     Ok(report)
 }
 
-/// Keeps the copy current until the task is aborted: listening while it
-/// can, polling every `security.session_poll_interval` while it cannot.
-/// The start-up poll has already run.
-pub fn spawn_revocation_watcher(shop: Shop) -> JoinHandle<()> {
+/// Keeps the copy current until `stop` fires: listening while it can,
+/// polling every `security.session_poll_interval` while it cannot. The
+/// start-up poll has already run.
+///
+/// Unlike the other jobs it is stopped wherever it is: it only reads
+/// (revoked sessions into this process's memory, which ends with it), so
+/// there is no run to finish and nothing to hand back.
+pub fn spawn_revocation_watcher(shop: Shop, mut stop: StopSignal) -> JoinHandle<()> {
     tokio::spawn(async move {
-        let interval = shop.settings.security.session_poll_interval;
-        // Once per outage, not four times a second.
-        let mut failing = false;
-        loop {
-            match listen(&shop).await {
-                Ok(listener) => {
-                    if failing {
-                        tracing::info!("listening for revoked sessions again");
-                    }
-                    let error = watch(&shop, listener, interval).await;
-                    tracing::warn!(%error, "lost the revoked-sessions listener; polling until it is back");
-                    failing = true;
-                }
-                Err(error) if !failing => {
-                    tracing::warn!(%error, "could not listen for revoked sessions; polling meanwhile");
-                    failing = true;
-                }
-                Err(_) => {}
-            }
-            shop.revocations.set_listening(false);
-            poll_for(&shop, interval, RELISTEN_AFTER).await;
+        tokio::select! {
+            _ = stop.stopped() => {}
+            _ = watch_until_aborted(shop) => {}
         }
     })
 }
 
-/// A listening connection, and then the whole copy read: a revocation
-/// committed in between is both read and notified, none is neither.
+async fn watch_until_aborted(shop: Shop) {
+    let interval = shop.settings.security.session_poll_interval;
+    // Once per outage, not four times a second.
+    let mut failing = false;
+    loop {
+        match listen(&shop).await {
+            Ok(listener) => {
+                if failing {
+                    tracing::info!("listening for revoked sessions again");
+                }
+                let error = watch(&shop, listener, interval).await;
+                tracing::warn!(%error, "lost the revoked-sessions listener; polling until it is back");
+                failing = true;
+            }
+            Err(error) if !failing => {
+                tracing::warn!(%error, "could not listen for revoked sessions; polling meanwhile");
+                failing = true;
+            }
+            Err(_) => {}
+        }
+        shop.revocations.set_listening(false);
+        poll_for(&shop, interval, RELISTEN_AFTER).await;
+    }
+}
+
 async fn listen(shop: &Shop) -> Result<Listener, AppError> {
     let revocations = &shop.revocations;
     let listener = Listener::listen(

@@ -10,6 +10,7 @@ use crate::error::AppError;
 use crate::metrics;
 use crate::services::readiness::Readiness;
 use crate::services::Shop;
+use crate::shutdown::Stopping;
 
 pub fn routes(cfg: &mut web::ServiceConfig) {
     cfg.service(healthz).service(readyz).service(metrics_text);
@@ -30,9 +31,17 @@ pub async fn healthz() -> HttpResponse {
 }
 
 /// 200 "ready" when Postgres, a quorum of the lock servers and (if on) the
-/// stock gate's Redis answer; 503 naming each one that did not.
+/// stock gate's Redis answer; 503 naming each one that did not. 503
+/// "draining" from the moment the process is told to stop, without asking
+/// anyone: a load balancer must take it out of rotation while it still
+/// serves (see `crate::shutdown`).
 #[get("/readyz")]
-pub async fn readyz(shop: web::Data<Shop>) -> HttpResponse {
+pub async fn readyz(shop: web::Data<Shop>, stopping: Option<web::Data<Stopping>>) -> HttpResponse {
+    if stopping.is_some_and(|stopping| stopping.is_draining()) {
+        return HttpResponse::ServiceUnavailable()
+            .content_type("text/plain; charset=utf-8")
+            .body("not ready: draining, this instance is stopping");
+    }
     let down = down(&Readiness::check(&shop, PROBE_TIMEOUT).await);
     if down.is_empty() {
         HttpResponse::Ok()

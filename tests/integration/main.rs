@@ -12,6 +12,7 @@ mod fail_closed;
 mod fault_matrix;
 mod form_parsers;
 mod gate_answers;
+mod graceful_stop;
 mod group_commit;
 mod high_availability;
 mod holdings;

@@ -90,7 +90,7 @@ pub async fn buy_in_batch(shop: &Shop, product: ProductId, buyer: Buyer) -> Answ
     };
     if must_lead {
         // Its own task: a buyer who disconnects cannot cancel a batch half way.
-        tokio::spawn(lead(
+        crate::shutdown::spawn(lead(
             shop.clone(),
             product,
             queue.clone(),

@@ -170,7 +170,7 @@ async fn commit(
     if let Some(committer) = committer {
         // Its own task, like a batch's leader: nobody's disconnect can cancel
         // a transaction that serves others.
-        tokio::spawn(run_commits(shop.pool.clone(), committer));
+        crate::shutdown::spawn(run_commits(shop.pool.clone(), committer));
     }
     // A committer that vanished mid-transaction (its runtime stopped) may
     // still have committed this batch: only a lookup can tell.

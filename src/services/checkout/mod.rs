@@ -120,7 +120,7 @@ pub async fn purchase(
     // recorded under their key.
     let served = shop.clone();
     let purchase = async move { admit_and_buy(&served, customer, lines, answer_key, None).await };
-    tokio::spawn(purchase.instrument(tracing::Span::current()))
+    crate::shutdown::spawn(purchase.instrument(tracing::Span::current()))
         .await
         .map_err(|e| AppError::Internal(anyhow::anyhow!("purchase task failed: {e}")))?
 }

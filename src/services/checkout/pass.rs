@@ -53,7 +53,7 @@ pub async fn purchase_with_pass(
     let number = pass.number;
     let purchase =
         async move { admit_and_buy(&served, customer, vec![line], answer_key, Some(number)).await };
-    tokio::spawn(purchase.instrument(tracing::Span::current()))
+    crate::shutdown::spawn(purchase.instrument(tracing::Span::current()))
         .await
         .map_err(|e| AppError::Internal(anyhow::anyhow!("purchase task failed: {e}")))?
 }

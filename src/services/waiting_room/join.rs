@@ -124,7 +124,7 @@ async fn write_place(
     if let Some(writing) = start {
         // Its own task: a joiner who hangs up must not cancel a commit
         // other joiners wait for.
-        tokio::spawn(write_queued(
+        crate::shutdown::spawn(write_queued(
             shop.pool.clone(),
             writing,
             shop.settings.queue_join_max,

@@ -46,7 +46,7 @@ pub use record::draw_record;
 pub use rooms::{RoomSnapshot, Rooms};
 pub use sale::{queue_sale, QueueSale};
 pub use status::{before_opening, status, QueueStatus};
-pub use tick::{run_forever, run_once, TickReport};
+pub use tick::{run_forever, run_once, run_until, TickReport};
 
 /// The advisory lock class of a room: joins before the start hold it
 /// shared, the freeze at the start holds it alone, so the frozen list is

@@ -129,11 +129,16 @@ async fn step(
 /// The tick every `QUEUE_TICK_MS`, until the task is aborted; only while
 /// some room is live, so an idle shop's tick costs Postgres nothing.
 pub async fn run_forever(shop: Shop) {
+    run_until(shop, crate::shutdown::StopSignal::never()).await
+}
+
+/// `run_forever` until `stop` fires, between two ticks: a tick under way
+/// (a draw, passes) is finished first.
+pub async fn run_until(shop: Shop, mut stop: crate::shutdown::StopSignal) {
     let mut ticker = tokio::time::interval(shop.settings.queue_tick);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut rooms = KnownRooms::default();
-    loop {
-        ticker.tick().await;
+    while crate::services::jobs::next_tick(&mut ticker, &mut stop).await {
         if !rooms.any_live(&shop).await {
             continue;
         }

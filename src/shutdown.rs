@@ -1,0 +1,249 @@
+//! Graceful stop: what a `flashsale serve` process does between SIGTERM
+//! (or SIGINT) and its exit, and the parts of the shop that must finish
+//! before it exits.
+//!
+//! The order, driven by `startup::Application::run_until_signalled`:
+//! 1. `/readyz` answers 503 "draining" at once (`Stopping::start_draining`),
+//!    so a load balancer polling it takes the instance out of rotation;
+//!    every answer from then on says `Connection: close`, so kept-alive
+//!    clients reconnect, to another instance.
+//! 2. For `DRAIN_SECONDS` the instance goes on serving whatever still
+//!    arrives: the balancer needs a poll or two to notice.
+//! 3. It stops accepting connections and waits, at most
+//!    `SHUTDOWN_TIMEOUT_SECS`, for every tracked task (below) to end, then
+//!    for actix to finish the requests still open.
+//! 4. The background jobs are told to stop and each finishes the run it is
+//!    in; then the process exits 0.
+//!
+//! Why tracked tasks: actix runs each worker on its own runtime and drops
+//! that runtime, with every task spawned on it, once the worker's last
+//! connection has closed. A purchase runs on a task of its own so that a
+//! buyer who hangs up cannot cancel it half way; a lock is released, a
+//! declined order restored, a batch of gate admissions sent, a waiting
+//! room's joins written, all on tasks nobody's request awaits to the end.
+//! Dropping one of those mid-way is survivable (reconcile, the pending
+//! admissions' TTL, lock leases and idempotency keys recover what a
+//! `kill -9` leaves), but slow and needless on a planned stop. So such
+//! tasks are spawned with [`spawn`], which counts them process-wide, and
+//! the stop waits for the count to reach zero before the workers go.
+//! The count is process-wide rather than per shop because the runtime that
+//! would drop them is the process's; a test serving two shops in one
+//! process only waits a little longer.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{watch, Notify};
+use tokio::task::JoinHandle;
+
+/// Whether the process is stopping, shared by `/readyz` (draining) and the
+/// background jobs (told to stop at their next loop boundary).
+#[derive(Clone)]
+pub struct Stopping {
+    draining: Arc<AtomicBool>,
+    jobs: Arc<watch::Sender<bool>>,
+}
+
+impl Default for Stopping {
+    fn default() -> Self {
+        Stopping::new()
+    }
+}
+
+impl Stopping {
+    pub fn new() -> Stopping {
+        Stopping {
+            draining: Arc::new(AtomicBool::new(false)),
+            jobs: Arc::new(watch::channel(false).0),
+        }
+    }
+
+    /// From now on `/readyz` answers 503 and answers close their connection.
+    pub fn start_draining(&self) {
+        self.draining.store(true, Ordering::SeqCst);
+    }
+
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::SeqCst)
+    }
+
+    /// Tells every job holding a `StopSignal` to stop after its current run.
+    pub fn stop_jobs(&self) {
+        self.jobs.send_replace(true);
+    }
+
+    pub fn signal(&self) -> StopSignal {
+        StopSignal(self.jobs.subscribe())
+    }
+}
+
+/// A background job's view of `Stopping::stop_jobs`. A job waits on
+/// `stopped()` only where it would otherwise wait for its next tick, never
+/// around a run, so a run is never cut short.
+#[derive(Clone)]
+pub struct StopSignal(watch::Receiver<bool>);
+
+impl StopSignal {
+    /// A signal that never fires, for callers with no stop to wait for.
+    pub fn never() -> StopSignal {
+        let (sender, receiver) = watch::channel(false);
+        // Kept alive forever: a dropped sender would read as "stop".
+        std::mem::forget(sender);
+        StopSignal(receiver)
+    }
+
+    pub fn is_stopped(&self) -> bool {
+        *self.0.borrow()
+    }
+
+    /// Resolves once the stop is asked for (at once if it already was).
+    pub async fn stopped(&mut self) {
+        // An error means the sender is gone: nobody can ask any more, so
+        // the owner is gone too and stopping is right.
+        let _ = self.0.wait_for(|stop| *stop).await;
+    }
+}
+
+/// Tasks that hand something back (gate units, a lock, a declined order's
+/// stock) or answer other buyers, spawned with [`spawn`].
+static TRACKED: Tracked = Tracked {
+    running: AtomicUsize::new(0),
+    ended: Notify::const_new(),
+};
+
+struct Tracked {
+    running: AtomicUsize,
+    ended: Notify,
+}
+
+/// Decrements the count when the task ends, including when its runtime
+/// drops it unfinished, so a lost task never holds the stop forever.
+struct Running;
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if TRACKED.running.fetch_sub(1, Ordering::SeqCst) == 1 {
+            TRACKED.ended.notify_waiters();
+        }
+    }
+}
+
+/// `tokio::spawn`, counted: a graceful stop waits for the task to end.
+/// For tasks that finish by themselves; a loop that runs until aborted
+/// (a lease watchdog) would hold every stop for its whole timeout.
+pub fn spawn<F>(task: F) -> JoinHandle<F::Output>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    // Counted before the task exists, so a stop cannot see zero between
+    // the spawn and the task's first poll.
+    TRACKED.running.fetch_add(1, Ordering::SeqCst);
+    let running = Running;
+    tokio::spawn(async move {
+        let _running = running;
+        task.await
+    })
+}
+
+/// How many tracked tasks are running now.
+pub fn tracked_running() -> usize {
+    TRACKED.running.load(Ordering::SeqCst)
+}
+
+/// Waits until no tracked task runs, at most `timeout`; returns how many
+/// were still running when it gave up (0 when all ended).
+pub async fn tracked_ended(timeout: Duration) -> usize {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let ended = TRACKED.ended.notified();
+        tokio::pin!(ended);
+        // Registered before the count is read, so an end between the read
+        // and the wait still wakes it.
+        ended.as_mut().enable();
+        let running = tracked_running();
+        if running == 0 {
+            return 0;
+        }
+        if tokio::time::timeout_at(deadline, ended).await.is_err() {
+            return tracked_running();
+        }
+    }
+}
+
+/// Resolves on the first SIGTERM or SIGINT (Ctrl-C).
+pub async fn terminate_or_interrupt() -> std::io::Result<&'static str> {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut term = signal(SignalKind::terminate())?;
+        let mut int = signal(SignalKind::interrupt())?;
+        Ok(tokio::select! {
+            _ = term.recv() => "SIGTERM",
+            _ = int.recv() => "SIGINT",
+        })
+    }
+    #[cfg(not(unix))]
+    {
+        tokio::signal::ctrl_c().await?;
+        Ok("Ctrl-C")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_job_sees_the_stop_and_a_late_subscriber_too() {
+        let stopping = Stopping::new();
+        let mut early = stopping.signal();
+        assert!(!early.is_stopped());
+        stopping.stop_jobs();
+        tokio::time::timeout(Duration::from_secs(1), early.stopped())
+            .await
+            .unwrap();
+        let mut late = stopping.signal();
+        assert!(late.is_stopped());
+        tokio::time::timeout(Duration::from_secs(1), late.stopped())
+            .await
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn never_does_not_fire() {
+        let mut never = StopSignal::never();
+        assert!(
+            tokio::time::timeout(Duration::from_millis(50), never.stopped())
+                .await
+                .is_err()
+        );
+    }
+
+    #[tokio::test]
+    async fn the_wait_ends_when_the_tracked_task_does() {
+        let (release, released) = tokio::sync::oneshot::channel::<()>();
+        let task = spawn(async move {
+            let _ = released.await;
+        });
+        // Other tests of this binary may run tracked tasks too: only a
+        // timeout here means the wait ignored this task's end.
+        assert!(tracked_running() >= 1);
+        let waiter = tokio::spawn(tracked_ended(Duration::from_secs(5)));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!waiter.is_finished(), "the wait ended before the task");
+        release.send(()).unwrap();
+        task.await.unwrap();
+        assert_eq!(waiter.await.unwrap(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_dropped_task_is_no_longer_counted() {
+        let task = spawn(std::future::pending::<()>());
+        task.abort();
+        let _ = task.await;
+        assert_eq!(tracked_ended(Duration::from_secs(5)).await, 0);
+    }
+}
