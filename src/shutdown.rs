@@ -9,9 +9,10 @@
 //!    clients reconnect, to another instance.
 //! 2. For `DRAIN_SECONDS` the instance goes on serving whatever still
 //!    arrives: the balancer needs a poll or two to notice.
-//! 3. It stops accepting connections and waits, at most
-//!    `SHUTDOWN_TIMEOUT_SECS`, for every tracked task (below) to end, then
-//!    for actix to finish the requests still open.
+//! 3. It stops accepting connections, refuses (503, nothing started) any
+//!    request that still arrives on a connection already open, and waits,
+//!    at most `SHUTDOWN_TIMEOUT_SECS`, for every tracked task (below) to
+//!    end, then for actix to finish the requests still open.
 //! 4. The background jobs are told to stop and each finishes the run it is
 //!    in; then the process exits 0.
 //!
@@ -43,6 +44,12 @@ use tokio::task::JoinHandle;
 #[derive(Clone)]
 pub struct Stopping {
     draining: Arc<AtomicBool>,
+    /// Set once the drain is over: a request that still arrives (on a
+    /// kept-alive connection, or one accepted just before the listener
+    /// paused) is refused before it starts anything, because work it would
+    /// hand to a task after the tracked-task wait could be dropped with its
+    /// worker. Nothing was done, so a 503 is the truth.
+    refusing: Arc<AtomicBool>,
     jobs: Arc<watch::Sender<bool>>,
 }
 
@@ -56,6 +63,7 @@ impl Stopping {
     pub fn new() -> Stopping {
         Stopping {
             draining: Arc::new(AtomicBool::new(false)),
+            refusing: Arc::new(AtomicBool::new(false)),
             jobs: Arc::new(watch::channel(false).0),
         }
     }
@@ -67,6 +75,15 @@ impl Stopping {
 
     pub fn is_draining(&self) -> bool {
         self.draining.load(Ordering::SeqCst)
+    }
+
+    /// The drain is over: requests from now on are refused unstarted.
+    pub fn refuse_new_requests(&self) {
+        self.refusing.store(true, Ordering::SeqCst);
+    }
+
+    pub fn is_refusing(&self) -> bool {
+        self.refusing.load(Ordering::SeqCst)
     }
 
     /// Tells every job holding a `StopSignal` to stop after its current run.

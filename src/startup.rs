@@ -124,6 +124,7 @@ impl Application {
             // No new connections; those open go on, each closed after its
             // answer (see `close_while_draining`).
             handle.pause().await;
+            stopping.refuse_new_requests();
             let left = shutdown::tracked_ended(timeout).await;
             if left > 0 {
                 tracing::warn!(
@@ -181,12 +182,20 @@ fn serve(listener: TcpListener, shop: Shop, stopping: Stopping) -> anyhow::Resul
 
 /// While draining, every answer closes its connection: a client (or load
 /// balancer) holding a kept-alive connection then opens its next one,
-/// which lands on another instance, instead of the stop cutting it.
+/// which lands on another instance, instead of the stop cutting it. Once
+/// the drain is over, a request is refused before anything starts (see
+/// `Stopping::refuse_new_requests`).
 async fn close_while_draining(
     request: ServiceRequest,
     next: Next<impl MessageBody>,
 ) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
     let stopping = request.app_data::<web::Data<Stopping>>().cloned();
+    if stopping
+        .as_ref()
+        .is_some_and(|stopping| stopping.is_refusing())
+    {
+        return Err(crate::error::AppError::Unavailable("this instance is stopping".into()).into());
+    }
     let mut response = next.call(request).await?;
     // Read after the answer, so requests in flight when the drain began
     // close their connections too.

@@ -25,6 +25,8 @@ use crate::helpers::*;
 
 const CUSTOMERS: usize = 24;
 const STOCK: i32 = 50_000;
+/// Sold out part way through the faults (one intent in eight asks for it).
+const SCARCE: i32 = 1_200;
 /// A customer presses again for this long before the intent is a failure.
 const PATIENCE: Duration = Duration::from_secs(90);
 /// How long buys may fail after each fault before the shop must serve again:
@@ -117,14 +119,17 @@ impl Drop for Deployment {
     }
 }
 
-/// A base port whose block (base .. base+70) is free on loopback.
+/// A base port whose block (base .. base+70) is free on loopback, below
+/// Linux's ephemeral range (32768 and up), so no outgoing connection takes
+/// one of its ports while a part is down between a kill and a restart.
 fn free_port_block() -> u16 {
     let offsets = [
         0, 1, 11, 12, 13, 21, 22, 23, 31, 32, 41, 42, 43, 50, 51, 52, 61, 62, 63,
     ];
-    let start = 20_000 + (std::process::id() % 200) as u16 * 100;
-    for step in 0..200u16 {
-        let base = 20_000 + (start - 20_000 + step * 100) % 20_000;
+    const BLOCKS: u16 = 220; // 10,000 .. 32,000
+    let first = (std::process::id() % BLOCKS as u32) as u16;
+    for step in 0..BLOCKS {
+        let base = 10_000 + (first + step) % BLOCKS * 100;
         let free = offsets
             .iter()
             .all(|o| std::net::TcpListener::bind(("127.0.0.1", base + o)).is_ok());
@@ -166,11 +171,25 @@ fn title_of(page: &str) -> &str {
 struct Crowd {
     record: Mutex<Record>,
     stop: AtomicBool,
+    /// A product with little stock that one intent in eight asks for, so
+    /// the sale sells out during the faults and an oversell would show.
+    scarce: Option<i64>,
+    scarce_sold_out: AtomicBool,
 }
 
 async fn customer(crowd: Arc<Crowd>, me: harness::Browser, email: String, product: i64) {
     let token = me.csrf().await.expect("a form token before the drop");
+    let mut intents = 0u64;
     while !crowd.stop.load(Ordering::Relaxed) {
+        intents += 1;
+        let product = match crowd.scarce {
+            Some(scarce)
+                if intents.is_multiple_of(8) && !crowd.scarce_sold_out.load(Ordering::Relaxed) =>
+            {
+                scarce
+            }
+            _ => product,
+        };
         let key = uuid::Uuid::new_v4().to_string();
         let Some(order) = buy_until_answered(&crowd, &me, product, &token, &key).await else {
             continue;
@@ -262,6 +281,10 @@ async fn buy_until_answered(
             // after the longest a purchase can take the key is free again.
             Ok(response) if response.status() == StatusCode::CONFLICT => {
                 let page = response.text().await.unwrap_or_default();
+                if Some(product) == crowd.scarce && title_of(&page).starts_with("Sold out") {
+                    crowd.scarce_sold_out.store(true, Ordering::Relaxed);
+                    return None;
+                }
                 if !page.contains("<title>Already in progress") {
                     crowd
                         .record
@@ -345,11 +368,14 @@ async fn pay_until_answered(crowd: &Crowd, me: &harness::Browser, order: i64, to
 async fn run_crowd(
     customers: &[(String, harness::Browser)],
     product: i64,
+    scarce: Option<i64>,
     until: impl std::future::Future<Output = ()>,
 ) -> Record {
     let crowd = Arc::new(Crowd {
         record: Mutex::new(Record::default()),
         stop: AtomicBool::new(false),
+        scarce,
+        scarce_sold_out: AtomicBool::new(false),
     });
     let tasks: Vec<_> = customers
         .iter()
@@ -606,8 +632,15 @@ async fn a_drop_survives_instance_postgres_and_redis_failures_behind_haproxy() {
         .collect();
 
     // The same drop through HAProxy and on one instance direct, side by side.
-    let haproxy_run = run_crowd(&through_haproxy, product, tokio::time::sleep(BASELINE)).await;
-    let direct_run = run_crowd(&direct, product, tokio::time::sleep(BASELINE)).await;
+    let haproxy_run = run_crowd(
+        &through_haproxy,
+        product,
+        None,
+        tokio::time::sleep(BASELINE),
+    )
+    .await;
+    let direct_run = run_crowd(&direct, product, None, tokio::time::sleep(BASELINE)).await;
+    let scarce = create_product(&observer.pool, SCARCE, None).await;
 
     // The drop under the nemesis.
     let faults = Arc::new(Mutex::new(Vec::new()));
@@ -621,7 +654,7 @@ async fn a_drop_survives_instance_postgres_and_redis_failures_behind_haproxy() {
             nemesis(&handle, &faults);
         })
     };
-    let under_faults = run_crowd(&through_haproxy, product, async {
+    let under_faults = run_crowd(&through_haproxy, product, Some(scarce), async {
         nemesis_thread.await.expect("the nemesis ran every fault");
     })
     .await;
@@ -667,6 +700,31 @@ async fn a_drop_survives_instance_postgres_and_redis_failures_behind_haproxy() {
         sold + db.stock(product),
         STOCK as i64,
         "units sold and left do not add up"
+    );
+    let scarce_sold = db.count(&format!(
+        "SELECT coalesce(sum(i.quantity), 0)::int8 AS n FROM order_items i \
+         JOIN orders o ON o.id = i.order_id WHERE i.product_id = {scarce} \
+         AND o.status IN ('awaiting_payment', 'paid')"
+    ));
+    let scarce_left = db.stock(scarce);
+    assert!(
+        scarce_sold <= SCARCE as i64 && scarce_sold + scarce_left == SCARCE as i64,
+        "the scarce product: {scarce_sold} sold and {scarce_left} left of {SCARCE}"
+    );
+    eprintln!("the scarce product: {scarce_sold} of {SCARCE} sold, {scarce_left} left");
+    // Every order a customer was told is paid is paid.
+    let paid: Vec<String> = [&haproxy_run, &direct_run, &under_faults]
+        .iter()
+        .flat_map(|run| run.paid.iter().map(|id| id.to_string()))
+        .chain(["0".to_string()])
+        .collect();
+    let not_paid = db.count(&format!(
+        "SELECT count(*) AS n FROM orders WHERE id IN ({}) AND status <> 'paid'",
+        paid.join(",")
+    ));
+    assert_eq!(
+        not_paid, 0,
+        "orders answered as paid are not paid in the database"
     );
     db.assert_audit_clean();
     // The gate equals the database after one reconcile.
