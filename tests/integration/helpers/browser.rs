@@ -146,6 +146,20 @@ impl Browser {
             .await
             .unwrap_or_else(|e| panic!("{e:#}"))
     }
+
+    /// Pays with the declined card until the order allows no more tries:
+    /// the last decline gives its units back. The last answer.
+    pub async fn decline_to_the_end(&self, order: i64) -> Response {
+        for _ in 1..flashsale::services::payment::CARD_TRIES {
+            let response = self.pay(order, harness::DECLINED_CARD).await;
+            assert_eq!(
+                response.status(),
+                StatusCode::SEE_OTHER,
+                "a decline with tries left"
+            );
+        }
+        self.pay(order, harness::DECLINED_CARD).await
+    }
 }
 
 /// The order id a successful buy redirected to.
