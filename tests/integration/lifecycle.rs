@@ -631,7 +631,7 @@ async fn a_recorded_decline_is_answered_even_when_its_restore_must_wait() {
         )),
         1
     );
-    assert_eq!(app.db.count("SELECT count(*) AS n FROM payments"), 1);
+    assert_eq!(app.db.count("SELECT count(*) AS n FROM payments"), tries);
     app.db.assert_audit_clean();
 }
 
