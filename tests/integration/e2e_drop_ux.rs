@@ -333,3 +333,165 @@ async fn signing_in_returns_to_the_sale_in_chromium() {
     chrome.shot("ux-13-countdown-in-days").await;
     chrome.client.close().await.unwrap();
 }
+
+/// The page's widest element's width and the window's, for a CSS selector.
+async fn element_fits(chrome: &Chrome, css: &str) -> bool {
+    chrome
+        .client
+        .execute(
+            "var el = document.querySelector(arguments[0]);
+             return !!el && el.scrollWidth <= el.clientWidth + 1;",
+            vec![serde_json::json!(css)],
+        )
+        .await
+        .unwrap()
+        == serde_json::Value::Bool(true)
+}
+
+/// Cases 6-9 of the issue: the sale list marks the waiting-room sale, the
+/// product page agrees with the room about held units, My orders names
+/// what was bought, the draw page fits a phone and marks the customer's
+/// ticket, and the admin pages fit a phone, fold engineering detail away,
+/// list the live room first and warn before renaming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn shop_and_admin_pages_agree_and_fit_a_phone_in_chromium() {
+    let app = spawn_app().await;
+    flashsale::services::accounts::ensure_admin(
+        &app.shop.pool,
+        flashsale::domain::Email::parse("owner@example.com").unwrap(),
+        flashsale::domain::Password::parse(PASSWORD).unwrap(),
+    )
+    .await
+    .unwrap();
+    let open_sale = app.product(5, Some(2)).await;
+    // A room further off, and the one that goes live in a moment.
+    let future = queue_sale(&app, 3, 1, chrono::Duration::hours(3), None).await;
+    let live = queue_sale(&app, 1, 1, chrono::Duration::seconds(25), None).await;
+    let (_driver, driver_port) = start_chromedriver();
+    let shopper = Chrome::start(driver_port, &app.address).await;
+    let owner = Chrome::start(driver_port, &app.address).await;
+
+    // (7) My orders names what was bought, dated as other pages are.
+    shopper.sign_up("ux-shopper@example.com").await;
+    let order = shopper.buy(open_sale).await;
+    shopper.pay(GOOD_CARD).await;
+    shopper.expect_text("Paid — thank you").await;
+    shopper.click_link("My orders").await;
+    let orders = shopper.expect_text(&format!("#{order}")).await;
+    assert!(
+        orders.contains("Test item (5 units)"),
+        "the product is named: {orders}"
+    );
+    assert!(
+        orders.contains("GMT+9"),
+        "dates in the reader's zone: {orders}"
+    );
+    assert!(!orders.contains(" UTC"), "{orders}");
+    shopper.shot("ux-20-my-orders-with-names").await;
+    assert_fits_phone(&shopper, "My orders").await;
+
+    // (6) The sale list marks the waiting-room sales.
+    shopper.open("/").await;
+    let badges = shopper
+        .client
+        .find_all(Locator::Css("[data-testid=queue-badge]"))
+        .await
+        .unwrap();
+    assert_eq!(badges.len(), 2, "two waiting-room sales are marked");
+    shopper.shot("ux-21-sale-list-marks-waiting-rooms").await;
+    assert_fits_phone(&shopper, "the sale list").await;
+
+    // Join the room that goes live; at the start the shopper is admitted.
+    shopper.open(&format!("/products/{live}")).await;
+    shopper.submit("form.join button[type=submit]").await;
+    shopper
+        .expect_text_within("It is your turn", Duration::from_secs(60))
+        .await;
+    // (6) The product page says the unit is held, as the room does.
+    shopper.open(&format!("/products/{live}")).await;
+    shopper
+        .expect_text(
+            "Right now 0 are free and 1 is held for shoppers admitted from the waiting room",
+        )
+        .await;
+    shopper
+        .shot("ux-22-product-page-agrees-with-the-room")
+        .await;
+
+    // (8) The draw page at phone width: no sideways scroll, the verify
+    // command wraps, the shopper's own ticket is marked.
+    shopper.open(&format!("/products/{live}/draw")).await;
+    shopper.expect_text("(you)").await;
+    assert!(shopper.client.find(Locator::Css("tr.mine")).await.is_ok());
+    assert_fits_phone(&shopper, "the draw page").await;
+    shopper
+        .client
+        .set_window_size(PHONE.0, PHONE.1)
+        .await
+        .unwrap();
+    assert!(
+        element_fits(&shopper, "pre.command").await,
+        "the verify command is cut off"
+    );
+    shopper
+        .client
+        .set_window_size(DESKTOP.0, DESKTOP.1)
+        .await
+        .unwrap();
+    shopper.shot("ux-23-draw-on-a-phone").await;
+
+    // (9) The owner's pages: in a shop owner's words, fitting a phone.
+    owner.sign_in("owner@example.com").await;
+    owner.expect_path("/admin").await;
+    let dashboard = owner.text().await;
+    assert!(
+        !dashboard.contains("Resync gate") && !dashboard.contains("Redis turns"),
+        "engineering detail is folded away: {dashboard}"
+    );
+    owner.shot("ux-24-admin-dashboard").await;
+    assert_fits_phone(&owner, "the admin dashboard").await;
+    owner.open("/admin/queues").await;
+    let rooms = owner.expect_text("Live rooms first").await;
+    let (live_at, future_at) = (
+        rooms.find("Admitting").expect("the live room"),
+        rooms
+            .find("Not open yet")
+            .or_else(|| rooms.find("Pre-queue"))
+            .expect("the future room"),
+    );
+    assert!(
+        live_at < future_at,
+        "the live room is listed first: {rooms}"
+    );
+    assert!(owner
+        .client
+        .source()
+        .await
+        .unwrap()
+        .contains("http-equiv=\"refresh\""));
+    owner.shot("ux-25-admin-waiting-rooms").await;
+    assert_fits_phone(&owner, "the waiting rooms page").await;
+    owner.open(&format!("/admin/products/{live}/edit")).await;
+    owner
+        .expect_text("Rename it only to correct a mistake")
+        .await;
+    let checkbox = owner
+        .client
+        .execute(
+            "return document.getElementById('queue_mode').getBoundingClientRect().width",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert!(
+        checkbox.as_f64().unwrap() < 40.0,
+        "the Queue mode box is {checkbox} px wide"
+    );
+    owner.shot("ux-26-admin-rename-warning").await;
+    assert_fits_phone(&owner, "the sale form").await;
+    owner.open(&format!("/admin/products/{future}/edit")).await;
+    assert!(!owner.text().await.contains("Rename it only"));
+
+    shopper.client.clone().close().await.unwrap();
+    owner.client.clone().close().await.unwrap();
+}

@@ -557,7 +557,7 @@ async fn limit_two_with_three_units_sells_every_unit() {
         );
         let page = waiting_page(browser_of(*customer), product).await;
         assert!(
-            page.contains("Sold out: every unit has been sold"),
+            page.contains("Sold out for now: every unit has been sold"),
             "{page}"
         );
     }
@@ -631,7 +631,7 @@ async fn limit_two_with_one_unit_sells_it() {
         assert_eq!(now.standing, Standing::SoldOut, "{now:?}");
         let page = waiting_page(browser_of(*customer), product).await;
         assert!(
-            page.contains("Sold out: every unit has been sold"),
+            page.contains("Sold out for now: every unit has been sold"),
             "{page}"
         );
     }

@@ -105,7 +105,7 @@ impl RoomSnapshot {
         (self.stock - self.open_units).max(0)
     }
 
-    /// Every unit is sold and none can come back: no stock, no open pass,
+    /// Every unit is sold and none can come back but by a refund: no stock, no open pass,
     /// no unpaid order that could expire or be declined.
     pub fn sold_out(&self) -> bool {
         self.drawn && self.stock <= 0 && self.open_units == 0 && self.unpaid_units == 0
