@@ -23,10 +23,17 @@ async fn assert_fits_phone(chrome: &Chrome, what: &str) {
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(200)).await;
+    // The widths, and the outermost elements that stick out (for the message).
     let widths = chrome
         .client
         .execute(
-            "return [document.documentElement.scrollWidth, window.innerWidth]",
+            "var wide = [];
+             document.querySelectorAll('body *').forEach(function (el) {
+               var box = el.getBoundingClientRect();
+               if (box.right > window.innerWidth + 1)
+                 wide.push(el.tagName + '.' + el.className + ' ' + Math.round(box.right) + ' in ' + (el.parentElement ? el.parentElement.tagName + '.' + el.parentElement.className + ' ' + getComputedStyle(el.parentElement).display + '/' + getComputedStyle(el.parentElement).overflowX : ''));
+             });
+             return [document.documentElement.scrollWidth, window.innerWidth, wide.slice(0, 12).join(', ')]",
             vec![],
         )
         .await
@@ -39,7 +46,8 @@ async fn assert_fits_phone(chrome: &Chrome, what: &str) {
     let (scroll, inner) = (widths[0].as_i64().unwrap(), widths[1].as_i64().unwrap());
     assert!(
         scroll <= inner,
-        "{what} is {scroll} px wide on a {inner} px phone"
+        "{what} is {scroll} px wide on a {inner} px phone: {}",
+        widths[2]
     );
 }
 
@@ -365,7 +373,14 @@ async fn shop_and_admin_pages_agree_and_fit_a_phone_in_chromium() {
     .unwrap();
     let open_sale = app.product(5, Some(2)).await;
     // A room further off, and the one that goes live in a moment.
-    let future = queue_sale(&app, 3, 1, chrono::Duration::hours(3), None).await;
+    let future = queue_sale(
+        &app,
+        3,
+        1,
+        chrono::Duration::hours(3),
+        Some(chrono::Duration::minutes(15)),
+    )
+    .await;
     let live = queue_sale(&app, 1, 1, chrono::Duration::seconds(25), None).await;
     let (_driver, driver_port) = start_chromedriver();
     let shopper = Chrome::start(driver_port, &app.address).await;
