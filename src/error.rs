@@ -13,8 +13,15 @@ pub enum AppError {
     NotFound(String),
     #[error("{0}")]
     Forbidden(String),
+    /// A stranger asked for what needs an account. `return_to` is the
+    /// shop's own path to come back to after signing in (already checked
+    /// to be local); `to_act`: the request would have changed something (a
+    /// buy, a join), and nothing was done.
     #[error("sign in to continue")]
-    SignInRequired,
+    SignInRequired {
+        return_to: Option<String>,
+        to_act: bool,
+    },
     #[error("the form was not issued by this shop for this session")]
     BadCsrf,
     /// A purchase the sale's rules refuse (sold out, limit reached, not open).

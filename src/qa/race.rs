@@ -15,6 +15,7 @@ use tokio::sync::{Barrier, Semaphore};
 use super::harness::{Browser, Count, DECLINED_CARD, GOOD_CARD};
 use super::{new_histogram, record, summarize, Latency};
 use crate::services::ledger_audit::run_audit;
+use crate::services::payment::CARD_TRIES;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
@@ -391,10 +392,15 @@ pub async fn run_race(config: RaceConfig) -> anyhow::Result<RaceReport> {
             };
             let card = if approve { GOOD_CARD } else { DECLINED_CARD };
             let session = &buyers[buyer].0;
+            // A declined order keeps its units for another card until its
+            // last try: the race declines it to the end, so they come back.
+            let tries = if approve { 1 } else { CARD_TRIES };
             let result = async {
-                let response = session.pay(order, card).await?;
-                if response.status() != StatusCode::SEE_OTHER {
-                    bail!("paying order {order} answered {}", response.status());
+                for _ in 0..tries {
+                    let response = session.pay(order, card).await?;
+                    if response.status() != StatusCode::SEE_OTHER {
+                        bail!("paying order {order} answered {}", response.status());
+                    }
                 }
                 anyhow::Ok(())
             }

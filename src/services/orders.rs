@@ -72,14 +72,40 @@ pub async fn order_detail(
     .await
 }
 
-pub async fn orders_of(pool: &PgPool, customer: CustomerId) -> Result<Vec<Order>, AppError> {
+/// One of a customer's orders, with what it bought (product names and
+/// quantities), so a list of orders says what each one was.
+#[derive(Debug, Clone)]
+pub struct OrderSummary {
+    pub order: Order,
+    pub lines: Vec<(String, i32)>,
+}
+
+pub async fn orders_of(pool: &PgPool, customer: CustomerId) -> Result<Vec<OrderSummary>, AppError> {
     db::run(pool, move |conn| {
-        Ok(orders::table
+        let orders: Vec<Order> = orders::table
             .filter(orders::customer_id.eq(customer.get()))
             .order(orders::id.desc())
             .limit(200)
             .select(Order::as_select())
-            .load(conn)?)
+            .load(conn)?;
+        let ids: Vec<i64> = orders.iter().map(|o| o.id).collect();
+        let lines: Vec<(i64, String, i32)> = order_items::table
+            .inner_join(products::table)
+            .filter(order_items::order_id.eq_any(&ids))
+            .order((order_items::order_id, order_items::product_id))
+            .select((order_items::order_id, products::name, order_items::quantity))
+            .load(conn)?;
+        Ok(orders
+            .into_iter()
+            .map(|order| OrderSummary {
+                lines: lines
+                    .iter()
+                    .filter(|(id, _, _)| *id == order.id)
+                    .map(|(_, name, quantity)| (name.clone(), *quantity))
+                    .collect(),
+                order,
+            })
+            .collect())
     })
     .await
 }

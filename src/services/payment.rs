@@ -2,10 +2,14 @@
 //! providers' own guides say: the attempt is recorded (with the key the
 //! provider deduplicates on) and committed; the provider is asked outside
 //! any transaction, within `PAYMENT_PROVIDER_TIMEOUT_MS`; its answer is
-//! recorded in a second transaction. An approval marks the order paid, a
-//! decline restores its units. An attempt left without an answer (a slow or
-//! lost reply, a crash) stays pending and `settle_pending` asks the
-//! provider about it; until then the order cannot expire.
+//! recorded in a second transaction. An approval marks the order paid. A
+//! decline leaves the order waiting for another card, its units still
+//! held, until its `CARD_TRIES`th decline (counted in that second
+//! transaction, under the order's row lock), the customer giving up
+//! (`give_up`) or the deadline: then the payment-failure restore gives the
+//! units back. An attempt left without an answer (a slow or lost reply, a
+//! crash) stays pending and `settle_pending` asks the provider about it;
+//! until then the order cannot expire.
 
 use chrono::Utc;
 use diesel::prelude::*;
@@ -20,10 +24,20 @@ use crate::domain::{CardNumber, CustomerId, Money, OrderId, OrderStatus};
 use crate::error::AppError;
 use crate::payment::Charge;
 
+/// Declined cards an order takes before its units go back: one typo must
+/// not lose a hard-won unit, but an order cannot hold units for endless
+/// guesses either (its deadline bounds the time, this the tries).
+pub const CARD_TRIES: i64 = 3;
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PaymentOutcome {
     Paid,
-    Declined(String),
+    /// Declined; with `tries_left` > 0 the order still holds its units and
+    /// may be paid with another card, at 0 its units are going back.
+    Declined {
+        reason: String,
+        tries_left: i64,
+    },
     /// The provider has not answered yet (or its answer was lost): the
     /// attempt is recorded and will be settled by asking the provider.
     Pending,
@@ -110,13 +124,13 @@ fn record_attempt(
         .filter(payments::outcome.eq("declined"))
         .count()
         .get_result(conn)?;
-    // A decline ends its order: its restore may still be on its way (the
-    // lock was busy), and a charge approved after that restore would pay
-    // for units already back on sale.
-    if declined > 0 {
+    // The last decline ends its order: its restore may still be on its way
+    // (the lock was busy), and a charge approved after that restore would
+    // pay for units already back on sale.
+    if declined >= CARD_TRIES {
         return Err(AppError::conflict(
             "Payment declined",
-            format!("The card for order {order} was declined, so the order is being cancelled and its units returned; this payment was not sent and you were not charged. Buy again to pay with another card."),
+            format!("The cards for order {order} were declined {declined} times, so the order is being cancelled and its units returned; this payment was not sent and you were not charged. Buy again to pay with another card."),
         ));
     }
     let pending: i64 = payments::table
@@ -156,7 +170,7 @@ async fn settle(
     charge: Charge,
 ) -> Result<PaymentOutcome, AppError> {
     let recorded = charge.clone();
-    let settled_now = db::run(&shop.pool, move |conn| {
+    let (settled_now, declines) = db::run(&shop.pool, move |conn| {
         conn.transaction(|conn| {
             orders::table
                 .find(order.get())
@@ -181,24 +195,54 @@ async fn settle(
             if updated == 1 && recorded == Charge::Approved {
                 set_status(conn, order, OrderStatus::Paid)?;
             }
-            Ok(updated == 1)
+            // Counted under the order's row lock, with this decline in it:
+            // exactly one settle sees the last try.
+            let declines: i64 = payments::table
+                .filter(payments::order_id.eq(order.get()))
+                .filter(payments::outcome.eq("declined"))
+                .count()
+                .get_result(conn)?;
+            Ok((updated == 1, declines))
         })
     })
     .await?;
     match charge {
         Charge::Approved => Ok(PaymentOutcome::Paid),
         Charge::Declined(reason) => {
-            if settled_now {
+            let tries_left = (CARD_TRIES - declines).max(0);
+            if settled_now && tries_left == 0 {
                 restore_declined(shop, order).await;
             }
-            Ok(PaymentOutcome::Declined(reason))
+            Ok(PaymentOutcome::Declined { reason, tries_left })
         }
         // Its charge came after the settling job had voided it (this request
         // was paused or slow): nothing is restored, the order may be paid again.
-        Charge::Voided => Ok(PaymentOutcome::Declined(
-            "This payment took too long to reach the card's bank and was cancelled before any charge: you were not charged. You can pay again.".into(),
-        )),
+        Charge::Voided => Ok(PaymentOutcome::Declined {
+            reason: "This payment took too long to reach the card's bank and was cancelled before any charge: you were not charged. You can pay again.".into(),
+            tries_left: (CARD_TRIES - declines).max(0),
+        }),
     }
+}
+
+/// The customer gives up paying for `order`: its units go back now rather
+/// than at its deadline, through the same payment-failure restore (product
+/// locks, row locks) as a last decline. A resend finds it done.
+pub async fn give_up(shop: &Shop, customer: CustomerId, order: OrderId) -> Result<(), AppError> {
+    let status: Option<String> = db::run(&shop.pool, move |conn| {
+        Ok(orders::table
+            .find(order.get())
+            .filter(orders::customer_id.eq(customer.get()))
+            .select(orders::status)
+            .first(conn)
+            .optional()?)
+    })
+    .await?;
+    let status = status.ok_or_else(|| AppError::NotFound(format!("You have no order {order}.")))?;
+    if status == OrderStatus::PaymentFailed.as_str() {
+        return Ok(());
+    }
+    restore_order(shop, order, OrderStatus::PaymentFailed, None).await?;
+    Ok(())
 }
 
 /// The decline is committed, so it is the answer. Failing the request when
@@ -245,7 +289,7 @@ pub async fn settle_pending(shop: &Shop) -> Result<SettleReport, AppError> {
         match shop.payment_provider.void_unless_decided(&attempt).await {
             Ok(Some(charge)) => match settle(shop, order, attempt, charge).await? {
                 PaymentOutcome::Paid => report.paid += 1,
-                _ => report.declined += 1,
+                PaymentOutcome::Declined { .. } | PaymentOutcome::Pending => report.declined += 1,
             },
             Ok(None) => {
                 // Void at the provider, so never charged: the order may

@@ -64,6 +64,15 @@ pub async fn restore_order(
                     if to == OrderStatus::Expired && payment_unanswered(conn, order)? {
                         return Ok(None);
                     }
+                    // The same for a customer giving up (a decline's own
+                    // restore never meets one: a new charge waits for the
+                    // last one's answer).
+                    if to == OrderStatus::PaymentFailed && payment_unanswered(conn, order)? {
+                        return Err(AppError::conflict(
+                            "Payment being confirmed",
+                            format!("A payment for order {order} is still being confirmed with the card's bank, so the order was not cancelled. Reload the order in a minute to see the result."),
+                        ));
+                    }
                     current
                         .status()
                         .transition(to)
@@ -156,7 +165,7 @@ pub fn refused_transition(order: OrderId, from: OrderStatus, to: OrderStatus) ->
         (_, Refunded) => format!("Order {order} is {}: only a paid order can be refunded.", from.label().to_lowercase()),
         (Paid, Paid) => format!("Order {order} is already paid; you were not charged again."),
         (Expired, _) => format!("The payment window of order {order} has closed and its units were released."),
-        (PaymentFailed, _) => format!("The payment for order {order} was declined and its units were released; please place a new order."),
+        (PaymentFailed, _) => format!("Order {order} was cancelled (its payment was declined or given up) and its units were released; please place a new order."),
         _ => format!("Order {order} is {} and cannot become {}.", from.label().to_lowercase(), to.label().to_lowercase()),
     };
     AppError::conflict("This order cannot change that way", message)

@@ -1,4 +1,4 @@
-//! The demo sale that `flashsale seed-demo` (and the README's run command) sets up.
+//! The demo sales that `flashsale seed-demo` (and the README's run command) sets up, with a waiting-room drop.
 
 use chrono::{Duration, Utc};
 use diesel::prelude::*;
@@ -83,14 +83,22 @@ pub async fn seed_demo(pool: &PgPool) -> Result<Vec<String>, AppError> {
             queue_opens_at: None,
         },
     ];
-    for spec in sales {
+    for spec in sales.into_iter().chain([waiting_room_drop(now)?]) {
         let name = spec.name.clone();
+        // The drop is the demo's moment: a drop that has started already
+        // (an earlier demo's) does not count, a fresh one is set up.
+        let upcoming_only = spec.queue_mode;
         let existing: Option<i64> = db::run(pool, move |conn| {
-            Ok(products::table
-                .filter(products::name.eq(name))
-                .select(products::id)
-                .first(conn)
-                .optional()?)
+            let named = products::table.filter(products::name.eq(name));
+            let query = if upcoming_only {
+                named
+                    .filter(products::sale_starts_at.gt(Utc::now()))
+                    .select(products::id)
+                    .into_boxed()
+            } else {
+                named.select(products::id).into_boxed()
+            };
+            Ok(query.first(conn).optional()?)
         })
         .await?;
         let id = match existing {
@@ -98,9 +106,38 @@ pub async fn seed_demo(pool: &PgPool) -> Result<Vec<String>, AppError> {
             None => create_product(pool, spec.clone()).await?.id,
         };
         report.push(format!(
-            "product  {id}: {} ({} units)",
-            spec.name, spec.stock
+            "product  {id}: {} ({} units){}",
+            spec.name,
+            spec.stock,
+            if spec.queue_mode {
+                ", waiting room open now, the drop starts in a few minutes"
+            } else {
+                ""
+            }
         ));
     }
     Ok(report)
+}
+
+/// Minutes from the demo's start to the drop's: time to sign in as two or
+/// three customers and join its waiting room.
+pub const DEMO_DROP_IN_MINUTES: i64 = 5;
+
+/// The feature that sets the shop apart: a queue-mode drop whose waiting
+/// room is open when the demo starts and whose sale starts a few minutes
+/// later, fewer units than the demo has customers.
+fn waiting_room_drop(now: chrono::DateTime<Utc>) -> Result<SaleSpec, AppError> {
+    let starts_at = now + Duration::minutes(DEMO_DROP_IN_MINUTES);
+    Ok(SaleSpec {
+        name: "Signed vinyl drop".into(),
+        description: "Two signed first pressings, one per customer, sold through a waiting room: join before the start, and a published draw orders everyone at the start."
+            .into(),
+        price: Money::from_cents(4_500)?,
+        stock: 2,
+        per_customer_limit: Some(1),
+        starts_at,
+        ends_at: Some(starts_at + Duration::hours(2)),
+        queue_mode: true,
+        queue_opens_at: Some(now - Duration::minutes(1)),
+    })
 }

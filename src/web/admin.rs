@@ -19,7 +19,7 @@ use super::views::admin::{
 };
 use super::views::orders::{OrderPage, OrderView};
 use super::views::sale::SaleView;
-use super::views::waiting_room_admin::{QueueDashboardPage, QueuePanel};
+use super::views::waiting_room_admin::{panels_live_first, QueueDashboardPage};
 use super::views::{render, Nav, Pager};
 use super::{html, see_other};
 use crate::domain::{OrderStatus, ProductId};
@@ -378,7 +378,7 @@ pub async fn queues(
     let overviews = queue_overviews(&shop).await?;
     let page = QueueDashboardPage {
         nav: Nav::from_session(&session),
-        queues: overviews.iter().map(QueuePanel::new).collect(),
+        queues: panels_live_first(&overviews),
     };
     Ok(html(StatusCode::OK, render(&page)?))
 }

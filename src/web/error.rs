@@ -31,7 +31,7 @@ fn title_and_message(error: &AppError) -> (&'static str, Cow<'static, str>) {
         AppError::Invalid(message) => ("Please check what you entered", Cow::Owned(message.clone())),
         AppError::NotFound(message) => ("Not found", Cow::Owned(message.clone())),
         AppError::Forbidden(message) => ("Not allowed", Cow::Owned(message.clone())),
-        AppError::SignInRequired => ("Sign in required", "Sign in to continue.".into()),
+        AppError::SignInRequired { .. } => ("Sign in required", "Sign in to continue.".into()),
         AppError::BadCsrf => (
             "This form has expired",
             "The form you sent was not issued to this session (it may be old, or come from another site). Nothing was changed. Go back, reload the page and try again.".into(),
@@ -189,7 +189,7 @@ impl ResponseError for AppError {
             AppError::PassRefused(PassRefusal::Lapsed | PassRefusal::Used | PassRefusal::InUse) => {
                 StatusCode::CONFLICT
             }
-            AppError::SignInRequired => StatusCode::SEE_OTHER,
+            AppError::SignInRequired { .. } => StatusCode::SEE_OTHER,
             AppError::Conflict { .. }
             | AppError::Refused(_)
             | AppError::KeyReused
@@ -217,9 +217,12 @@ impl ResponseError for AppError {
             _ => {}
         }
         let status = self.status_code();
-        if let AppError::SignInRequired = self {
+        if let AppError::SignInRequired { return_to, to_act } = self {
             return HttpResponse::SeeOther()
-                .insert_header((header::LOCATION, "/login"))
+                .insert_header((
+                    header::LOCATION,
+                    sign_in_location(return_to.as_deref(), *to_act),
+                ))
                 .finish();
         }
         let (title, message) = title_and_message(self);
@@ -313,4 +316,20 @@ pub fn form_refused(error: UrlencodedError) -> actix_web::Error {
         Err(error) => return error.into(),
     };
     InternalError::from_response(error, response).into()
+}
+
+/// The sign-in page, told where to come back to and whether the request
+/// that sent the customer there would have acted.
+pub fn sign_in_location(return_to: Option<&str>, to_act: bool) -> String {
+    let mut query: Vec<(&str, &str)> = Vec::new();
+    if let Some(path) = return_to {
+        query.push(("next", path));
+    }
+    if to_act {
+        query.push(("why", "act"));
+    }
+    match serde_urlencoded::to_string(&query) {
+        Ok(query) if !query.is_empty() => format!("/login?{query}"),
+        _ => "/login".into(),
+    }
 }

@@ -48,6 +48,35 @@ pub struct CredentialsForm {
     pub password: String,
     #[serde(default)]
     pub csrf_token: String,
+    /// Where to go once signed in (kept only if `safe_return_path` agrees).
+    #[serde(default)]
+    pub next: String,
+}
+
+/// The sign-in and sign-up pages' query: where to come back to, and
+/// whether what sent the customer here would have acted (`why=act`).
+#[derive(Debug, Default, Deserialize)]
+pub struct SignInQuery {
+    #[serde(default)]
+    pub next: String,
+    #[serde(default)]
+    pub why: String,
+}
+
+/// `raw`, if it is a path of this shop to send a customer to after signing
+/// in: it starts with one `/` and holds no backslash, control character or
+/// space, so no browser reads it as another site (`//evil.com`,
+/// `/\evil.com`, a tab inside). The sign-in pages themselves are left out, so
+/// signing in never comes back to signing in.
+pub fn safe_return_path(raw: &str) -> Option<String> {
+    let local = raw.starts_with('/') && !raw.starts_with("//");
+    let plain = !raw
+        .chars()
+        .any(|c| c == '\\' || c.is_control() || c.is_whitespace());
+    let loops = ["/login", "/signup", "/logout"]
+        .iter()
+        .any(|page| raw == *page || raw.starts_with(&format!("{page}?")));
+    (local && plain && !loops && raw.len() <= 512).then(|| raw.to_string())
 }
 
 #[derive(Debug)]
@@ -427,5 +456,35 @@ pub struct SavedQuery {
 impl SavedQuery {
     pub fn saved(&self) -> bool {
         !self.saved.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod return_path_tests {
+    use super::safe_return_path;
+
+    #[test]
+    fn only_the_shops_own_paths_are_kept() {
+        assert_eq!(
+            safe_return_path("/products/5").as_deref(),
+            Some("/products/5")
+        );
+        assert_eq!(
+            safe_return_path("/products/5/queue?x=1").as_deref(),
+            Some("/products/5/queue?x=1")
+        );
+        for hostile in [
+            "//evil.com",
+            "https://evil.com",
+            "/\\evil.com",
+            "\\/evil.com",
+            "/\tevil.com",
+            "evil.com",
+            "",
+            "/login",
+            "/login?next=/x",
+        ] {
+            assert_eq!(safe_return_path(hostile), None, "{hostile:?}");
+        }
     }
 }

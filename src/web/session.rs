@@ -9,11 +9,13 @@
 use crate::web::session_cookie::{session_of, Session};
 use actix_web::body::MessageBody;
 use actix_web::dev::{Payload, ServiceRequest, ServiceResponse};
+use actix_web::http::{header, Method};
 use actix_web::middleware::Next;
 use actix_web::{web, FromRequest, HttpMessage, HttpRequest};
 use futures::future::LocalBoxFuture;
 use subtle::ConstantTimeEq;
 
+use super::forms::safe_return_path;
 use crate::domain::Role;
 use crate::error::AppError;
 use crate::services::accounts::Account;
@@ -208,7 +210,7 @@ impl FromRequest for SignedIn {
             verified_account(&req)
                 .await?
                 .map(SignedIn)
-                .ok_or(AppError::SignInRequired)
+                .ok_or_else(|| sign_in_required(&req))
         })
     }
 }
@@ -228,8 +230,35 @@ impl FromRequest for Admin {
                 Some(_) => Err(AppError::Forbidden(
                     "This part of the shop is for administrators only.".into(),
                 )),
-                None => Err(AppError::SignInRequired),
+                None => Err(sign_in_required(&req)),
             }
         })
     }
+}
+
+/// Sends a stranger to sign in, to come back where they were: the page
+/// they asked for, or for a form they sent (a buy, a join) the page that
+/// held the form, as its same-origin `Referer` says. Only the shop's own
+/// paths are kept (`safe_return_path`).
+fn sign_in_required(req: &HttpRequest) -> AppError {
+    let to_act = !matches!(*req.method(), Method::GET | Method::HEAD);
+    let asked = if to_act {
+        same_origin_referer_path(req)
+    } else {
+        req.uri().path_and_query().map(|p| p.as_str().to_string())
+    };
+    AppError::SignInRequired {
+        return_to: asked.as_deref().and_then(safe_return_path),
+        to_act,
+    }
+}
+
+/// The path and query of the `Referer`, if it is this shop's own address.
+fn same_origin_referer_path(req: &HttpRequest) -> Option<String> {
+    let referer = req.headers().get(header::REFERER)?.to_str().ok()?;
+    let host = req.connection_info().host().to_string();
+    ["http://", "https://"].iter().find_map(|scheme| {
+        let rest = referer.strip_prefix(scheme)?.strip_prefix(host.as_str())?;
+        rest.starts_with('/').then(|| rest.to_string())
+    })
 }

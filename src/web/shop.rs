@@ -3,7 +3,7 @@ use std::future::Future;
 use crate::web::session_cookie::{Session, SessionStatus};
 use actix_web::http::header::{self, HeaderValue};
 use actix_web::http::StatusCode;
-use actix_web::{get, post, web, HttpRequest, HttpResponse, ResponseError};
+use actix_web::{get, post, route, web, HttpRequest, HttpResponse, ResponseError};
 use chrono::Utc;
 
 use super::forms::{parse_product_id, BuyForm};
@@ -28,7 +28,8 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     cfg.service(sale_list).service(product_page).service(buy);
 }
 
-#[get("/")]
+/// GET and HEAD: monitors and link checkers ask with HEAD (actix drops the body).
+#[route("/", method = "GET", method = "HEAD")]
 pub async fn sale_list(shop: web::Data<Shop>, session: Session) -> Result<HttpResponse, AppError> {
     let shown = sales_on_show(&shop).await?;
     let now = Utc::now();
@@ -52,20 +53,15 @@ pub async fn product_page(
     let shown = sale_on_show(&shop, product).await?;
     let nav = Nav::for_shared_page(&session);
     let now = Utc::now();
-    let queue = match (&nav.account, shown.product.queue_mode) {
-        (_, false) => None,
-        (None, true) => Some(ProductQueue::new(&shown.product, None, now)),
-        (Some(account), true) => {
-            // One Redis read, as the waiting page's poll; if the queue
-            // cannot be read the page still offers to join (joining again
-            // keeps the same place, and says so if it fails).
-            let ticket = standing(&shop, Some(account.id), &shown)
-                .await
-                .ok()
-                .and_then(|status| status.ticket)
-                .map(|ticket| ticket.as_str().to_string());
-            Some(ProductQueue::new(&shown.product, ticket, now))
-        }
+    let queue = if shown.product.queue_mode {
+        // The room as its waiting page shows it (from this process's
+        // snapshot). If it cannot be read the page still offers to join
+        // (joining again keeps the same place, and says so if it fails).
+        let customer = nav.account.as_ref().map(|a| a.id);
+        let status = standing(&shop, customer, &shown).await.ok();
+        Some(ProductQueue::new(&shown.product, status.as_ref(), now))
+    } else {
+        None
     };
     let page = ProductPage {
         nav,

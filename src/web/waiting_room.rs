@@ -66,7 +66,7 @@ pub fn waiting_page_path(product: ProductId) -> String {
 fn customer(signed_in: Result<SignedIn, AppError>) -> Result<Option<SignedIn>, AppError> {
     match signed_in {
         Ok(signed_in) => Ok(Some(signed_in)),
-        Err(AppError::SignInRequired) => Ok(None),
+        Err(AppError::SignInRequired { .. }) => Ok(None),
         Err(error) => Err(error),
     }
 }
@@ -140,6 +140,7 @@ pub async fn standing(
     let sale = QueueSale::of(product).ok_or_else(|| no_waiting_room(product.product_id()))?;
     if !sale.is_open(Utc::now()) {
         return Ok(waiting_room::before_opening(
+            shop,
             &sale,
             i64::from(shown.units_left),
         ));
@@ -195,7 +196,18 @@ pub async fn draw_page(
     let nav = Nav::for_shared_page(&session);
     let named = nav.account.is_some();
     let sale = SaleView::showing(&shown.product, shown.units_left, Utc::now());
-    let page = DrawPage::new(nav, sale, &record);
+    // A signed-in reader's page is theirs alone (not shared): it marks
+    // their own ticket.
+    let my_ticket = match nav.account.as_ref() {
+        Some(account) => standing(&shop, Some(account.id), &shown)
+            .await
+            .ok()
+            .and_then(|status| status.ticket)
+            .map(|ticket| ticket.as_str().to_string()),
+        None => None,
+    };
+    let mut page = DrawPage::new(nav, sale, &record);
+    page.my_ticket = my_ticket;
     let mut response = html(StatusCode::OK, render(&page)?);
     shared_for_a_second(&session, named, &mut response);
     Ok(response)

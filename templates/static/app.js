@@ -2,6 +2,14 @@
 // payment deadlines. Pages work without it: the server renders UTC text.
 (function () {
   function pad(n) { return String(n).padStart(2, "0"); }
+  // "2 days 1:02:03", "1:02:03", "4:05": as the server writes it (clock in
+  // web/views/waiting_room/mod.rs).
+  function clock(seconds) {
+    var d = Math.floor(seconds / 86400), h = Math.floor((seconds % 86400) / 3600);
+    var m = Math.floor((seconds % 3600) / 60), s = seconds % 60;
+    if (d > 0) return d + (d === 1 ? " day " : " days ") + h + ":" + pad(m) + ":" + pad(s);
+    return h > 0 ? h + ":" + pad(m) + ":" + pad(s) : m + ":" + pad(s);
+  }
   function update() {
     document.querySelectorAll("time[datetime]").forEach(function (el) {
       var at = new Date(el.getAttribute("datetime"));
@@ -13,10 +21,7 @@
       });
       if (el.hasAttribute("data-countdown")) {
         var left = Math.max(0, Math.floor((at - Date.now()) / 1000));
-        var h = Math.floor(left / 3600), m = Math.floor((left % 3600) / 60), s = left % 60;
-        el.textContent = left > 0
-          ? local + " (in " + (h > 0 ? h + ":" + pad(m) : m) + ":" + pad(s) + ")"
-          : local + " (now)";
+        el.textContent = left > 0 ? local + " (in " + clock(left) + ")" : local + " (now)";
       } else {
         el.textContent = local;
       }
@@ -69,6 +74,32 @@
     });
   });
 
+  // A browser notification when it is the customer's turn, only if they
+  // asked for it (the permission prompt needs their click).
+  function offerNotifications(room) {
+    var offer = room.querySelector(".notify");
+    if (!offer || !("Notification" in window)) return;
+    var state = offer.querySelector("[data-notify-state]");
+    function say() {
+      var permission = window.Notification.permission;
+      state.textContent = permission === "granted" ? "You will be notified."
+        : permission === "denied" ? "Notifications are blocked for this site in your browser." : "";
+      offer.querySelector("[data-notify]").hidden = permission !== "default";
+    }
+    offer.hidden = false;
+    say();
+    offer.querySelector("[data-notify]").addEventListener("click", function () {
+      var asked = window.Notification.requestPermission(say);
+      if (asked && asked.then) asked.then(say);
+    });
+  }
+  function notify(title, banner) {
+    if (!("Notification" in window) || window.Notification.permission !== "granted") return;
+    try {
+      new window.Notification(title, { body: banner ? banner.textContent.trim() : "", tag: "flashsale-turn" });
+    } catch (e) { /* some browsers only notify from a service worker: the title still says it */ }
+  }
+
   // The waiting page: polls queue.json, writes the numbers in place, counts
   // down to the opening, the start and the pass's end by the shop's clock,
   // and swaps in the page's new section when the customer's phase changes
@@ -78,20 +109,10 @@
     var url = room.getAttribute("data-status-url");
     var skew = skewOf(room);
     var timer = null, failures = 0, swapFailures = 0;
-    var FINAL = ["bought", "lapsed", "sold_out", "closed"];
-    function clock(seconds) {
-      var h = Math.floor(seconds / 3600), m = Math.floor((seconds % 3600) / 60), s = seconds % 60;
-      return h > 0 ? h + ":" + pad(m) + ":" + pad(s) : m + ":" + pad(s);
-    }
-    // Worded as the server words it (wait_in_words in web/views/queue.rs).
-    function waitInWords(seconds) {
-      if (seconds === null || seconds === undefined) {
-        return "not known yet (it is worked out from how fast places are admitted)";
-      }
-      if (seconds < 60) return "less than a minute";
-      var minutes = Math.ceil(seconds / 60);
-      return "about " + minutes + " minute" + (minutes === 1 ? "" : "s");
-    }
+    // A sell-out is not final: a refund brings units back and admits the
+    // next in line, so only these stop the polling.
+    var FINAL = ["bought", "lapsed", "closed"];
+    offerNotifications(room);
     function tick() {
       var now = Date.now() + skew;
       room.querySelectorAll("[data-until]").forEach(function (el) {
@@ -104,6 +125,18 @@
           schedule(150);
         }
       });
+      // "30 seconds left": shown, and put in the tab's title, once the
+      // pass's countdown gets there.
+      room.querySelectorAll("[data-show-before]").forEach(function (el) {
+        var at = Date.parse(el.getAttribute("data-show-before"));
+        var seconds = Number(el.getAttribute("data-seconds"));
+        if (isNaN(at) || !el.hidden) return;
+        var left = Math.ceil((at - now) / 1000);
+        if (left <= seconds && left > 0) {
+          el.hidden = false;
+          document.title = seconds + " seconds left · " + document.title;
+        }
+      });
     }
     function show(status) {
       function put(field, text) {
@@ -112,16 +145,17 @@
         });
       }
       put("position", status.position);
-      put("ahead", status.ahead);
+      put("line_text", status.line_text);
       put("units_left", status.units_left);
       put("held", status.held);
-      put("estimated_wait", waitInWords(status.estimated_wait_secs));
-      if (status.held_until) {
-        room.querySelectorAll('[data-field="held_until"]').forEach(function (el) {
-          el.setAttribute("datetime", status.held_until);
+      put("estimated_wait", status.estimated_wait_text);
+      [["held_until", status.held_until], ["next_release", status.next_release_at]].forEach(function (pair) {
+        if (!pair[1]) return;
+        room.querySelectorAll('[data-field="' + pair[0] + '"]').forEach(function (el) {
+          el.setAttribute("datetime", pair[1]);
         });
-        update();
-      }
+      });
+      update();
     }
     // The server renders each phase's section; fetch it rather than build it here.
     // Resolves false when the shop could not answer (busy, briefly down): the
@@ -134,7 +168,8 @@
         }, function () { return null; })
         .then(function (html) {
           if (html === null) return false;
-          var fresh = new DOMParser().parseFromString(html, "text/html").getElementById("waiting-room");
+          var freshPage = new DOMParser().parseFromString(html, "text/html");
+          var fresh = freshPage.getElementById("waiting-room");
           // An answer that is not a waiting page (the customer signed out
           // elsewhere, the sale is gone): only the whole page can show it.
           if (!fresh) { location.reload(); return true; }
@@ -147,6 +182,12 @@
           clearInterval(ticking);
           if (timer !== null) { clearTimeout(timer); timer = null; }
           room.replaceWith(fresh);
+          // The tab's title tells a customer in another tab it is their turn.
+          document.title = freshPage.title;
+          var phase = fresh.getAttribute("data-phase");
+          if (phase === "admitted" && room.getAttribute("data-phase") !== "admitted") {
+            notify(freshPage.title, fresh.querySelector(".banner"));
+          }
           update();
           openAt(fresh);
           waitingRoom(fresh);

@@ -47,7 +47,7 @@ async fn admin_pages_are_for_admins_only() {
         ("/admin/queues".to_string(), "Waiting rooms"),
     ];
     for (path, text) in &pages {
-        expect_redirect(&stranger.get(path).await, "/login");
+        expect_sign_in(&stranger.get(path).await);
         expect_page(
             buyer.get(path).await,
             StatusCode::FORBIDDEN,
@@ -78,7 +78,7 @@ async fn admin_pages_are_for_admins_only() {
     ];
     for (path, fields) in &posts {
         // A stranger and a customer are refused before the token matters.
-        expect_redirect(&stranger.post_form(path, fields).await, "/login");
+        expect_sign_in(&stranger.post_form(path, fields).await);
         expect_page(
             buyer.post_form(path, fields).await,
             StatusCode::FORBIDDEN,

@@ -11,11 +11,11 @@ use fantoccini::{Client, ClientBuilder, Locator};
 
 const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
 const CHROMIUM: &str = "/usr/bin/chromium";
-const DESKTOP: (u32, u32) = (1280, 1000);
-const PHONE: (u32, u32) = (390, 844);
+pub(crate) const DESKTOP: (u32, u32) = (1280, 1000);
+pub(crate) const PHONE: (u32, u32) = (390, 844);
 
 /// chromedriver on a free port, killed by PID when the test ends.
-fn start_chromedriver() -> (ChildGuard, u16) {
+pub(crate) fn start_chromedriver() -> (ChildGuard, u16) {
     assert!(
         std::path::Path::new(CHROMEDRIVER).exists() && std::path::Path::new(CHROMIUM).exists(),
         "{CHROMIUM} and {CHROMEDRIVER} are missing: run scripts/test, which installs Debian's chromium and chromium-driver"
@@ -39,8 +39,8 @@ fn start_chromedriver() -> (ChildGuard, u16) {
     panic!("chromedriver on port {port} did not start");
 }
 
-struct Chrome {
-    client: Client,
+pub(crate) struct Chrome {
+    pub(crate) client: Client,
     base: String,
     shots: PathBuf,
     // Declared after `client` so the browser profile outlives the session.
@@ -57,7 +57,7 @@ impl Drop for TempDir {
 }
 
 impl Chrome {
-    async fn start(driver_port: u16, base: &str) -> Chrome {
+    pub(crate) async fn start(driver_port: u16, base: &str) -> Chrome {
         let profile = TempDir(
             std::env::temp_dir().join(format!("flashsale-e2e-{}", uuid::Uuid::new_v4().simple())),
         );
@@ -100,19 +100,19 @@ impl Chrome {
         }
     }
 
-    async fn open(&self, path: &str) {
+    pub(crate) async fn open(&self, path: &str) {
         self.client
             .goto(&format!("{}{}", self.base, path))
             .await
             .unwrap();
     }
 
-    async fn path(&self) -> String {
+    pub(crate) async fn path(&self) -> String {
         self.client.current_url().await.unwrap().path().to_string()
     }
 
     /// The visible text of the page's main content.
-    async fn text(&self) -> String {
+    pub(crate) async fn text(&self) -> String {
         self.client
             .find(Locator::Css("main"))
             .await
@@ -123,7 +123,7 @@ impl Chrome {
     }
 
     /// Waits (a form submit may still be navigating) until the main content says `wanted`.
-    async fn expect_text(&self, wanted: &str) -> String {
+    pub(crate) async fn expect_text(&self, wanted: &str) -> String {
         let mut text = String::new();
         for _ in 0..100 {
             text = self.text().await;
@@ -137,7 +137,7 @@ impl Chrome {
 
     /// Like `expect_text`, for what happens by itself later (a countdown
     /// ending, the next admission): waits up to `within`.
-    async fn expect_text_within(&self, wanted: &str, within: Duration) -> String {
+    pub(crate) async fn expect_text_within(&self, wanted: &str, within: Duration) -> String {
         let deadline = std::time::Instant::now() + within;
         loop {
             let text = self.text().await;
@@ -155,7 +155,7 @@ impl Chrome {
     }
 
     /// Marks the page's document, for `same_document`.
-    async fn mark_document(&self) {
+    pub(crate) async fn mark_document(&self) {
         self.client
             .execute("window.__markedDocument = true", vec![])
             .await
@@ -168,7 +168,7 @@ impl Chrome {
     /// http-equiv="refresh">` that reached the live document (parsed out of
     /// a `<noscript>` in swapped-in markup, say) reloads it moments later,
     /// so a check made before it fires must fail too.
-    async fn same_document(&self) -> bool {
+    pub(crate) async fn same_document(&self) -> bool {
         self.client
             .execute(
                 "return window.__markedDocument === true && \
@@ -180,7 +180,7 @@ impl Chrome {
             == serde_json::Value::Bool(true)
     }
 
-    async fn expect_path(&self, wanted: &str) {
+    pub(crate) async fn expect_path(&self, wanted: &str) {
         let mut path = String::new();
         for _ in 0..100 {
             path = self.path().await;
@@ -195,7 +195,7 @@ impl Chrome {
         );
     }
 
-    async fn expect_source(&self, wanted: &str) {
+    pub(crate) async fn expect_source(&self, wanted: &str) {
         for _ in 0..100 {
             if self.client.source().await.unwrap().contains(wanted) {
                 return;
@@ -205,13 +205,13 @@ impl Chrome {
         panic!("expected {wanted:?} in the page at {}", self.path().await);
     }
 
-    async fn fill(&self, css: &str, value: &str) {
+    pub(crate) async fn fill(&self, css: &str, value: &str) {
         let field = self.client.find(Locator::Css(css)).await.unwrap();
         field.clear().await.unwrap();
         field.send_keys(value).await.unwrap();
     }
 
-    async fn click(&self, css: &str) {
+    pub(crate) async fn click(&self, css: &str) {
         self.client
             .find(Locator::Css(css))
             .await
@@ -222,7 +222,7 @@ impl Chrome {
     }
 
     /// Clicks a submit button and waits until the next page has replaced this one.
-    async fn submit(&self, css: &str) {
+    pub(crate) async fn submit(&self, css: &str) {
         let old = self.client.find(Locator::Css("html")).await.unwrap();
         self.click(css).await;
         for _ in 0..100 {
@@ -235,7 +235,7 @@ impl Chrome {
         panic!("submitting {css} did not load a new page");
     }
 
-    async fn click_link(&self, text: &str) {
+    pub(crate) async fn click_link(&self, text: &str) {
         self.client
             .find(Locator::LinkText(text))
             .await
@@ -245,13 +245,13 @@ impl Chrome {
             .unwrap();
     }
 
-    async fn save(&self, name: &str) {
+    pub(crate) async fn save(&self, name: &str) {
         let png = self.client.screenshot().await.unwrap();
         std::fs::write(self.shots.join(format!("{name}.png")), png).unwrap();
     }
 
     /// A desktop screenshot, and one at phone width.
-    async fn shot(&self, name: &str) {
+    pub(crate) async fn shot(&self, name: &str) {
         self.save(name).await;
         self.client.set_window_size(PHONE.0, PHONE.1).await.unwrap();
         self.save(&format!("{name}-phone")).await;
@@ -261,31 +261,35 @@ impl Chrome {
             .unwrap();
     }
 
-    async fn sign_up(&self, email: &str) {
+    pub(crate) async fn sign_up(&self, email: &str) {
         self.open("/").await;
         self.click_link("Create account").await;
         self.fill("#email", email).await;
         self.fill("#password", PASSWORD).await;
         self.submit("main button[type=submit]").await;
+        // A new account is confirmed, then goes on to the sales.
+        self.expect_path("/welcome").await;
+        self.expect_text("Your account is ready").await;
+        self.click_link("See the sales").await;
         self.expect_path("/").await;
         self.expect_source(email).await;
     }
 
-    async fn sign_in(&self, email: &str) {
+    pub(crate) async fn sign_in(&self, email: &str) {
         self.open("/login").await;
         self.fill("#email", email).await;
         self.fill("#password", PASSWORD).await;
         self.submit("main button[type=submit]").await;
     }
 
-    async fn sign_out(&self) {
+    pub(crate) async fn sign_out(&self) {
         // Error pages carry no account menu; the sale list always does.
         self.open("/").await;
         self.submit("header form[action='/logout'] button").await;
         self.expect_source(">Sign in</a>").await;
     }
 
-    async fn buy(&self, product: i64) -> i64 {
+    pub(crate) async fn buy(&self, product: i64) -> i64 {
         self.open(&format!("/products/{product}")).await;
         self.submit("form.buy button[type=submit]").await;
         self.expect_text("Pay").await;
@@ -296,7 +300,7 @@ impl Chrome {
         }
     }
 
-    async fn pay(&self, card: &str) {
+    pub(crate) async fn pay(&self, card: &str) {
         self.fill("#card_number", card).await;
         self.submit("form.pay button[type=submit]").await;
     }
@@ -368,15 +372,19 @@ async fn shop_and_admin_console_in_chromium() {
     assert_eq!(app.db.stock(sneakers), 0);
     chrome.sign_out().await;
 
-    // (3) A third customer's payment is declined and the unit comes back.
+    // (3) A third customer's card is declined: the unit stays held for
+    // another card; they give up, and the unit comes back.
     chrome.sign_up("third@example.com").await;
     let declined_order = chrome.buy(poster).await;
     chrome.open("/").await;
     chrome.expect_text("0 of 1 left").await;
     chrome.open(&format!("/orders/{declined_order}")).await;
     chrome.pay(DECLINED_CARD).await;
-    chrome.expect_text("Your payment was declined").await;
+    chrome.expect_text("Your card was declined").await;
+    chrome.expect_text("try another card").await;
     chrome.shot("08-declined").await;
+    chrome.submit("form.give-up button[type=submit]").await;
+    chrome.expect_text("This order was cancelled").await;
     chrome.open(&format!("/products/{poster}")).await;
     chrome.expect_text("1 of 1 left").await;
     chrome.sign_out().await;
@@ -567,11 +575,14 @@ async fn waiting_room_in_chromium() {
     first.shot("22-admitted").await;
     second.shot("23-all-held").await;
 
-    // The first buys with the pass and the card is declined ...
+    // The first buys with the pass and the card is declined, the unit still
+    // held; they give the order up ...
     first.submit("form.buy button[type=submit]").await;
     first.expect_text("Pay $25.00").await;
     first.pay(DECLINED_CARD).await;
-    first.expect_text("Your payment was declined").await;
+    first.expect_text("Your card was declined").await;
+    first.submit("form.give-up button[type=submit]").await;
+    first.expect_text("This order was cancelled").await;
     // ... which gives the unit back and admits the next waiter.
     second
         .expect_text_within("It is your turn", Duration::from_secs(30))

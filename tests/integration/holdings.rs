@@ -31,9 +31,17 @@ async fn every_restore_gives_the_allowance_back_exactly_once() {
     expect_page(over, StatusCode::CONFLICT, "limit").await;
     assert_eq!(held(&app.db, product, email), 2);
 
-    // Declined: both units come back to the customer's allowance.
+    // Declined to the last try: both units come back to the customer's allowance.
     assert_eq!(
         buyer.pay(first, DECLINED_CARD).await.status(),
+        StatusCode::SEE_OTHER
+    );
+    assert_eq!(held(&app.db, product, email), 2, "held for another card");
+    assert_eq!(
+        buyer
+            .decline_times(first, flashsale::services::payment::CARD_TRIES - 1)
+            .await
+            .status(),
         StatusCode::SEE_OTHER
     );
     assert_eq!(held(&app.db, product, email), 0);

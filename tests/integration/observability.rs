@@ -256,7 +256,7 @@ async fn operations_page_is_for_admins_and_shows_the_figures() {
     let buyer = app.customer("operations@example.com").await;
     assert_eq!(buyer.buy(product, 2).await.status(), StatusCode::SEE_OTHER);
 
-    expect_redirect(&app.browser().get("/admin/operations").await, "/login");
+    expect_sign_in(&app.browser().get("/admin/operations").await);
     expect_page(
         buyer.get("/admin/operations").await,
         StatusCode::FORBIDDEN,

@@ -44,6 +44,16 @@ async fn declines_and_refunds_race_purchases_and_the_ledger_holds() {
             )
         }));
     }
+    // Each declined order's tries but the last keep its units: the last
+    // decline, which restores them, is the one that races.
+    for (buyer, order) in early.iter().zip(orders.iter().copied()).take(5) {
+        for _ in 1..flashsale::services::payment::CARD_TRIES {
+            assert_eq!(
+                buyer.pay(order, DECLINED_CARD).await.status(),
+                StatusCode::SEE_OTHER
+            );
+        }
+    }
     for (buyer, order) in early.iter().cloned().zip(orders.clone()).take(5) {
         let barrier = barrier.clone();
         tasks.push(tokio::spawn(async move {

@@ -73,7 +73,7 @@ async fn five_wrong_passwords_then_the_right_one_gets_429_and_no_session() {
     )
     .await;
 
-    expect_redirect(&attacker.get("/orders").await, "/login");
+    expect_sign_in(&attacker.get("/orders").await);
     // Only the sign-up's own session exists, and refused attempts do not extend the wait.
     assert_eq!(app.db.count("SELECT count(*) AS n FROM sessions"), 1);
     assert_eq!(app.db.count("SELECT count(*) AS n FROM login_attempts"), 5);
@@ -135,7 +135,7 @@ async fn another_account_from_the_same_address_signs_in_until_the_address_limit(
         .await
         .unwrap();
     assert_eq!(forged.status(), StatusCode::TOO_MANY_REQUESTS);
-    expect_redirect(&bystander.get("/orders").await, "/login");
+    expect_sign_in(&bystander.get("/orders").await);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -194,10 +194,7 @@ async fn signing_in_rotates_the_session() {
         StatusCode::OK
     );
     // The cookie from before sign-in signs in no one, and its form token is void.
-    expect_redirect(
-        &get_with_cookie(&app, "/orders", &anonymous).await,
-        "/login",
-    );
+    expect_sign_in(&get_with_cookie(&app, "/orders", &anonymous).await);
     expect_page(
         browser
             .post("/logout", &[("csrf_token", &form_token_before)])
@@ -210,7 +207,7 @@ async fn signing_in_rotates_the_session() {
     // Signing in again replaces the session: the first cookie is revoked.
     expect_redirect(&log_in(&browser, "rotate@example.com", PASSWORD).await, "/");
     let second = cookie_header(&jar, &app);
-    expect_redirect(&get_with_cookie(&app, "/orders", &first).await, "/login");
+    expect_sign_in(&get_with_cookie(&app, "/orders", &first).await);
     assert_eq!(
         get_with_cookie(&app, "/orders", &second).await.status(),
         StatusCode::OK
@@ -235,7 +232,7 @@ async fn a_copied_cookie_is_useless_after_sign_out() {
             &[("email", "copied@example.com"), ("password", PASSWORD)],
         )
         .await;
-    expect_redirect(&signed_up, "/");
+    expect_redirect(&signed_up, "/welcome");
     let copied = cookie_header(&jar, &app);
     assert_eq!(
         get_with_cookie(&app, "/orders", &copied).await.status(),
@@ -244,7 +241,7 @@ async fn a_copied_cookie_is_useless_after_sign_out() {
 
     expect_redirect(&browser.post_form("/logout", &[]).await, "/");
 
-    expect_redirect(&get_with_cookie(&app, "/orders", &copied).await, "/login");
+    expect_sign_in(&get_with_cookie(&app, "/orders", &copied).await);
     // Nor does the copy show the account in the page header.
     let home = get_with_cookie(&app, "/", &copied).await;
     assert_eq!(home.status(), StatusCode::OK);
@@ -269,7 +266,7 @@ async fn an_expired_session_signs_in_no_one_and_is_purged() {
     assert_eq!(customer.get("/orders").await.status(), StatusCode::OK);
 
     tokio::time::sleep((ttl + Duration::from_millis(100)).saturating_sub(started.elapsed())).await;
-    expect_redirect(&customer.get("/orders").await, "/login");
+    expect_sign_in(&customer.get("/orders").await);
 
     run_once(&app.shop).await.unwrap();
     assert_eq!(app.db.count("SELECT count(*) AS n FROM sessions"), 0);
@@ -407,7 +404,7 @@ async fn every_admin_action_is_recorded_and_listed_newest_first() {
         "administrators only",
     )
     .await;
-    expect_redirect(&app.browser().get("/admin/audit-log").await, "/login");
+    expect_sign_in(&app.browser().get("/admin/audit-log").await);
 }
 
 /// The Set-Cookie headers of an anonymous page and of a sign-in, sent by hand
@@ -507,7 +504,7 @@ async fn passwords_and_card_numbers_are_never_logged_or_echoed() {
             &[("email", "logged@example.com"), ("password", SIGNUP_SECRET)],
         )
         .await;
-    expect_redirect(&signed_up, "/");
+    expect_redirect(&signed_up, "/welcome");
     let page = expect_page(
         log_in(&app.browser(), "logged@example.com", WRONG_SECRET).await,
         StatusCode::FORBIDDEN,

@@ -467,7 +467,7 @@ async fn restores_hand_units_back_to_the_gate_once() {
     let refunded = order_id_from(&buyer.buy(product, 1).await);
     assert_eq!(gate.stock(ProductId(product)).await.unwrap(), Some(1));
     assert_eq!(
-        buyer.pay(declined, DECLINED_CARD).await.status(),
+        buyer.decline_to_the_end(declined).await.status(),
         StatusCode::SEE_OTHER
     );
     assert_eq!(

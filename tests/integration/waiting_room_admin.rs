@@ -403,7 +403,7 @@ async fn the_waiting_room_dashboard_is_for_admins_only() {
     let admin = app.admin().await;
     let id = id_from_saved(&admin.post_form("/admin/products", &queue_sale_form()).await);
 
-    expect_redirect(&stranger.get("/admin/queues").await, "/login");
+    expect_sign_in(&stranger.get("/admin/queues").await);
     expect_page(
         buyer.get("/admin/queues").await,
         StatusCode::FORBIDDEN,
@@ -412,7 +412,7 @@ async fn the_waiting_room_dashboard_is_for_admins_only() {
     .await;
     for action in ["pause", "resume"] {
         let path = format!("/admin/products/{id}/queue/{action}");
-        expect_redirect(&stranger.post_form(&path, &[]).await, "/login");
+        expect_sign_in(&stranger.post_form(&path, &[]).await);
         expect_page(
             buyer.post_form(&path, &[]).await,
             StatusCode::FORBIDDEN,

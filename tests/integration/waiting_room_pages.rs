@@ -318,7 +318,7 @@ async fn bad_joins_write_nothing() {
     // A stranger is sent to sign in.
     let stranger = app.browser();
     let response = join(&stranger, product).await;
-    expect_redirect(&response, "/login");
+    expect_sign_in(&response);
     assert_eq!(entries(&app, product), 0);
     let page = expect_page(
         stranger.get(&format!("/products/{product}")).await,

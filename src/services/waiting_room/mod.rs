@@ -45,7 +45,7 @@ pub use passes::{check_presented, issue, lock_open_passes, Issued, OpenPass, PAS
 pub use record::draw_record;
 pub use rooms::{RoomSnapshot, Rooms};
 pub use sale::{queue_sale, QueueSale};
-pub use status::{before_opening, status, QueueStatus};
+pub use status::{before_opening, status, QueueStatus, WaitEstimate};
 pub use tick::{run_forever, run_once, run_until, TickReport};
 
 /// The advisory lock class of a room: joins before the start hold it

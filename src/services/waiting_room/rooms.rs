@@ -60,9 +60,23 @@ pub struct RoomSnapshot {
     /// Units in this sale's orders still awaiting payment, and their last deadline.
     pub unpaid_units: i64,
     pub unpaid_until: Option<DateTime<Utc>>,
-    /// Passes issued within the last minute (the admission rate).
+    /// Each unpaid order's deadline and units, earliest first: when held
+    /// units can come back.
+    pub unpaid_orders: Vec<(DateTime<Utc>, i64)>,
+    /// Passes issued within the last 5 minutes (the admission rate).
     pub recent_admissions: i64,
+    /// How long admission has been running, up to 5 minutes: a rate
+    /// measured over the draw's first seconds would promise far too much.
+    pub admitting_for: Duration,
 }
+
+fn grace() -> chrono::Duration {
+    chrono::Duration::from_std(super::passes::PASS_GRACE).unwrap_or_default()
+}
+
+/// The shortest span a rate is measured over: the passes issued at the
+/// draw all at once are not a rate.
+const SHORTEST_RATE_SPAN: Duration = Duration::from_secs(60);
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OpenPassView {
@@ -91,15 +105,31 @@ impl RoomSnapshot {
         (self.stock - self.open_units).max(0)
     }
 
-    /// Every unit is sold and none can come back: no stock, no open pass,
+    /// Every unit is sold and none can come back but by a refund: no stock, no open pass,
     /// no unpaid order that could expire or be declined.
     pub fn sold_out(&self) -> bool {
         self.drawn && self.stock <= 0 && self.open_units == 0 && self.unpaid_units == 0
     }
 
-    /// Admissions per second over the last minute, if any.
+    /// Admissions per second over the last 5 minutes (or since the draw,
+    /// counted as at least a minute), if any.
     pub fn admission_rate(&self) -> Option<f64> {
-        (self.recent_admissions > 0).then(|| self.recent_admissions as f64 / 60.0)
+        let span = self.admitting_for.max(SHORTEST_RATE_SPAN).as_secs_f64();
+        (self.recent_admissions > 0).then(|| self.recent_admissions as f64 / span)
+    }
+
+    /// When held units can come back (if their holders do not buy or pay),
+    /// earliest first, with how many each time: each open pass at its
+    /// deadline, each unpaid order at its payment deadline.
+    pub fn releases(&self) -> Vec<(DateTime<Utc>, i64)> {
+        let mut releases: Vec<(DateTime<Utc>, i64)> = self
+            .open_passes
+            .values()
+            .map(|p| (p.expires_at + grace(), i64::from(p.units)))
+            .chain(self.unpaid_orders.iter().copied())
+            .collect();
+        releases.sort();
+        releases
     }
 }
 
@@ -214,7 +244,8 @@ SELECT p.stock::bigint AS stock,
     coalesce(d.last_position, 0)::bigint AS last_position,
     (SELECT coalesce(max(a.number), 0)::bigint FROM queue_admissions a WHERE a.product_id = p.id) AS admitted,
     (SELECT count(*) FROM queue_admissions a
-        WHERE a.product_id = p.id AND a.issued_at > clock_timestamp() - interval '60 seconds') AS recent_admissions,
+        WHERE a.product_id = p.id AND a.issued_at > clock_timestamp() - interval '300 seconds') AS recent_admissions,
+    coalesce(extract(epoch FROM least(clock_timestamp() - d.drawn_at, interval '300 seconds')), 0)::float8 AS admitting_for_secs,
     unpaid.units AS unpaid_units,
     unpaid.until AS unpaid_until,
     clock_timestamp() AS db_now
@@ -253,12 +284,22 @@ struct RoomRow {
     admitted: i64,
     #[diesel(sql_type = BigInt)]
     recent_admissions: i64,
+    #[diesel(sql_type = diesel::sql_types::Double)]
+    admitting_for_secs: f64,
     #[diesel(sql_type = BigInt)]
     unpaid_units: i64,
     #[diesel(sql_type = Nullable<Timestamptz>)]
     unpaid_until: Option<DateTime<Utc>>,
     #[diesel(sql_type = Timestamptz)]
     db_now: DateTime<Utc>,
+}
+
+#[derive(QueryableByName)]
+struct UnpaidOrderRow {
+    #[diesel(sql_type = Timestamptz)]
+    deadline: DateTime<Utc>,
+    #[diesel(sql_type = BigInt)]
+    units: i64,
 }
 
 #[derive(QueryableByName)]
@@ -292,6 +333,14 @@ fn read_room(conn: &mut PgConn, product: ProductId) -> Result<RoomSnapshot, AppE
             let passes: Vec<OpenPassRow> = diesel::sql_query(
                 "SELECT customer_id, number, ticket, units, expires_at FROM queue_admissions
                  WHERE product_id = $1 AND state = 'issued'",
+            )
+            .bind::<BigInt, _>(product.get())
+            .load(conn)?;
+            let unpaid: Vec<UnpaidOrderRow> = diesel::sql_query(
+                "SELECT o.payment_deadline AS deadline, sum(i.quantity)::bigint AS units
+                 FROM orders o JOIN order_items i ON i.order_id = o.id AND i.product_id = $1
+                 WHERE o.status = 'awaiting_payment'
+                 GROUP BY o.id ORDER BY o.payment_deadline",
             )
             .bind::<BigInt, _>(product.get())
             .load(conn)?;
@@ -341,7 +390,9 @@ fn read_room(conn: &mut PgConn, product: ProductId) -> Result<RoomSnapshot, AppE
                 open_units,
                 unpaid_units: row.unpaid_units,
                 unpaid_until: row.unpaid_until,
+                unpaid_orders: unpaid.into_iter().map(|o| (o.deadline, o.units)).collect(),
                 recent_admissions: row.recent_admissions,
+                admitting_for: Duration::from_secs_f64(row.admitting_for_secs.max(0.0)),
             })
         })
 }

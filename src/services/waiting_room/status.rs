@@ -33,19 +33,81 @@ pub struct QueueStatus {
     pub position: Option<i64>,
     /// Places before this one not admitted yet.
     pub ahead: Option<i64>,
+    /// Shoppers before this place who hold a pass right now (and with it
+    /// units): the reason "nobody waiting ahead" does not mean "your turn".
+    pub admitted_ahead: Option<i64>,
     /// Units nobody holds: the stock less what open passes cover.
     pub units_left: i64,
     /// Units held by open passes and unpaid orders.
     pub held: i64,
-    /// When held units come back at the latest, if any are held.
+    /// The latest a held unit can come back if it is not paid for: a pass
+    /// used at its last second starts an order with the full time to pay.
     pub held_until: Option<DateTime<Utc>>,
+    /// The earliest a held unit can come back (its pass runs out or its
+    /// order's time to pay does).
+    pub next_release_at: Option<DateTime<Utc>>,
     pub pass: Option<PassRef>,
     pub pass_state: Option<PassState>,
     pub pass_expires_at: Option<DateTime<Utc>>,
     /// Units the pass covers: min(limit, units free when it was issued).
     pub pass_units: Option<i32>,
-    /// From the last minute's admission rate; None when it cannot be told.
-    pub estimated_wait: Option<Duration>,
+    /// How long this place may wait, and what that rests on.
+    pub wait: WaitEstimate,
+    /// How long a pass lets its holder buy (`QUEUE_PASS_SECS`), so waiters
+    /// know before their turn how long they will have.
+    pub pass_length: Duration,
+}
+
+/// A waiter's estimated wait, from the units free, the times held units
+/// come back, and the rate places have been admitted at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitEstimate {
+    /// Not waiting in a drawn line, or nothing to go by yet.
+    Unknown,
+    /// Units are free for everyone ahead and this place: admitted within moments.
+    UnitsFree,
+    /// Every unit this place needs is held: the turn comes no sooner than
+    /// `at` (when enough held units come back if their holders do not buy);
+    /// `wait` is that, or the admission rate's figure when longer.
+    AfterHeldReturn { at: DateTime<Utc>, wait: Duration },
+    /// More shoppers are ahead than units are free or held: the turn comes
+    /// only if paid orders are refunded or stock is added.
+    OnlyIfReturned,
+}
+
+impl WaitEstimate {
+    /// The wait in seconds, where it can be told.
+    pub fn seconds(&self) -> Option<u64> {
+        match self {
+            WaitEstimate::UnitsFree => Some(0),
+            WaitEstimate::AfterHeldReturn { wait, .. } => Some(wait.as_secs()),
+            WaitEstimate::Unknown | WaitEstimate::OnlyIfReturned => None,
+        }
+    }
+}
+
+/// `ahead` places wait before this one: it is admitted once `ahead + 1`
+/// passes can be issued, each needing at least a unit.
+fn estimate_wait(room: &RoomSnapshot, ahead: i64, now: DateTime<Utc>) -> WaitEstimate {
+    let needed = ahead + 1;
+    let mut units = room.units_free();
+    if units >= needed {
+        return WaitEstimate::UnitsFree;
+    }
+    let by_rate = room
+        .admission_rate()
+        .map(|rate| Duration::from_secs_f64(needed as f64 / rate));
+    for (at, released) in room.releases() {
+        units += released;
+        if units >= needed {
+            let until = (at - now).to_std().unwrap_or_default();
+            return WaitEstimate::AfterHeldReturn {
+                at,
+                wait: by_rate.map_or(until, |rate| rate.max(until)),
+            };
+        }
+    }
+    WaitEstimate::OnlyIfReturned
 }
 
 /// `customer`'s standing (None: signed out, `NotJoined`).
@@ -83,14 +145,26 @@ pub async fn status(
     let ahead = position
         .filter(|_| standing == Standing::Waiting && room.drawn)
         .map(|position| (position - room.admitted - 1).max(0));
+    let admitted_ahead = ahead.map(|_| room.open_passes.len() as i64);
     let held = room.open_units + room.unpaid_units;
+    let time_to_pay = chrono::Duration::from_std(shop.settings.payment_timeout)
+        .unwrap_or_else(|_| chrono::Duration::minutes(10));
+    let next_release_at = room
+        .releases()
+        .first()
+        .map(|(at, _)| *at)
+        .filter(|_| held > 0);
     let held_until = room
         .open_passes
         .values()
-        .map(|p| p.expires_at)
+        .map(|p| p.expires_at + time_to_pay)
         .chain(room.unpaid_until)
         .max()
         .filter(|_| held > 0);
+    let wait = match ahead {
+        Some(ahead) => estimate_wait(&room, ahead, room.db_now),
+        None => WaitEstimate::Unknown,
+    };
     Ok(QueueStatus {
         standing,
         queue,
@@ -101,16 +175,17 @@ pub async fn status(
         ticket: place.map(|p| p.ticket),
         position,
         ahead,
+        admitted_ahead,
         units_left: room.units_free(),
         held,
         held_until,
+        next_release_at,
         pass: pass.as_ref().and_then(|(pass, _, _, _)| pass.clone()),
         pass_state,
         pass_expires_at: pass.as_ref().map(|(_, _, at, _)| *at),
         pass_units: pass.as_ref().map(|(_, _, _, units)| *units),
-        estimated_wait: ahead
-            .zip(room.admission_rate())
-            .map(|(ahead, rate)| Duration::from_secs_f64((ahead as f64 + 1.0) / rate)),
+        wait,
+        pass_length: shop.settings.queue_pass,
     })
 }
 
@@ -173,7 +248,7 @@ fn standing_of(queue: QueueState, joined: bool, pass: Option<PassState>) -> Stan
 }
 
 /// What the sale alone says before its room opens.
-pub fn before_opening(sale: &QueueSale, units_left: i64) -> QueueStatus {
+pub fn before_opening(shop: &Shop, sale: &QueueSale, units_left: i64) -> QueueStatus {
     QueueStatus {
         standing: Standing::NotJoined,
         queue: QueueState::Pre,
@@ -184,14 +259,17 @@ pub fn before_opening(sale: &QueueSale, units_left: i64) -> QueueStatus {
         ticket: None,
         position: None,
         ahead: None,
+        admitted_ahead: None,
         units_left,
         held: 0,
         held_until: None,
+        next_release_at: None,
         pass: None,
         pass_state: None,
         pass_expires_at: None,
         pass_units: None,
-        estimated_wait: None,
+        wait: WaitEstimate::Unknown,
+        pass_length: shop.settings.queue_pass,
     }
 }
 

@@ -41,9 +41,16 @@ pub struct DrawPage {
     pub entries: Vec<DrawEntryRow>,
     pub admissions: Vec<DrawAdmissionRow>,
     pub late: usize,
+    /// The signed-in customer's own ticket, marked in the tables.
+    pub my_ticket: Option<String>,
 }
 
 impl DrawPage {
+    /// Whether `ticket` is the reader's own.
+    pub fn is_mine(&self, ticket: &str) -> bool {
+        self.my_ticket.as_deref() == Some(ticket)
+    }
+
     pub fn new(nav: Nav, sale: SaleView, record: &DrawRecord) -> DrawPage {
         let position: std::collections::HashMap<&str, usize> = record
             .order
@@ -95,6 +102,7 @@ impl DrawPage {
             late: record.entries.iter().filter(|e| e.late).count(),
             entries,
             admissions,
+            my_ticket: None,
         }
     }
 

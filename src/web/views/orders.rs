@@ -6,7 +6,8 @@ use askama::Template;
 use super::Nav;
 use crate::db::models::Order;
 use crate::domain::OrderStatus;
-use crate::services::orders::OrderDetail;
+use crate::services::orders::{OrderDetail, OrderSummary};
+use crate::services::payment::CARD_TRIES;
 use crate::web::format::{iso, money, timestamp};
 
 /// One order in a list of orders.
@@ -18,11 +19,14 @@ pub struct OrderRow {
     pub created_at: String,
     pub created_iso: String,
     pub email: String,
+    /// What the order bought: "Limited sneakers × 2, Signed poster".
+    pub items: String,
 }
 
 impl OrderRow {
     pub fn new(order: &Order, email: &str) -> OrderRow {
         OrderRow {
+            items: String::new(),
             id: order.id,
             status: order.status().label().to_string(),
             status_class: order.status().as_str(),
@@ -31,6 +35,23 @@ impl OrderRow {
             created_iso: iso(&order.created_at),
             email: email.to_string(),
         }
+    }
+}
+
+/// One of the customer's own orders, naming what it bought.
+pub fn customer_row(summary: &OrderSummary, email: &str) -> OrderRow {
+    let items = summary
+        .lines
+        .iter()
+        .map(|(name, quantity)| match quantity {
+            1 => name.clone(),
+            n => format!("{name} × {n}"),
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    OrderRow {
+        items,
+        ..OrderRow::new(&summary.order, email)
     }
 }
 
@@ -46,6 +67,11 @@ pub struct OrderView {
     deadline_text: String,
     deadline_iso: String,
     payment_pending: bool,
+    /// Declined cards so far: each leaves the units held until the last.
+    declines: i64,
+    /// Why the card just typed was not sent (a mistyped number), shown at
+    /// the card field.
+    pub payment_error: Option<String>,
     pub customer_email: String,
     pub lines: Vec<LineView>,
     pub payments: Vec<PaymentView>,
@@ -79,8 +105,42 @@ pub struct LedgerView {
     pub reason: String,
 }
 
+/// The payment attempts, and the refund as the money's way back: the
+/// ledger's refund row says when, the approved charge which card.
+fn payments_with_refund(detail: &OrderDetail) -> Vec<PaymentView> {
+    let mut payments: Vec<PaymentView> = detail
+        .payments
+        .iter()
+        .map(|p| PaymentView {
+            at_iso: iso(&p.created_at),
+            at_text: timestamp(p.created_at),
+            outcome: p.outcome.clone(),
+            card_last4: p.card_last4.clone(),
+            amount: money(p.amount_cents),
+        })
+        .collect();
+    let refunded_at = detail
+        .history
+        .iter()
+        .filter(|h| h.reason == "refund")
+        .map(|h| h.created_at)
+        .max();
+    let charged = detail.payments.iter().find(|p| p.outcome == "approved");
+    if let (Some(at), Some(charged)) = (refunded_at, charged) {
+        payments.push(PaymentView {
+            at_iso: iso(&at),
+            at_text: timestamp(at),
+            outcome: "refunded".into(),
+            card_last4: charged.card_last4.clone(),
+            amount: format!("−{}", money(charged.amount_cents)),
+        });
+    }
+    payments
+}
+
 impl OrderView {
     pub fn new(detail: OrderDetail) -> OrderView {
+        let payments = payments_with_refund(&detail);
         let order = &detail.order;
         OrderView {
             id: order.id,
@@ -91,6 +151,12 @@ impl OrderView {
             deadline_text: timestamp(order.payment_deadline),
             deadline_iso: iso(&order.payment_deadline),
             payment_pending: detail.payments.iter().any(|p| p.outcome == "pending"),
+            declines: detail
+                .payments
+                .iter()
+                .filter(|p| p.outcome == "declined")
+                .count() as i64,
+            payment_error: None,
             customer_email: detail.customer_email,
             lines: detail
                 .lines
@@ -102,17 +168,7 @@ impl OrderView {
                     unit_price: money(line.item.unit_price_cents),
                 })
                 .collect(),
-            payments: detail
-                .payments
-                .iter()
-                .map(|p| PaymentView {
-                    at_iso: iso(&p.created_at),
-                    at_text: timestamp(p.created_at),
-                    outcome: p.outcome.clone(),
-                    card_last4: p.card_last4.clone(),
-                    amount: money(p.amount_cents),
-                })
-                .collect(),
+            payments,
             history: detail
                 .history
                 .iter()
@@ -153,8 +209,32 @@ impl OrderView {
         self.status == OrderStatus::AwaitingPayment
     }
 
+    /// The order was cancelled and its units released: after its last
+    /// declined card, or because the customer gave up.
     pub fn payment_declined(&self) -> bool {
         self.status == OrderStatus::PaymentFailed
+    }
+
+    /// Cancelled after the last card it allows was declined.
+    pub fn declined_to_the_end(&self) -> bool {
+        self.payment_declined() && self.declines >= CARD_TRIES
+    }
+
+    /// A card was declined and another may still be tried.
+    pub fn declined_can_retry(&self) -> bool {
+        self.awaiting_payment() && self.declines > 0
+    }
+
+    pub fn declines(&self) -> i64 {
+        self.declines
+    }
+
+    pub fn tries_left(&self) -> i64 {
+        (CARD_TRIES - self.declines).max(0)
+    }
+
+    pub fn card_tries(&self) -> i64 {
+        CARD_TRIES
     }
 
     /// A charge was sent and its answer has not come back yet.

@@ -23,6 +23,8 @@ pub struct SaleView {
     pub per_customer_limit: Option<i32>,
     /// The most one order may ask for: bounded by stock, limit and `Quantity::MAX`.
     pub max_quantity: i32,
+    /// Sold through a waiting room: the sale list says so.
+    pub queue_mode: bool,
 }
 
 impl SaleView {
@@ -59,6 +61,7 @@ impl SaleView {
             ends_at: product.sale_ends_at,
             per_customer_limit: product.per_customer_limit,
             max_quantity,
+            queue_mode: product.queue_mode,
         }
     }
 

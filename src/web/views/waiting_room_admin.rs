@@ -96,3 +96,17 @@ pub struct QueueDashboardPage {
     pub nav: Nav,
     pub queues: Vec<QueuePanel>,
 }
+
+/// The rooms an admin watches during a drop come first: admitting, paused
+/// and sold out (a refund may still admit), then those not started yet,
+/// then closed ones; the service's order (latest start first) within each.
+pub fn panels_live_first(overviews: &[QueueOverview]) -> Vec<QueuePanel> {
+    let rank = |state: Option<QueueState>| match state {
+        Some(QueueState::Open | QueueState::Paused | QueueState::SoldOut) => 0,
+        None | Some(QueueState::Pre) => 1,
+        Some(QueueState::Closed) => 2,
+    };
+    let mut ranked: Vec<&QueueOverview> = overviews.iter().collect();
+    ranked.sort_by_key(|overview| rank(overview.state));
+    ranked.into_iter().map(QueuePanel::new).collect()
+}

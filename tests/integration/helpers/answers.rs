@@ -146,3 +146,14 @@ pub fn redis_batches(metrics: &str, script: &str) -> (f64, f64) {
     };
     (sample("sum"), sample("count"))
 }
+
+/// A 303 to the sign-in page (which may carry where to come back to, and
+/// whether a form was refused: `/login?next=%2Forders`, `/login?why=act`).
+pub fn expect_sign_in(response: &Response) {
+    assert_eq!(response.status(), StatusCode::SEE_OTHER);
+    let location = response.headers()["location"].to_str().unwrap();
+    assert!(
+        location == "/login" || location.starts_with("/login?"),
+        "sent to {location}, not the sign-in page"
+    );
+}

@@ -146,6 +146,25 @@ impl Browser {
             .await
             .unwrap_or_else(|e| panic!("{e:#}"))
     }
+
+    /// Pays with the declined card until the order allows no more tries:
+    /// the last decline gives its units back. The last answer.
+    pub async fn decline_to_the_end(&self, order: i64) -> Response {
+        self.decline_times(order, flashsale::services::payment::CARD_TRIES)
+            .await
+    }
+
+    /// Pays with the declined card `times` times, each answered with the
+    /// order page (303); the last answer.
+    pub async fn decline_times(&self, order: i64, times: i64) -> Response {
+        let mut last = None;
+        for _ in 0..times {
+            let response = self.pay(order, harness::DECLINED_CARD).await;
+            assert_eq!(response.status(), StatusCode::SEE_OTHER, "a decline");
+            last = Some(response);
+        }
+        last.expect("at least one decline")
+    }
 }
 
 /// The order id a successful buy redirected to.

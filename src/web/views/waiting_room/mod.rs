@@ -13,13 +13,16 @@ use crate::db::models::Product;
 use crate::domain::draw::PassState;
 use crate::domain::Quantity;
 use crate::domain::{QueueState, Standing};
-use crate::services::waiting_room::{QueueSale, QueueStatus};
+use crate::services::waiting_room::{QueueSale, QueueStatus, WaitEstimate};
 use crate::web::format::timestamp;
 
 mod phase;
 
 use phase::{phase_of, seconds_until};
 pub use phase::{Availability, Phase};
+
+/// When an admitted customer is warned that the pass is nearly over.
+const LAST_SECONDS: i64 = 30;
 
 /// One customer's waiting room at one instant.
 pub struct WaitingRoomView {
@@ -43,6 +46,22 @@ impl WaitingRoomView {
 
     pub fn phase_name(&self) -> &'static str {
         self.phase.name()
+    }
+
+    pub fn title(&self) -> &'static str {
+        self.phase.title()
+    }
+
+    /// The pass has at most 30 seconds left (the page warns; the script
+    /// shows the warning when the countdown gets there).
+    pub fn pass_nearly_over(&self) -> bool {
+        self.status
+            .pass_expires_at
+            .is_some_and(|at| (at - self.now).num_seconds() <= LAST_SECONDS)
+    }
+
+    pub fn last_seconds(&self) -> i64 {
+        LAST_SECONDS
     }
 
     pub fn availability_name(&self) -> &'static str {
@@ -113,6 +132,29 @@ impl WaitingRoomView {
             .unwrap_or_else(|| "—".into())
     }
 
+    /// Who is before this place: "nobody waiting ahead" alone reads as
+    /// "your turn is now" while shoppers ahead still hold every unit.
+    pub fn line_text(&self) -> String {
+        let admitted = self.status.admitted_ahead.unwrap_or(0);
+        let buying = match admitted {
+            0 => String::new(),
+            1 => " 1 shopper ahead of you has been admitted and is buying now.".into(),
+            n => format!(" {n} shoppers ahead of you have been admitted and are buying now."),
+        };
+        match self.status.ahead {
+            None => String::new(),
+            Some(0) => format!("You are next in line.{buying}"),
+            Some(ahead) => format!(
+                "{ahead} {} still waiting ahead of you.{buying}",
+                if ahead == 1 {
+                    "shopper is"
+                } else {
+                    "shoppers are"
+                }
+            ),
+        }
+    }
+
     pub fn held_until_iso(&self) -> String {
         self.status.held_until.map(rfc3339).unwrap_or_default()
     }
@@ -124,8 +166,24 @@ impl WaitingRoomView {
             .unwrap_or_else(|| "a few minutes from now".into())
     }
 
+    pub fn next_release_iso(&self) -> String {
+        self.status.next_release_at.map(rfc3339).unwrap_or_default()
+    }
+
+    pub fn next_release_text(&self) -> String {
+        self.status
+            .next_release_at
+            .map(timestamp)
+            .unwrap_or_else(|| "a few minutes from now".into())
+    }
+
     pub fn estimated_wait_text(&self) -> String {
-        wait_in_words(self.status.estimated_wait.map(|w| w.as_secs()))
+        estimate_in_words(&self.status.wait)
+    }
+
+    /// "2 minutes": how long a pass lets its holder buy.
+    pub fn pass_length_text(&self) -> String {
+        duration_in_words(self.status.pass_length.as_secs())
     }
 
     /// The seed's SHA-256 as published when the room opened: a joiner
@@ -177,6 +235,10 @@ impl WaitingRoomView {
         self.now < self.status.opens_at
     }
 
+    pub fn before_start(&self) -> bool {
+        self.now < self.status.starts_at
+    }
+
     pub fn queue_sold_out(&self) -> bool {
         self.status.queue == QueueState::SoldOut || self.status.standing == Standing::SoldOut
     }
@@ -194,7 +256,9 @@ impl WaitingRoomView {
             Phase::Drawing => Some(1),
             Phase::Waiting => Some(5),
             Phase::SignIn | Phase::CanJoin | Phase::Admitted => None,
-            Phase::Bought | Phase::Lapsed | Phase::SoldOut | Phase::Closed => None,
+            // Refunds bring units back: a sold-out page keeps looking.
+            Phase::SoldOut => Some(30),
+            Phase::Bought | Phase::Lapsed | Phase::Closed => None,
         }
     }
 
@@ -212,13 +276,17 @@ impl WaitingRoomView {
             opens_at: rfc3339(status.opens_at),
             starts_at: rfc3339(status.starts_at),
             held_until: status.held_until.as_ref().map(rfc3339),
-            estimated_wait_secs: status.estimated_wait.map(|w| w.as_secs()),
+            next_release_at: status.next_release_at.as_ref().map(rfc3339),
+            estimated_wait_secs: status.wait.seconds(),
+            estimated_wait_text: self.estimated_wait_text(),
+            line_text: self.line_text(),
             pass: status.pass.as_ref().map(ToString::to_string),
             pass_state: status.pass_state,
             pass_units: status.pass_units,
             seed_sha256: status.commitment.as_ref().map(ToString::to_string),
             entries_sha256: status.entries_commitment.as_ref().map(ToString::to_string),
             phase: self.phase.name(),
+            title: self.phase.title(),
             availability: self.availability.name(),
             now: rfc3339(self.now),
         }
@@ -240,8 +308,15 @@ pub struct QueueJson {
     pub queue: QueueState,
     pub opens_at: String,
     pub starts_at: String,
+    /// The latest a held unit comes back if nobody pays for it.
     pub held_until: Option<String>,
+    /// The earliest a held unit can come back.
+    pub next_release_at: Option<String>,
     pub estimated_wait_secs: Option<u64>,
+    /// The page's words for the wait and the line, so the script writes
+    /// exactly what the server renders.
+    pub estimated_wait_text: String,
+    pub line_text: String,
     pub pass: Option<String>,
     pub pass_state: Option<PassState>,
     /// Units the customer's pass covers.
@@ -252,6 +327,8 @@ pub struct QueueJson {
     pub entries_sha256: Option<String>,
     /// Which section the page shows; the script swaps it when this changes.
     pub phase: &'static str,
+    /// The tab's title for this phase (without the sale's name).
+    pub title: &'static str,
     pub availability: &'static str,
     /// The server's clock, so countdowns do not depend on the reader's.
     pub now: String,
@@ -263,28 +340,63 @@ pub fn rfc3339(at: impl std::borrow::Borrow<DateTime<Utc>>) -> String {
     at.borrow().to_rfc3339_opts(SecondsFormat::Millis, true)
 }
 
-/// "1:02:03", "4:05", "0:09".
+/// "2 days 1:02:03", "1:02:03", "4:05", "0:09" (the page script's `clock`
+/// writes the same).
 pub fn clock(seconds: i64) -> String {
-    let (h, m, s) = (seconds / 3600, (seconds % 3600) / 60, seconds % 60);
-    if h > 0 {
+    let (d, h, m, s) = (
+        seconds / 86_400,
+        (seconds % 86_400) / 3600,
+        (seconds % 3600) / 60,
+        seconds % 60,
+    );
+    if d > 0 {
+        format!("{d} day{} {h}:{m:02}:{s:02}", if d == 1 { "" } else { "s" })
+    } else if h > 0 {
         format!("{h}:{m:02}:{s:02}")
     } else {
         format!("{m}:{s:02}")
     }
 }
 
-/// The page script words it the same way (`waitInWords` in app.js).
-pub fn wait_in_words(seconds: Option<u64>) -> String {
+/// "about 3 minutes", "less than a minute", "about 2 hours".
+pub fn wait_in_words(seconds: u64) -> String {
+    if seconds < 60 {
+        return "less than a minute".into();
+    }
+    format!("about {}", span_in_words(seconds))
+}
+
+/// "1 minute", "3 minutes", "2 hours", rounded up.
+fn span_in_words(seconds: u64) -> String {
+    let minutes = seconds.div_ceil(60).max(1);
+    match minutes {
+        1 => "1 minute".into(),
+        m if m < 120 => format!("{m} minutes"),
+        m => format!("{} hours", m.div_ceil(60)),
+    }
+}
+
+/// "2 minutes", "90 seconds", "1 minute".
+pub fn duration_in_words(seconds: u64) -> String {
     match seconds {
-        None => "not known yet (it is worked out from how fast places are admitted)".into(),
-        Some(s) if s < 60 => "less than a minute".into(),
-        Some(s) => {
-            let minutes = s.div_ceil(60);
-            format!(
-                "about {minutes} minute{}",
-                if minutes == 1 { "" } else { "s" }
-            )
+        60 => "1 minute".into(),
+        s if s % 60 == 0 => format!("{} minutes", s / 60),
+        s => format!("{s} seconds"),
+    }
+}
+
+/// What a waiter reads under "Estimated wait".
+pub fn estimate_in_words(estimate: &WaitEstimate) -> String {
+    match estimate {
+        WaitEstimate::Unknown => "not known yet".into(),
+        WaitEstimate::UnitsFree => {
+            "less than a minute: there are units for you and everyone ahead of you".into()
         }
+        WaitEstimate::AfterHeldReturn { wait, .. } => format!(
+            "at least {}: every unit is held right now, and your turn comes only when shoppers ahead of you let theirs go (a pass runs out or an order goes unpaid)",
+            span_in_words(wait.as_secs())
+        ),
+        WaitEstimate::OnlyIfReturned => "not known: more shoppers are ahead of you than there are units left or held, so your turn comes only if an order is refunded".into(),
     }
 }
 
@@ -323,15 +435,30 @@ pub struct ProductQueue {
     pub open: bool,
     /// The customer's ticket, once joined.
     pub ticket: Option<String>,
+    /// Units not bought but held for admitted shoppers (passes and unpaid
+    /// orders), as the waiting room counts them: the product page says so,
+    /// rather than "2 of 2 left" while the room says every unit is held.
+    pub held: i64,
+    /// Units neither bought nor held.
+    pub free: i64,
 }
 
 impl ProductQueue {
-    pub fn new(product: &Product, ticket: Option<String>, now: DateTime<Utc>) -> ProductQueue {
+    /// `status`: the room as the waiting page shows it, when it could be read.
+    pub fn new(
+        product: &Product,
+        status: Option<&QueueStatus>,
+        now: DateTime<Utc>,
+    ) -> ProductQueue {
         let opens_at = QueueSale::of(product).map_or(product.sale_starts_at, |sale| sale.opens_at);
         ProductQueue {
             opens_at,
             open: now >= opens_at,
-            ticket,
+            ticket: status
+                .and_then(|s| s.ticket.as_ref())
+                .map(|t| t.as_str().to_string()),
+            held: status.map_or(0, |s| s.held),
+            free: status.map_or(0, |s| s.units_left),
         }
     }
 
@@ -353,9 +480,13 @@ mod tests {
         assert_eq!(clock(0), "0:00");
         assert_eq!(clock(65), "1:05");
         assert_eq!(clock(3_725), "1:02:05");
-        assert_eq!(wait_in_words(Some(59)), "less than a minute");
-        assert_eq!(wait_in_words(Some(60)), "about 1 minute");
-        assert_eq!(wait_in_words(Some(61)), "about 2 minutes");
-        assert!(wait_in_words(None).starts_with("not known yet"));
+        assert_eq!(clock(167 * 3600 + 58 * 60 + 52), "6 days 23:58:52");
+        assert_eq!(clock(86_400), "1 day 0:00:00");
+        assert_eq!(wait_in_words(59), "less than a minute");
+        assert_eq!(wait_in_words(60), "about 1 minute");
+        assert_eq!(wait_in_words(61), "about 2 minutes");
+        assert_eq!(wait_in_words(3 * 3600), "about 3 hours");
+        assert_eq!(duration_in_words(120), "2 minutes");
+        assert_eq!(duration_in_words(90), "90 seconds");
     }
 }

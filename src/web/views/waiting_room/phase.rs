@@ -49,12 +49,21 @@ impl Phase {
         }
     }
 
-    /// Nothing on the page can change by itself any more.
+    /// Nothing on the page can change by itself any more. A sell-out is
+    /// not final: a refund brings units back and admits the next in line,
+    /// so the page keeps listening until the sale ends.
     pub fn is_final(self) -> bool {
-        matches!(
-            self,
-            Phase::Bought | Phase::Lapsed | Phase::SoldOut | Phase::Closed
-        )
+        matches!(self, Phase::Bought | Phase::Lapsed | Phase::Closed)
+    }
+
+    /// The tab's title: a turn must be noticed in a background tab too.
+    pub fn title(self) -> &'static str {
+        match self {
+            Phase::Admitted => "It is your turn: buy now",
+            Phase::Bought => "Pass used: pay for your order",
+            Phase::SoldOut => "Sold out for now",
+            _ => "Waiting room",
+        }
     }
 }
 
@@ -132,6 +141,13 @@ pub(super) fn seconds_until(now: DateTime<Utc>, at: DateTime<Utc>) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_sell_out_is_not_final_but_a_closed_room_is() {
+        assert!(!Phase::SoldOut.is_final());
+        assert!(Phase::Closed.is_final());
+        assert_eq!(Phase::Admitted.title(), "It is your turn: buy now");
+    }
 
     #[test]
     fn availability_names_each_case() {
