@@ -18,6 +18,9 @@ const SCRIPT: &str = include_str!("../../templates/static/app.js");
 const FOREVER: &str = "public, max-age=31536000, immutable";
 /// The unversioned addresses may change under the same name.
 const BRIEFLY: &str = "public, max-age=300";
+/// Another build's hash: this build's file, for this browser only and only
+/// for a minute, so no shared cache keeps it under the other build's name.
+const BRIEFLY_NO_STORE: &str = "private, max-age=60";
 
 /// One static file and its content-hashed address.
 struct Asset {
@@ -73,14 +76,29 @@ pub async fn script() -> HttpResponse {
     JS.response(BRIEFLY)
 }
 
-/// A hashed address: only the current content's hash answers, so an old
-/// page's stale hash is a 404, never old content cached as new.
+/// A hashed address. The current content's hash is kept for a year. Another
+/// hash of the same file is what a rolling deploy produces (a page from a
+/// newer instance asking an older one, or the reverse): it gets this
+/// instance's file, briefly cached and never as immutable, so the page is
+/// styled and scripted now and the right content is fetched again soon.
 #[get("/static/{file}")]
 pub async fn hashed(file: web::Path<String>) -> Result<HttpResponse, AppError> {
     let path = format!("/static/{file}");
-    [&*CSS, &*JS]
-        .into_iter()
-        .find(|asset| asset.url == path)
-        .map(|asset| asset.response(FOREVER))
-        .ok_or_else(|| AppError::NotFound("There is no file at this address.".into()))
+    if let Some(asset) = [&*CSS, &*JS].into_iter().find(|asset| asset.url == path) {
+        return Ok(asset.response(FOREVER));
+    }
+    let other_build = |extension: &str| {
+        file.strip_prefix("app.")
+            .and_then(|rest| rest.strip_suffix(extension))
+            .is_some_and(|hash| hash.len() == 16 && hash.bytes().all(|b| b.is_ascii_hexdigit()))
+    };
+    if other_build(".css") {
+        Ok(CSS.response(BRIEFLY_NO_STORE))
+    } else if other_build(".js") {
+        Ok(JS.response(BRIEFLY_NO_STORE))
+    } else {
+        Err(AppError::NotFound(
+            "There is no file at this address.".into(),
+        ))
+    }
 }

@@ -335,7 +335,14 @@ async fn pay_until_answered(crowd: &Crowd, me: &harness::Browser, order: i64, to
             )
             .await;
         match answer {
-            Ok(response) if response.status() == StatusCode::SEE_OTHER => return true,
+            // The order page says what became of it: paid, being confirmed
+            // with the provider (a failover cut the answer), or unpaid
+            // still (the attempt was voided, nothing charged: pay again).
+            Ok(response) if response.status() == StatusCode::SEE_OTHER => {
+                if paid_once_settled(me, order, began).await {
+                    return true;
+                }
+            }
             Ok(response) if response.status().is_server_error() => {}
             Ok(response) => {
                 let status = response.status();
@@ -361,6 +368,26 @@ async fn pay_until_answered(crowd: &Crowd, me: &harness::Browser, order: i64, to
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
+}
+
+/// Reads the order page until its payment is no longer being confirmed;
+/// says whether the order is paid.
+async fn paid_once_settled(me: &harness::Browser, order: i64, began: Instant) -> bool {
+    while began.elapsed() <= PATIENCE {
+        if let Ok(response) = me.get(&format!("/orders/{order}")).await {
+            if response.status() == StatusCode::OK {
+                let page = response.text().await.unwrap_or_default();
+                if page.contains("Paid — thank you") {
+                    return true;
+                }
+                if !page.contains("data-testid=\"payment-pending\"") {
+                    return false;
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    false
 }
 
 /// Runs `customers` against `product` until `for_how_long` has passed and

@@ -222,7 +222,14 @@ impl OrderView {
 
     /// A card was declined and another may still be tried.
     pub fn declined_can_retry(&self) -> bool {
-        self.awaiting_payment() && self.declines > 0
+        self.awaiting_payment() && self.declines > 0 && self.declines < CARD_TRIES
+    }
+
+    /// The last card it allows was declined and its units are on their way
+    /// back (the restore runs after the decline's own commit): no more
+    /// cards are taken.
+    pub fn being_cancelled(&self) -> bool {
+        self.awaiting_payment() && self.declines >= CARD_TRIES
     }
 
     pub fn declines(&self) -> i64 {
