@@ -209,6 +209,10 @@ enum ProductCommand {
         /// RFC 3339 opening of the waiting room; 15 minutes before the start when omitted.
         #[arg(long, requires = "queue")]
         queue_opens_at: Option<DateTime<Utc>>,
+        /// The bot check's size for joining the waiting room (tries a
+        /// browser makes on average); JOIN_CHECK_WORK when omitted.
+        #[arg(long, requires = "queue")]
+        bot_check_work: Option<i32>,
     },
 }
 
@@ -312,6 +316,7 @@ async fn shop(command: ShopCommand) -> anyhow::Result<ExitCode> {
                     description,
                     queue,
                     queue_opens_at,
+                    bot_check_work,
                 },
         } => {
             let spec = SaleSpec {
@@ -324,6 +329,7 @@ async fn shop(command: ShopCommand) -> anyhow::Result<ExitCode> {
                 ends_at,
                 queue_mode: queue,
                 queue_opens_at,
+                join_check_work: bot_check_work.unwrap_or(settings.security.door.join_work),
             };
             let product = create_product(&pool(&settings), spec).await?;
             println!("{}", product.id);

@@ -31,6 +31,10 @@ pub enum AppError {
     /// (issue #16): nothing was written, nothing is held.
     #[error("pass refused: {}", .0.kind())]
     PassRefused(PassRefusal),
+    /// Turned away at the door of sign-up or of a waiting room
+    /// (`services::door`): nothing was written.
+    #[error("door refused: {}", .0.kind())]
+    DoorRefused(DoorRefusal),
     /// A well-formed request that the shop's rules refuse (already paid, ...).
     #[error("{message}")]
     Conflict {
@@ -127,6 +131,41 @@ impl PassRefusal {
             PassRefusal::Lapsed => "pass_lapsed",
             PassRefusal::Used => "pass_used",
             PassRefusal::InUse => "pass_in_use",
+        }
+    }
+}
+
+/// Why a visitor was turned away at the door of sign-up or a waiting room.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DoorRefusal {
+    /// The form came without a solved check (no JavaScript, or sent too soon).
+    NotSolved,
+    /// The solution does not solve a challenge this shop issued for this door.
+    Invalid,
+    /// The challenge ran out before the form was sent.
+    Expired,
+    /// This solution was already used.
+    Spent,
+    /// The client's address came through this door as often as it may
+    /// within the window.
+    TooMany {
+        signing_up: bool,
+        retry_after: std::time::Duration,
+    },
+    /// Waiting rooms are for confirmed addresses only.
+    Unconfirmed,
+}
+
+impl DoorRefusal {
+    /// A stable name for counting refusals by kind.
+    pub fn kind(self) -> &'static str {
+        match self {
+            DoorRefusal::NotSolved => "not solved",
+            DoorRefusal::Invalid => "invalid solution",
+            DoorRefusal::Expired => "expired challenge",
+            DoorRefusal::Spent => "solution reused",
+            DoorRefusal::TooMany { .. } => "address limit",
+            DoorRefusal::Unconfirmed => "address not confirmed",
         }
     }
 }

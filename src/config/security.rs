@@ -1,4 +1,5 @@
-//! Security settings: sign-in throttling, which proxies may name the
+//! Security settings: sign-in throttling, the door in front of sign-up and
+//! the waiting rooms, which proxies may name the
 //! client's address, and how long a session lasts.
 
 use std::net::IpAddr;
@@ -20,7 +21,26 @@ pub struct SecuritySettings {
     /// it cannot listen. Under a second, or the copy is never fresh enough
     /// to trust and every page asks the sessions table.
     pub session_poll_interval: Duration,
+    /// The door in front of sign-up and the waiting rooms (`services::door`).
+    pub door: DoorSettings,
 }
+
+/// How hard the door's puzzle is and how many visitors one client address
+/// may send through it within `window`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DoorSettings {
+    /// The puzzle's size at sign-up: the tries a browser makes on average.
+    pub signup_work: i32,
+    /// The size a new sale's waiting room starts with (the admin sets each).
+    pub join_work: i32,
+    pub signups_per_address: u32,
+    /// Per sale: joins of its waiting room from one address.
+    pub joins_per_address: u32,
+    pub window: Duration,
+}
+
+/// The largest puzzle an admin may set: about a minute in a slow phone.
+pub const MAX_CHECK_WORK: i32 = 1_000_000;
 
 /// How many unsuccessful sign-ins are allowed within `window`, per account
 /// email and per client address, before further attempts are refused.
@@ -42,6 +62,15 @@ impl Default for SecuritySettings {
             trusted_proxies: TrustedProxies::default(),
             session_ttl: Duration::from_secs(12 * 3600),
             session_poll_interval: Duration::from_millis(250),
+            door: DoorSettings {
+                signup_work: 2_000,
+                join_work: 2_000,
+                // A household or an office shares an address; a script
+                // making accounts by the hundred does too.
+                signups_per_address: 10,
+                joins_per_address: 20,
+                window: Duration::from_secs(3600),
+            },
         }
     }
 }
@@ -72,10 +101,31 @@ impl SecuritySettings {
                 "SESSION_POLL_MS",
                 defaults.session_poll_interval.as_millis() as u64,
             )?),
+            door: DoorSettings {
+                signup_work: parse_var("SIGNUP_CHECK_WORK", defaults.door.signup_work)?,
+                join_work: parse_var("JOIN_CHECK_WORK", defaults.door.join_work)?,
+                signups_per_address: parse_var(
+                    "SIGNUPS_PER_ADDRESS",
+                    defaults.door.signups_per_address,
+                )?,
+                joins_per_address: parse_var("JOINS_PER_ADDRESS", defaults.door.joins_per_address)?,
+                window: Duration::from_secs(parse_var(
+                    "DOOR_WINDOW_SECS",
+                    defaults.door.window.as_secs(),
+                )?),
+            },
         };
         let limits = settings.login_limits;
         if limits.per_email == 0 || limits.per_ip == 0 || limits.window.is_zero() {
             bail!("the sign-in throttle needs limits and a window of at least 1");
+        }
+        let door = settings.door;
+        let works = 1..=MAX_CHECK_WORK;
+        if !works.contains(&door.signup_work) || !works.contains(&door.join_work) {
+            bail!("SIGNUP_CHECK_WORK and JOIN_CHECK_WORK must be between 1 and {MAX_CHECK_WORK}");
+        }
+        if door.signups_per_address == 0 || door.joins_per_address == 0 || door.window.is_zero() {
+            bail!("SIGNUPS_PER_ADDRESS, JOINS_PER_ADDRESS and DOOR_WINDOW_SECS must be at least 1");
         }
         if settings.session_ttl.is_zero() {
             bail!("SESSION_TTL_HOURS must be at least 1");

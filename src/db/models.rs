@@ -44,6 +44,8 @@ pub struct Product {
     pub queue_mode: bool,
     /// When the waiting room opens; None means 15 minutes before the start.
     pub queue_opens_at: Option<DateTime<Utc>>,
+    /// The size of the bot check for joining its waiting room (`services::door`).
+    pub join_check_work: i32,
 }
 
 impl Product {
@@ -81,6 +83,7 @@ pub struct NewProduct<'a> {
     pub sale_ends_at: Option<DateTime<Utc>>,
     pub queue_mode: bool,
     pub queue_opens_at: Option<DateTime<Utc>>,
+    pub join_check_work: i32,
 }
 
 #[derive(Debug, Clone, Queryable, Selectable, Identifiable)]

@@ -31,6 +31,23 @@ diesel::table! {
 }
 
 diesel::table! {
+    door_counts (door, event) {
+        door -> Text,
+        event -> Text,
+        count -> Int8,
+    }
+}
+
+diesel::table! {
+    door_passes (id) {
+        id -> Int8,
+        door -> Text,
+        client_ip -> Text,
+        passed_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
     holdings (product_id, customer_id) {
         product_id -> Int8,
         customer_id -> Int8,
@@ -123,6 +140,7 @@ diesel::table! {
         fence -> Int8,
         queue_mode -> Bool,
         queue_opens_at -> Nullable<Timestamptz>,
+        join_check_work -> Int4,
     }
 }
 
@@ -180,6 +198,13 @@ diesel::table! {
 }
 
 diesel::table! {
+    spent_challenges (nonce) {
+        nonce -> Text,
+        expires_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
     stock_history (id) {
         id -> Int8,
         product_id -> Int8,
@@ -217,6 +242,8 @@ diesel::allow_tables_to_appear_in_same_query!(
     admin_actions,
     customers,
     deployment,
+    door_counts,
+    door_passes,
     holdings,
     idempotency_keys,
     login_attempts,
@@ -228,5 +255,6 @@ diesel::allow_tables_to_appear_in_same_query!(
     queue_draws,
     queue_entries,
     sessions,
+    spent_challenges,
     stock_history,
 );

@@ -11,9 +11,10 @@ use diesel::result::{DatabaseErrorKind, Error as DieselError};
 
 use crate::db::models::{Customer, NewCustomer};
 use crate::db::schema::customers;
-use crate::db::{self, PgPool};
+use crate::db::{self, PgConn, PgPool};
 use crate::domain::{CustomerId, Email, InvalidInput, Password, Role};
 use crate::error::AppError;
+use crate::services::door::{self, Door};
 use crate::services::{throttle, Shop};
 
 /// Who is signed in; kept in the signed session cookie.
@@ -50,24 +51,62 @@ pub async fn sign_up(
 ) -> Result<Account, AppError> {
     db::run(pool, move |conn| {
         let hash = hash_password(&password)?;
-        let inserted = diesel::insert_into(customers::table)
-            .values(NewCustomer {
-                email: email.as_str(),
-                password_hash: &hash,
-                role: role.as_str(),
-            })
-            .returning(Customer::as_returning())
-            .get_result(conn);
-        match inserted {
-            Ok(customer) => Ok(customer.into()),
-            Err(DieselError::DatabaseError(DatabaseErrorKind::UniqueViolation, _)) => Err(AppError::conflict(
-                "Email already registered",
-                format!("An account for {} already exists. Sign in instead, or use another address.", email.as_str()),
-            )),
-            Err(other) => Err(other.into()),
-        }
+        insert_account(conn, &email, &hash, role)
     })
     .await
+}
+
+/// A customer's own sign-up: through the door (a solved bot check, used
+/// once, and the address's limit), in the same transaction as the account.
+pub async fn sign_up_at_door(
+    shop: &Shop,
+    email: Email,
+    password: Password,
+    bot_check: String,
+    ip: IpAddr,
+) -> Result<Account, AppError> {
+    let keys = shop.door_keys.clone();
+    let counts = shop.door_counts.clone();
+    let limits = shop.settings.security.door;
+    db::run(&shop.pool, move |conn| {
+        // Hashed before the transaction: it takes a while on purpose, and
+        // the door's lock on this address should not be held meanwhile.
+        let hash = hash_password(&password)?;
+        db::transaction(conn, |conn| {
+            door::let_through(conn, &keys, &counts, &limits, Door::SignUp, &bot_check, ip)?;
+            insert_account(conn, &email, &hash, Role::Customer)
+        })
+    })
+    .await
+}
+
+fn insert_account(
+    conn: &mut PgConn,
+    email: &Email,
+    password_hash: &str,
+    role: Role,
+) -> Result<Account, AppError> {
+    let inserted = diesel::insert_into(customers::table)
+        .values(NewCustomer {
+            email: email.as_str(),
+            password_hash,
+            role: role.as_str(),
+        })
+        .returning(Customer::as_returning())
+        .get_result(conn);
+    match inserted {
+        Ok(customer) => Ok(customer.into()),
+        Err(DieselError::DatabaseError(DatabaseErrorKind::UniqueViolation, _)) => {
+            Err(AppError::conflict(
+                "Email already registered",
+                format!(
+                    "An account for {} already exists. Sign in instead, or use another address.",
+                    email.as_str()
+                ),
+            ))
+        }
+        Err(other) => Err(other.into()),
+    }
 }
 
 /// Checks the password, unless the email or the client address is throttled:

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 
+use crate::config::MAX_CHECK_WORK;
 use crate::db::models::{NewProduct, Product};
 use crate::db::schema::products;
 use crate::db::{self, PgPool};
@@ -28,7 +29,13 @@ pub struct SaleSpec {
     /// When the waiting room opens; None: `QUEUE_OPENS_BEFORE_START` before
     /// the start. Only with `queue_mode`.
     pub queue_opens_at: Option<DateTime<Utc>>,
+    /// The size of the bot check for joining the waiting room: the tries a
+    /// browser makes on average (`services::door`).
+    pub join_check_work: i32,
 }
+
+/// A new sale's bot check unless the admin sets another (`JOIN_CHECK_WORK`).
+pub const DEFAULT_JOIN_CHECK_WORK: i32 = 2_000;
 
 /// The most units a sale may hold; keeps every stock sum far from `i32::MAX`.
 pub const MAX_STOCK: i32 = 10_000_000;
@@ -46,6 +53,7 @@ impl SaleSpec {
             ends_at: product.sale_ends_at,
             queue_mode: product.queue_mode,
             queue_opens_at: product.queue_opens_at,
+            join_check_work: product.join_check_work,
         }
     }
 
@@ -64,6 +72,7 @@ impl SaleSpec {
             ends_at: self.ends_at,
             queue_mode: self.queue_mode,
             queue_opens_at: self.queue_opens_at,
+            join_check_work: self.join_check_work,
         }
         .validate()?;
         Ok(SaleSpec {
@@ -86,6 +95,7 @@ pub struct SaleTerms {
     pub ends_at: Option<DateTime<Utc>>,
     pub queue_mode: bool,
     pub queue_opens_at: Option<DateTime<Utc>>,
+    pub join_check_work: i32,
 }
 
 /// How long before the start a waiting room opens unless told otherwise.
@@ -122,6 +132,11 @@ impl SaleTerms {
         }
         if self.ends_at.is_some_and(|end| end <= self.starts_at) {
             return Err(InvalidInput("The sale must end after it starts.".into()));
+        }
+        if !(1..=MAX_CHECK_WORK).contains(&self.join_check_work) {
+            return Err(InvalidInput(format!(
+                "The bot check's size must be between 1 and {MAX_CHECK_WORK} tries."
+            )));
         }
         if self.queue_mode && self.per_customer_limit.is_none() {
             return Err(InvalidInput(QUEUE_NEEDS_LIMIT.into()));
@@ -200,6 +215,7 @@ async fn insert_sale(
                     sale_ends_at: spec.ends_at,
                     queue_mode: spec.queue_mode,
                     queue_opens_at: spec.queue_opens_at,
+                    join_check_work: spec.join_check_work,
                 })
                 .returning(Product::as_returning())
                 .get_result(conn)
@@ -262,6 +278,7 @@ pub async fn update_sale(
                     products::sale_ends_at.eq(terms.ends_at),
                     products::queue_mode.eq(terms.queue_mode),
                     products::queue_opens_at.eq(terms.queue_opens_at),
+                    products::join_check_work.eq(terms.join_check_work),
                     products::updated_at.eq(Utc::now()),
                 ))
                 .returning(Product::as_returning())
@@ -438,6 +455,12 @@ fn changes(before: &Product, after: &SaleTerms) -> String {
             opening(after.queue_opens_at)
         ));
     }
+    if before.join_check_work != after.join_check_work {
+        changed.push(format!(
+            "bot check {} → {} tries",
+            before.join_check_work, after.join_check_work
+        ));
+    }
     if changed.is_empty() {
         "saved without changes".to_string()
     } else {
@@ -578,6 +601,7 @@ mod tests {
             ends_at: None,
             queue_mode,
             queue_opens_at: opens.map(|minutes| starts_at + chrono::Duration::minutes(minutes)),
+            join_check_work: DEFAULT_JOIN_CHECK_WORK,
         }
     }
 

@@ -16,7 +16,7 @@ use crate::domain::{OrderId, OrderStatus};
 use crate::error::AppError;
 use crate::metrics;
 use crate::services::idempotency::purge_expired;
-use crate::services::{sessions, throttle};
+use crate::services::{door, sessions, throttle};
 use crate::shutdown::StopSignal;
 
 /// How many due orders one sweep takes on; the next sweep takes the rest.
@@ -35,6 +35,8 @@ pub struct JobReport {
     pub purged_login_attempts: usize,
     /// Sessions that expired, or were revoked over a day ago.
     pub purged_sessions: usize,
+    /// Spent bot checks past their expiry, and door passes past keeping.
+    pub purged_door_rows: usize,
     /// Payment attempts whose answer was looked up at the provider.
     pub settled_payments: SettleReport,
 }
@@ -90,6 +92,13 @@ pub async fn run_once(shop: &Shop) -> Result<JobReport, AppError> {
     })
     .await?;
     report.purged_sessions = db::run(&shop.pool, |conn| Ok(sessions::purge_ended(conn)?)).await?;
+    let counts = shop.door_counts.clone();
+    let window = shop.settings.security.door.window;
+    report.purged_door_rows = db::run(&shop.pool, move |conn| {
+        counts.flush(conn)?;
+        Ok(door::purge_spent(conn)? + door::purge_passes(conn, window)?)
+    })
+    .await?;
     Ok(report)
 }
 

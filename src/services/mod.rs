@@ -5,6 +5,7 @@ pub mod accounts;
 pub mod action_log;
 pub mod catalog;
 pub mod checkout;
+pub mod door;
 pub mod idempotency;
 pub mod jobs;
 pub mod ledger_audit;
@@ -65,6 +66,11 @@ pub struct Shop {
     pub sale_cache: Arc<sale_cache::SaleCache>,
     /// The gate's counts the shop pages show, at most a second old.
     pub units_left: Arc<units_left::UnitsLeft>,
+    /// Signs the door's challenges (`services::door`).
+    pub door_keys: Arc<door::DoorKeys>,
+    /// Challenges handed out and refusals at the door, until the jobs add
+    /// them to Postgres.
+    pub door_counts: Arc<door::DoorCounts>,
 }
 
 impl Shop {
@@ -145,6 +151,8 @@ impl Shop {
             sale_cache: Arc::new(sale_cache::SaleCache::new()),
             units_left: Arc::new(units_left::UnitsLeft::new()),
             fingerprint_key: Arc::new(idempotency::FingerprintKey::derive(&settings.session_key)),
+            door_keys: Arc::new(door::DoorKeys::derive(&settings.session_key)),
+            door_counts: Arc::new(door::DoorCounts::default()),
             payment_provider,
             settings: Arc::new(settings),
         })

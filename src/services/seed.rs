@@ -58,6 +58,7 @@ pub async fn seed_demo(pool: &PgPool) -> Result<Vec<String>, AppError> {
             ends_at: None,
             queue_mode: false,
             queue_opens_at: None,
+            join_check_work: crate::services::catalog::DEFAULT_JOIN_CHECK_WORK,
         },
         SaleSpec {
             name: "Studio headphones".into(),
@@ -70,6 +71,7 @@ pub async fn seed_demo(pool: &PgPool) -> Result<Vec<String>, AppError> {
             ends_at: Some(now + Duration::days(7)),
             queue_mode: false,
             queue_opens_at: None,
+            join_check_work: crate::services::catalog::DEFAULT_JOIN_CHECK_WORK,
         },
         SaleSpec {
             name: "Mechanical keyboard".into(),
@@ -81,6 +83,7 @@ pub async fn seed_demo(pool: &PgPool) -> Result<Vec<String>, AppError> {
             ends_at: None,
             queue_mode: false,
             queue_opens_at: None,
+            join_check_work: crate::services::catalog::DEFAULT_JOIN_CHECK_WORK,
         },
     ];
     for spec in sales.into_iter().chain([waiting_room_drop(now)?]) {
@@ -139,5 +142,6 @@ fn waiting_room_drop(now: chrono::DateTime<Utc>) -> Result<SaleSpec, AppError> {
         ends_at: Some(starts_at + Duration::hours(2)),
         queue_mode: true,
         queue_opens_at: Some(now - Duration::minutes(1)),
+        join_check_work: crate::services::catalog::DEFAULT_JOIN_CHECK_WORK,
     })
 }

@@ -19,7 +19,7 @@ use super::views::admin::{
 };
 use super::views::orders::{OrderPage, OrderView};
 use super::views::sale::SaleView;
-use super::views::waiting_room_admin::{panels_live_first, QueueDashboardPage};
+use super::views::waiting_room_admin::{panels_live_first, DoorPanel, QueueDashboardPage};
 use super::views::{render, Nav, Pager};
 use super::{html, see_other};
 use crate::domain::{OrderStatus, ProductId};
@@ -28,6 +28,7 @@ use crate::services::action_log::{record_done, ActionKind, AdminAction};
 use crate::services::catalog::{
     create_sale_by, find_product, list_products, update_sale, SaleSpec,
 };
+use crate::services::door::{self, Door};
 use crate::services::ledger_audit::{self, AuditReport};
 use crate::services::orders::{order_detail, search_orders};
 use crate::services::restore::restore_order;
@@ -239,8 +240,12 @@ fn sale_form(
 }
 
 #[get("/admin/products/new")]
-pub async fn new_sale_page(_admin: Admin, session: Session) -> Result<HttpResponse, AppError> {
-    let fields = SaleFields::for_new_sale(Utc::now());
+pub async fn new_sale_page(
+    shop: web::Data<Shop>,
+    _admin: Admin,
+    session: Session,
+) -> Result<HttpResponse, AppError> {
+    let fields = SaleFields::for_new_sale(Utc::now(), shop.settings.security.door.join_work);
     sale_form(&session, None, fields, None, false)
 }
 
@@ -254,7 +259,7 @@ pub async fn create_sale(
     verify_csrf(&session, &form.csrf_token)?;
     let fields = form.into_inner();
     let created = async {
-        let spec = fields.spec()?;
+        let spec = fields.spec(shop.settings.security.door.join_work)?;
         create_sale_by(&shop.pool, spec, admin.id).await
     };
     match created.await {
@@ -305,7 +310,7 @@ pub async fn edit_sale(
     let id = parse_product_id(&path)?;
     let fields = form.into_inner();
     let updated = async {
-        let terms = fields.terms()?;
+        let terms = fields.terms(shop.settings.security.door.join_work)?;
         update_sale(&shop, id, terms, admin.id).await
     };
     match updated.await {
@@ -376,9 +381,15 @@ pub async fn queues(
     session: Session,
 ) -> Result<HttpResponse, AppError> {
     let overviews = queue_overviews(&shop).await?;
+    let doors = std::iter::once(Door::SignUp)
+        .chain(overviews.iter().map(|o| Door::Join(o.product.product_id())))
+        .collect();
+    let mut doors = door::stats_of(&shop, doors).await?.into_iter();
+    let signup_door = DoorPanel::new(&doors.next().unwrap_or_default());
     let page = QueueDashboardPage {
         nav: Nav::from_session(&session),
-        queues: panels_live_first(&overviews),
+        queues: panels_live_first(&overviews.into_iter().zip(doors).collect::<Vec<_>>()),
+        signup_door,
     };
     Ok(html(StatusCode::OK, render(&page)?))
 }

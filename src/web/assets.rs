@@ -1,4 +1,4 @@
-//! The stylesheet and the page script, compiled into the binary and served
+//! The stylesheet, the page script and the bot check's widget, compiled into the binary and served
 //! under addresses that carry a hash of their content
 //! (`/static/app.<hash>.css`): a browser or CDN may keep them for a year
 //! (`immutable`), since a changed file has a new address. The plain
@@ -13,6 +13,11 @@ use crate::error::AppError;
 
 const STYLESHEET: &str = include_str!("../../templates/static/app.css");
 const SCRIPT: &str = include_str!("../../templates/static/app.js");
+// The ALTCHA widget for the door's bot check, from its npm package
+// (`scripts/vendor-altcha`), served from here so no page calls out.
+const BOT_CHECK_SCRIPT: &str = include_str!("../../templates/static/vendor/altcha/altcha.js");
+const BOT_CHECK_STYLESHEET: &str = include_str!("../../templates/static/vendor/altcha/altcha.css");
+const BOT_CHECK_WORKER: &str = include_str!("../../templates/static/vendor/altcha/pbkdf2.js");
 
 /// A year: the longest `max-age` caches honour.
 const FOREVER: &str = "public, max-age=31536000, immutable";
@@ -51,6 +56,30 @@ static CSS: LazyLock<Asset> =
     LazyLock::new(|| Asset::new("app", "css", STYLESHEET, "text/css; charset=utf-8"));
 static JS: LazyLock<Asset> =
     LazyLock::new(|| Asset::new("app", "js", SCRIPT, "text/javascript; charset=utf-8"));
+static BOT_CHECK_JS: LazyLock<Asset> = LazyLock::new(|| {
+    Asset::new(
+        "altcha",
+        "js",
+        BOT_CHECK_SCRIPT,
+        "text/javascript; charset=utf-8",
+    )
+});
+static BOT_CHECK_CSS: LazyLock<Asset> = LazyLock::new(|| {
+    Asset::new(
+        "altcha",
+        "css",
+        BOT_CHECK_STYLESHEET,
+        "text/css; charset=utf-8",
+    )
+});
+static BOT_CHECK_WORKER_JS: LazyLock<Asset> = LazyLock::new(|| {
+    Asset::new(
+        "altcha-pbkdf2",
+        "js",
+        BOT_CHECK_WORKER,
+        "text/javascript; charset=utf-8",
+    )
+});
 
 /// The stylesheet's address, as pages link it.
 pub fn stylesheet_url() -> &'static str {
@@ -60,6 +89,20 @@ pub fn stylesheet_url() -> &'static str {
 /// The page script's address, as pages link it.
 pub fn script_url() -> &'static str {
     &JS.url
+}
+
+/// The bot check's widget, its stylesheet and its worker, for the pages
+/// with a door (sign-up, joining a waiting room).
+pub fn bot_check_script_url() -> &'static str {
+    &BOT_CHECK_JS.url
+}
+
+pub fn bot_check_stylesheet_url() -> &'static str {
+    &BOT_CHECK_CSS.url
+}
+
+pub fn bot_check_worker_url() -> &'static str {
+    &BOT_CHECK_WORKER_JS.url
 }
 
 pub fn routes(cfg: &mut web::ServiceConfig) {
@@ -84,7 +127,14 @@ pub async fn script() -> HttpResponse {
 #[get("/static/{file}")]
 pub async fn hashed(file: web::Path<String>) -> Result<HttpResponse, AppError> {
     let path = format!("/static/{file}");
-    if let Some(asset) = [&*CSS, &*JS].into_iter().find(|asset| asset.url == path) {
+    let assets = [
+        &*CSS,
+        &*JS,
+        &*BOT_CHECK_JS,
+        &*BOT_CHECK_CSS,
+        &*BOT_CHECK_WORKER_JS,
+    ];
+    if let Some(asset) = assets.into_iter().find(|asset| asset.url == path) {
         return Ok(asset.response(FOREVER));
     }
     let other_build = |extension: &str| {

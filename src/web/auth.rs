@@ -1,9 +1,8 @@
-use std::net::{IpAddr, Ipv4Addr};
-
 use crate::web::session_cookie::Session;
-use actix_web::http::StatusCode;
+use actix_web::http::{header, StatusCode};
 use actix_web::{get, post, web, HttpRequest, HttpResponse, ResponseError};
 
+use super::door::client_ip;
 use super::forms::{
     safe_return_path, Credentials, CredentialsForm, CsrfOnlyForm, SignInAttempt, SignInQuery,
 };
@@ -11,10 +10,9 @@ use super::session::{self, verify_csrf, SignedIn};
 use super::views::auth::{AuthPage, WelcomePage};
 use super::views::{render, Nav};
 use super::{html, see_other};
-use crate::config::TrustedProxies;
 use crate::domain::Role;
-use crate::error::AppError;
-use crate::services::accounts::{sign_in, sign_up};
+use crate::error::{AppError, DoorRefusal};
+use crate::services::accounts::{sign_in, sign_up_at_door};
 use crate::services::Shop;
 
 pub fn routes(cfg: &mut web::ServiceConfig) {
@@ -38,14 +36,21 @@ fn auth_page(
         nav: Nav::from_session(session),
         is_signup,
         email: email.chars().take(254).collect(),
-        error: error.map(|e| e.to_string()),
+        error: error.map(super::error::in_words),
         next: return_to.unwrap_or_default(),
         notice,
     };
     let status = error
         .map(ResponseError::status_code)
         .unwrap_or(StatusCode::OK);
-    Ok(html(status, render(&page)?))
+    let mut response = html(status, render(&page)?);
+    if let Some(AppError::DoorRefused(DoorRefusal::TooMany { retry_after, .. })) = error {
+        response.headers_mut().insert(
+            header::RETRY_AFTER,
+            header::HeaderValue::from(retry_after.as_secs().max(1)),
+        );
+    }
+    Ok(response)
 }
 
 /// Why the sign-in page was shown, when another page sent the customer.
@@ -88,7 +93,10 @@ fn form_or_error(
     error: AppError,
 ) -> Result<HttpResponse, AppError> {
     match error {
-        AppError::Invalid(_) | AppError::Conflict { .. } | AppError::Forbidden(_) => {
+        AppError::Invalid(_)
+        | AppError::Conflict { .. }
+        | AppError::Forbidden(_)
+        | AppError::DoorRefused(_) => {
             auth_page(session, is_signup, email, return_to, None, Some(&error))
         }
         other => Err(other),
@@ -99,13 +107,15 @@ fn form_or_error(
 pub async fn signup(
     shop: web::Data<Shop>,
     session: Session,
+    request: HttpRequest,
     form: web::Form<CredentialsForm>,
 ) -> Result<HttpResponse, AppError> {
     verify_csrf(&session, &form.csrf_token)?;
     let return_to = safe_return_path(&form.next);
     let attempt = async {
         let Credentials { email, password } = form.sign_up()?;
-        sign_up(&shop.pool, email, password, Role::Customer).await
+        let ip = client_ip(&request, &shop.settings.security.trusted_proxies);
+        sign_up_at_door(&shop, email, password, form.altcha.clone(), ip).await
     };
     match attempt.await {
         Ok(account) => {
@@ -114,21 +124,6 @@ pub async fn signup(
         }
         Err(error) => form_or_error(&session, true, &form.email, return_to, error),
     }
-}
-
-/// The address sign-in throttling counts against: the TCP peer, or what a
-/// trusted proxy in front of us says the client was.
-fn client_ip(request: &HttpRequest, proxies: &TrustedProxies) -> IpAddr {
-    let peer = request
-        .peer_addr()
-        .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |addr| addr.ip());
-    let forwarded_for = request
-        .headers()
-        .get_all("X-Forwarded-For")
-        .filter_map(|value| value.to_str().ok())
-        .flat_map(|value| value.split(','))
-        .collect::<Vec<_>>();
-    proxies.client_ip(peer, forwarded_for.into_iter())
 }
 
 #[post("/login")]

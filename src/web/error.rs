@@ -15,7 +15,7 @@ use askama::Template;
 use super::views::render;
 use super::{html, MAX_FORM_BYTES};
 use crate::domain::{Refusal, SaleState};
-use crate::error::{AppError, PassRefusal};
+use crate::error::{AppError, DoorRefusal, PassRefusal};
 
 #[derive(Template)]
 #[template(path = "error.html")]
@@ -23,6 +23,11 @@ pub struct ErrorPage<'a> {
     pub status: u16,
     pub title: &'a str,
     pub message: &'a str,
+}
+
+/// What a form shown again with `error` says above its fields.
+pub fn in_words(error: &AppError) -> String {
+    title_and_message(error).1.into_owned()
 }
 
 /// The heading and the explanation a customer reads for `error`.
@@ -38,6 +43,7 @@ fn title_and_message(error: &AppError) -> (&'static str, Cow<'static, str>) {
         ),
         AppError::Refused(refusal) => refusal_in_words(refusal),
         AppError::PassRefused(refusal) => pass_refusal_in_words(*refusal),
+        AppError::DoorRefused(refusal) => door_refusal_in_words(*refusal),
         AppError::Conflict { title, message } => (title, Cow::Owned(message.clone())),
         AppError::KeyReused => (
             "Conflicting reuse of key",
@@ -73,6 +79,40 @@ fn title_and_message(error: &AppError) -> (&'static str, Cow<'static, str>) {
         AppError::Internal(_) => (
             "Something went wrong",
             "An unexpected error stopped this request. Nothing was charged. Please try again; if it keeps happening, contact support.".into(),
+        ),
+    }
+}
+
+/// What a visitor turned away at sign-up or a waiting room reads.
+fn door_refusal_in_words(refusal: DoorRefusal) -> (&'static str, Cow<'static, str>) {
+    match refusal {
+        DoorRefusal::NotSolved => (
+            "The bot check is not finished",
+            "To keep bots from taking the places, your browser solves a small puzzle before this form can be sent; it takes a moment and needs JavaScript. Nothing was done. Turn JavaScript on for this shop, wait for the check to say it is done, and send the form again.".into(),
+        ),
+        DoorRefusal::Invalid => (
+            "The bot check did not pass",
+            "The answer to the bot check was not one this shop can accept, so nothing was done. Reload the page and try again.".into(),
+        ),
+        DoorRefusal::Expired => (
+            "The bot check ran out",
+            "The bot check is good for ten minutes and this one ran out, so nothing was done. Reload the page and send the form again.".into(),
+        ),
+        DoorRefusal::Spent => (
+            "The bot check was already used",
+            "Each bot check works once and this one was already used, so nothing was done. Reload the page for a new one.".into(),
+        ),
+        DoorRefusal::TooMany { signing_up, retry_after } => (
+            "Too many from your network",
+            Cow::Owned(format!(
+                "{} from your network address in the last hour, so this one was not taken. Try again in {}.",
+                if signing_up { "Too many accounts were created" } else { "Too many people joined this waiting room" },
+                wait_in_words(retry_after)
+            )),
+        ),
+        DoorRefusal::Unconfirmed => (
+            "Confirm your email address first",
+            "Waiting rooms are open to confirmed addresses only, one place per person. We sent you a link when you signed up; open it, then join again. Nothing was done.".into(),
         ),
     }
 }
@@ -195,7 +235,11 @@ impl ResponseError for AppError {
             | AppError::KeyReused
             | AppError::KeyInProgress
             | AppError::KeyTaken => StatusCode::CONFLICT,
-            AppError::TooManyAttempts { .. } => StatusCode::TOO_MANY_REQUESTS,
+            AppError::TooManyAttempts { .. }
+            | AppError::DoorRefused(DoorRefusal::TooMany { .. }) => StatusCode::TOO_MANY_REQUESTS,
+            AppError::DoorRefused(DoorRefusal::Unconfirmed) => StatusCode::FORBIDDEN,
+            AppError::DoorRefused(DoorRefusal::Spent) => StatusCode::CONFLICT,
+            AppError::DoorRefused(_) => StatusCode::UNPROCESSABLE_ENTITY,
             AppError::Busy
             | AppError::Unavailable(_)
             | AppError::OutcomeUnknown(_)
@@ -228,7 +272,8 @@ impl ResponseError for AppError {
         let (title, message) = title_and_message(self);
         let mut response = HttpResponse::build(status);
         match self {
-            AppError::TooManyAttempts { retry_after } => {
+            AppError::TooManyAttempts { retry_after }
+            | AppError::DoorRefused(DoorRefusal::TooMany { retry_after, .. }) => {
                 response.insert_header((header::RETRY_AFTER, retry_after.as_secs().max(1)));
             }
             _ if status == StatusCode::SERVICE_UNAVAILABLE => {

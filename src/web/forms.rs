@@ -48,6 +48,10 @@ pub struct CredentialsForm {
     pub password: String,
     #[serde(default)]
     pub csrf_token: String,
+    /// The solved bot check, as the ALTCHA widget puts it in the form
+    /// (sign-up only).
+    #[serde(default)]
+    pub altcha: String,
     /// Where to go once signed in (kept only if `safe_return_path` agrees).
     #[serde(default)]
     pub next: String,
@@ -244,6 +248,10 @@ pub struct SaleFields {
     /// The waiting room's opening; empty means 15 minutes before the start.
     #[serde(default)]
     pub queue_opens_at: String,
+    /// The bot check's size for joining; empty means the shop's default
+    /// (`JOIN_CHECK_WORK`).
+    #[serde(default)]
+    pub join_check_work: String,
     #[serde(default)]
     pub csrf_token: String,
 }
@@ -284,11 +292,13 @@ fn parse_whole(raw: &str, what: &str) -> Result<i32, InvalidInput> {
 }
 
 impl SaleFields {
-    /// A blank form for a new sale: ten units, starting an hour from `now`.
-    pub fn for_new_sale(now: DateTime<Utc>) -> SaleFields {
+    /// A blank form for a new sale: ten units, starting an hour from `now`,
+    /// the shop's default bot check.
+    pub fn for_new_sale(now: DateTime<Utc>, check_work: i32) -> SaleFields {
         SaleFields {
             stock: "10".into(),
             starts_at: form_time(&(now + chrono::Duration::hours(1))),
+            join_check_work: check_work.to_string(),
             ..SaleFields::default()
         }
     }
@@ -317,6 +327,7 @@ impl SaleFields {
                 .as_ref()
                 .map(form_time)
                 .unwrap_or_default(),
+            join_check_work: sale.join_check_work.to_string(),
             csrf_token: String::new(),
         }
     }
@@ -326,14 +337,15 @@ impl SaleFields {
         parse_checkbox(&self.queue_mode).unwrap_or(false)
     }
 
-    /// The terms an edit may change (everything but stock), checked.
-    pub fn terms(&self) -> Result<SaleTerms, InvalidInput> {
-        self.unchecked_terms()?.validate()
+    /// The terms an edit may change (everything but stock), checked;
+    /// `check_work` where the bot check's size was left empty.
+    pub fn terms(&self, check_work: i32) -> Result<SaleTerms, InvalidInput> {
+        self.unchecked_terms(check_work)?.validate()
     }
 
     /// A new sale: its terms and its opening stock, checked.
-    pub fn spec(&self) -> Result<SaleSpec, InvalidInput> {
-        let terms = self.unchecked_terms()?;
+    pub fn spec(&self, check_work: i32) -> Result<SaleSpec, InvalidInput> {
+        let terms = self.unchecked_terms(check_work)?;
         SaleSpec {
             name: terms.name,
             description: terms.description,
@@ -344,12 +356,17 @@ impl SaleFields {
             ends_at: terms.ends_at,
             queue_mode: terms.queue_mode,
             queue_opens_at: terms.queue_opens_at,
+            join_check_work: terms.join_check_work,
         }
         .validate()
     }
 
     /// Each field read into its type, before the rules across fields.
-    fn unchecked_terms(&self) -> Result<SaleTerms, InvalidInput> {
+    fn unchecked_terms(&self, check_work: i32) -> Result<SaleTerms, InvalidInput> {
+        let join_check_work = match self.join_check_work.trim() {
+            "" => check_work,
+            raw => parse_whole(&raw.replace(',', ""), "bot check's size")?,
+        };
         let per_customer_limit = match self.per_customer_limit.trim() {
             "" => None,
             raw => Some(parse_whole(raw, "per-customer limit")?),
@@ -367,6 +384,7 @@ impl SaleFields {
             queue_mode: parse_checkbox(&self.queue_mode)
                 .ok_or_else(|| InvalidInput("Queue mode is a checkbox: ticked or not.".into()))?,
             queue_opens_at: parse_form_time(&self.queue_opens_at, "waiting-room opening")?,
+            join_check_work,
         })
     }
 }

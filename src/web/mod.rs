@@ -3,7 +3,7 @@
 //!
 //! - one file per area holds its handlers and registers its routes
 //!   (`shop`, `waiting_room` (the waiting room and its draw), `cart`, `orders`,
-//!   `auth`, `admin`, `action_log`, `operations`, `health`, `assets`); `routes` below puts them together;
+//!   `auth`, `door` (the bot check's challenges), `admin`, `action_log`, `operations`, `health`, `assets`); `routes` below puts them together;
 //! - `views/` holds what each area's pages show (template structs and view
 //!   data), `format` how pages write times and money;
 //! - `forms` holds every form and query string the shop accepts, and their
@@ -20,6 +20,7 @@ pub mod admin;
 pub mod assets;
 pub mod auth;
 pub mod cart;
+pub mod door;
 pub mod error;
 pub mod format;
 pub mod forms;
@@ -61,6 +62,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     .configure(shop::routes)
     .configure(waiting_room::routes)
     .configure(auth::routes)
+    .configure(door::routes)
     .configure(cart::routes)
     .configure(orders::routes)
     .configure(admin::routes)

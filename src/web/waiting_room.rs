@@ -10,9 +10,10 @@
 use crate::web::session_cookie::{Session, SessionStatus};
 use actix_web::http::header::{self, HeaderValue};
 use actix_web::http::StatusCode;
-use actix_web::{get, post, web, HttpResponse};
+use actix_web::{get, post, web, HttpRequest, HttpResponse};
 use chrono::Utc;
 
+use super::door::client_ip;
 use super::forms::parse_product_id;
 use super::session::{verify_csrf, SignedIn};
 use super::views::draw::DrawPage;
@@ -38,6 +39,9 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
 pub struct JoinForm {
     #[serde(default)]
     pub csrf_token: String,
+    /// The solved bot check, as the ALTCHA widget puts it in the form.
+    #[serde(default)]
+    pub altcha: String,
 }
 
 /// Joins the waiting room (joining again keeps the same place) and sends
@@ -47,12 +51,15 @@ pub async fn join(
     shop: web::Data<Shop>,
     SignedIn(account): SignedIn,
     session: Session,
+    request: HttpRequest,
     path: web::Path<String>,
     form: web::Form<JoinForm>,
 ) -> Result<HttpResponse, AppError> {
     verify_csrf(&session, &form.csrf_token)?;
     let product = parse_product_id(&path)?;
-    waiting_room::join(&shop, account.id, product).await?;
+    let ip = client_ip(&request, &shop.settings.security.trusted_proxies);
+    let bot_check = form.into_inner().altcha;
+    waiting_room::join_at_door(&shop, account.id, product, bot_check, ip).await?;
     Ok(see_other(&waiting_page_path(product)))
 }
 

@@ -310,10 +310,7 @@ async fn accounts_give_clear_answers() {
     let again = app.browser();
     expect(
         again
-            .post_form(
-                "/signup",
-                &[("email", "Taken@Example.com"), ("password", PASSWORD)],
-            )
+            .sign_up_form(&[("email", "Taken@Example.com"), ("password", PASSWORD)])
             .await,
         StatusCode::CONFLICT,
         "already exists",
@@ -321,10 +318,7 @@ async fn accounts_give_clear_answers() {
     .await;
     expect(
         again
-            .post_form(
-                "/signup",
-                &[("email", "not-an-email"), ("password", PASSWORD)],
-            )
+            .sign_up_form(&[("email", "not-an-email"), ("password", PASSWORD)])
             .await,
         StatusCode::UNPROCESSABLE_ENTITY,
         "email address",
@@ -332,10 +326,7 @@ async fn accounts_give_clear_answers() {
     .await;
     expect(
         again
-            .post_form(
-                "/signup",
-                &[("email", "new@example.com"), ("password", "short")],
-            )
+            .sign_up_form(&[("email", "new@example.com"), ("password", "short")])
             .await,
         StatusCode::UNPROCESSABLE_ENTITY,
         "at least 8",

@@ -290,14 +290,11 @@ async fn signing_up_confirms_and_returns_to_the_sale() {
     let newcomer = app.browser();
     let next = format!("/products/{product}");
     let response = newcomer
-        .post_form(
-            "/signup",
-            &[
-                ("email", "newcomer@example.com"),
-                ("password", PASSWORD),
-                ("next", &next),
-            ],
-        )
+        .sign_up_form(&[
+            ("email", "newcomer@example.com"),
+            ("password", PASSWORD),
+            ("next", &next),
+        ])
         .await;
     let welcome = format!("/welcome?next=%2Fproducts%2F{product}");
     expect_redirect(&response, &welcome);

@@ -488,6 +488,7 @@ async fn create_named_product(app: &TestApp, name: &str, stock: i32, cents: i64)
             ends_at: Some(chrono::Utc::now() + chrono::Duration::hours(2)),
             queue_mode: false,
             queue_opens_at: None,
+            join_check_work: 1,
         },
     )
     .await
@@ -658,6 +659,7 @@ async fn buttons_open_by_themselves_at_the_opening_second_in_chromium() {
             ends_at: None,
             queue_mode: false,
             queue_opens_at: None,
+            join_check_work: 1,
         },
     )
     .await

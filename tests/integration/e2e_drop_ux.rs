@@ -330,6 +330,7 @@ async fn signing_in_returns_to_the_sale_in_chromium() {
             ends_at: None,
             queue_mode: false,
             queue_opens_at: None,
+            join_check_work: 1,
         },
     )
     .await

@@ -192,13 +192,14 @@ proptest! {
         ends_at in prop_oneof![hostile_text(), Just(String::new())],
         queue_mode in prop_oneof![hostile_text(), Just(String::new()), Just("on".to_string())],
         queue_opens_at in prop_oneof![hostile_text(), Just(String::new()), Just("2026-12-01T08:45".to_string())],
+        join_check_work in prop_oneof![hostile_text(), Just(String::new()), Just("2,000".to_string()), Just("0".to_string())],
     ) {
         let fields = SaleFields {
             name, description, price, stock, per_customer_limit: limit, starts_at, ends_at,
-            queue_mode, queue_opens_at,
+            queue_mode, queue_opens_at, join_check_work,
             csrf_token: String::new(),
         };
-        match fields.spec() {
+        match fields.spec(1) {
             Ok(spec) => {
                 prop_assert!(!spec.name.is_empty() && spec.name.chars().count() <= 200);
                 prop_assert!(!spec.name.chars().any(char::is_control));
@@ -211,10 +212,12 @@ proptest! {
                 // What the products table's queue checks demand, and no opening without a queue.
                 prop_assert!(!spec.queue_mode || spec.per_customer_limit.is_some());
                 prop_assert!(spec.queue_opens_at.is_none_or(|opens| spec.queue_mode && opens <= spec.starts_at));
+                // What the products table's check on the bot check's size demands.
+                prop_assert!((1..=1_000_000).contains(&spec.join_check_work));
             }
             Err(error) => assert_safe_message(error.into()),
         }
-        if let Err(error) = fields.terms() {
+        if let Err(error) = fields.terms(1) {
             assert_safe_message(error.into());
         }
     }
@@ -253,7 +256,7 @@ proptest! {
         let storable = ticked.is_some_and(|queue| {
             (!queue || !limit.is_empty()) && (opening.is_empty() || queue) && opens_in_time
         });
-        match (fields.spec(), fields.terms()) {
+        match (fields.spec(1), fields.terms(1)) {
             (Ok(spec), Ok(terms)) => {
                 prop_assert!(storable, "accepted {queue_mode:?} {limit:?} {opening:?}");
                 prop_assert_eq!(spec.queue_mode, ticked == Some(true));
@@ -297,10 +300,11 @@ proptest! {
             fence: 0,
             queue_mode: queue.is_some(),
             queue_opens_at,
+            join_check_work: 2_000,
         };
         let fields = SaleFields::of(&SaleSpec::of(&product));
         prop_assert_eq!(fields.queue_ticked(), product.queue_mode);
-        let spec = fields.spec().unwrap();
+        let spec = fields.spec(1).unwrap();
         prop_assert_eq!(spec.name, name);
         prop_assert_eq!(spec.description, description);
         prop_assert_eq!(spec.price.cents(), cents);
@@ -310,7 +314,7 @@ proptest! {
         prop_assert_eq!(spec.ends_at, product.sale_ends_at);
         prop_assert_eq!(spec.queue_mode, product.queue_mode);
         prop_assert_eq!(spec.queue_opens_at, product.queue_opens_at);
-        let terms = fields.terms().unwrap();
+        let terms = fields.terms(1).unwrap();
         prop_assert_eq!(terms.queue_mode, product.queue_mode);
         prop_assert_eq!(terms.queue_opens_at, product.queue_opens_at);
     }
@@ -355,7 +359,7 @@ proptest! {
             form::<CartForm>(&body).and_then(|f| f.removal().err()),
             form::<PayForm>(&body).and_then(|f| f.card().err()),
             form::<AdjustForm>(&body).and_then(|f| f.adjustment().err()),
-            form::<SaleFields>(&body).and_then(|f| f.spec().err().map(AppError::from)),
+            form::<SaleFields>(&body).and_then(|f| f.spec(1).err().map(AppError::from)),
             form::<OrderSearch>(&body).and_then(|f| f.filter().err()),
         ]
         .into_iter()
@@ -393,13 +397,13 @@ fn a_nul_in_a_name_description_or_reason_is_refused() {
         starts_at: "2026-12-01T09:00".into(),
         ..SaleFields::default()
     };
-    assert!(fields.spec().unwrap_err().0.contains("control characters"));
+    assert!(fields.spec(1).unwrap_err().0.contains("control characters"));
     let fields = SaleFields {
         name: "Lamp".into(),
         description: "bright\0".into(),
         ..fields
     };
-    assert!(fields.spec().is_err());
+    assert!(fields.spec(1).is_err());
     let form = AdjustForm {
         delta: "5".into(),
         reason: "found\0".into(),
@@ -422,6 +426,6 @@ fn sale_years_postgres_cannot_store_are_refused() {
             starts_at: start.into(),
             ..SaleFields::default()
         };
-        assert!(fields.spec().is_err(), "{start} should be refused");
+        assert!(fields.spec(1).is_err(), "{start} should be refused");
     }
 }

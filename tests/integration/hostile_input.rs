@@ -270,8 +270,8 @@ async fn every_form_field_refuses_hostile_values_and_writes_nothing() {
     // shown escaped); the rest of the form must be refused as typed.
     let fields = scene.sale_fields();
     let base: Vec<(&str, &str)> = fields.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let spec = |f: &SaleFields| f.spec().is_ok();
-    let terms = |f: &SaleFields| f.terms().is_ok();
+    let spec = |f: &SaleFields| f.spec(1).is_ok();
+    let terms = |f: &SaleFields| f.terms(1).is_ok();
     let edit = format!("/admin/products/{}/edit", scene.upcoming);
     let mut created = 0;
     for (field, _) in &fields {

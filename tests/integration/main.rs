@@ -7,6 +7,7 @@ mod helpers;
 mod admin_console;
 mod bad_input;
 mod crash_recovery;
+mod door;
 mod drop_ux;
 mod e2e_browser;
 mod e2e_drop_ux;

@@ -227,10 +227,7 @@ async fn a_copied_cookie_is_useless_after_sign_out() {
     let app = spawn_app().await;
     let (browser, jar) = browser_with_jar(&app);
     let signed_up = browser
-        .post_form(
-            "/signup",
-            &[("email", "copied@example.com"), ("password", PASSWORD)],
-        )
+        .sign_up_form(&[("email", "copied@example.com"), ("password", PASSWORD)])
         .await;
     expect_redirect(&signed_up, "/welcome");
     let copied = cookie_header(&jar, &app);
@@ -491,18 +488,12 @@ async fn passwords_and_card_numbers_are_never_logged_or_echoed() {
     let browser = app.browser();
 
     let short = browser
-        .post_form(
-            "/signup",
-            &[("email", "short@example.com"), ("password", SHORT_SECRET)],
-        )
+        .sign_up_form(&[("email", "short@example.com"), ("password", SHORT_SECRET)])
         .await;
     let page = expect_page(short, StatusCode::UNPROCESSABLE_ENTITY, "at least 8").await;
     assert!(!page.contains(SHORT_SECRET));
     let signed_up = browser
-        .post_form(
-            "/signup",
-            &[("email", "logged@example.com"), ("password", SIGNUP_SECRET)],
-        )
+        .sign_up_form(&[("email", "logged@example.com"), ("password", SIGNUP_SECRET)])
         .await;
     expect_redirect(&signed_up, "/welcome");
     let page = expect_page(

@@ -44,7 +44,7 @@ async fn second_instance(app: &TestApp, customize: impl FnOnce(&mut Settings)) -
 async fn signed_up_cookie(app: &TestApp, email: &str) -> (Browser, String) {
     let (browser, jar) = browser_with_jar(app);
     let signed_up = browser
-        .post_form("/signup", &[("email", email), ("password", PASSWORD)])
+        .sign_up_form(&[("email", email), ("password", PASSWORD)])
         .await;
     expect_redirect(&signed_up, "/welcome");
     let cookie = cookie_header(&jar, app);

@@ -26,6 +26,7 @@ async fn sale(
             ends_at: ends_in.map(|d| Utc::now() + d),
             queue_mode: false,
             queue_opens_at: None,
+            join_check_work: 1,
         },
     )
     .await
@@ -631,6 +632,7 @@ async fn the_sale_state_is_worked_out_when_the_page_is_shown() {
                 ends_at: None,
                 queue_mode: false,
                 queue_opens_at: None,
+                join_check_work: 1,
             },
         )
         .await

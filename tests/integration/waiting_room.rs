@@ -890,9 +890,7 @@ async fn the_draw_is_held_to_its_commitments() {
     }
 
     let me = app.customer("committed@example.com").await;
-    let joined = me
-        .post_form(&format!("/products/{product}/queue"), &[])
-        .await;
+    let joined = me.join_waiting_room(product.get()).await;
     expect_redirect(&joined, &format!("/products/{product}/queue"));
     let page = waiting_page(&me, product).await;
     assert!(
@@ -1442,10 +1440,7 @@ async fn a_crowd_buys_exactly_the_stock_in_the_published_order() {
     let product = queue_sale(&app, 5, 1).await;
     let people = shoppers(&app, 20, "crowd").await;
     for shopper in &people {
-        let joined = shopper
-            .web
-            .post_form(&format!("/products/{product}/queue"), &[])
-            .await;
+        let joined = shopper.web.join_waiting_room(product.get()).await;
         expect_redirect(&joined, &format!("/products/{product}/queue"));
     }
     start_in(&app, product, 1_000);

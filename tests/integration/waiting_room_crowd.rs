@@ -138,14 +138,7 @@ async fn queue_json(buyer: &Browser, product: i64) -> Option<serde_json::Value> 
 }
 
 async fn join(buyer: &Browser, product: i64) -> StatusCode {
-    let token = buyer.csrf().await;
-    buyer
-        .post(
-            &format!("/products/{product}/queue"),
-            &[("csrf_token", token.as_str())],
-        )
-        .await
-        .status()
+    buyer.join_waiting_room(product).await.status()
 }
 
 /// Everyone joins, `wave` at a time, each wave released at once.
@@ -156,11 +149,12 @@ async fn join_all(buyers: &[Browser], product: i64, wave: usize) {
             let barrier = barrier.clone();
             tokio::spawn(async move {
                 let token = buyer.csrf().await;
+                let solved = buyer.bot_check(product).await;
                 barrier.wait().await;
                 buyer
                     .post(
                         &format!("/products/{product}/queue"),
-                        &[("csrf_token", token.as_str())],
+                        &[("csrf_token", token.as_str()), ("altcha", solved.as_str())],
                     )
                     .await
                     .status()

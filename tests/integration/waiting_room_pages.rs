@@ -36,6 +36,7 @@ pub async fn queue_sale(
             ends_at: None,
             queue_mode: true,
             queue_opens_at: opens_before.map(|before| starts_at - before),
+            join_check_work: 1,
         },
     )
     .await
@@ -94,8 +95,7 @@ pub fn state_is(state: &'static str) -> impl Fn(&Value) -> bool {
 }
 
 pub async fn join(who: &Browser, product: i64) -> reqwest::Response {
-    who.post_form(&format!("/products/{product}/queue"), &[])
-        .await
+    who.join_waiting_room(product).await
 }
 
 fn entries(app: &TestApp, product: i64) -> i64 {
@@ -1261,6 +1261,7 @@ async fn when_the_sale_ends_the_waiting_room_says_it_is_closed() {
             ends_at: Some(starts_at + Duration::seconds(3)),
             queue_mode: true,
             queue_opens_at: None,
+            join_check_work: 1,
         },
     )
     .await

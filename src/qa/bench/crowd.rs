@@ -180,10 +180,25 @@ pub(super) async fn join_waiting_room(
         .map(|customer| {
             let client = client.clone();
             async move {
+                // The bench's sales set a one-try check: the door is
+                // passed (solved, spent, counted) as a browser passes it.
+                let challenge: altcha::Challenge = serde_json::from_str(
+                    &client
+                        .get(format!("{address}/door/challenge?sale={product}"))
+                        .send()
+                        .await?
+                        .error_for_status()?
+                        .text()
+                        .await?,
+                )?;
+                let solved = crate::qa::harness::solve(challenge).await?;
                 let response = client
                     .post(format!("{address}/products/{product}/queue"))
                     .header(reqwest::header::COOKIE, &customer.cookie)
-                    .form(&[("csrf_token", customer.csrf.as_str())])
+                    .form(&[
+                        ("csrf_token", customer.csrf.as_str()),
+                        ("altcha", solved.as_str()),
+                    ])
                     .send()
                     .await?;
                 anyhow::ensure!(

@@ -31,6 +31,7 @@ fn sale(name: String, stock: i32, limit: Option<i32>) -> SaleSpec {
         ends_at: None,
         queue_mode: false,
         queue_opens_at: None,
+        join_check_work: 1,
     }
 }
 
@@ -86,6 +87,7 @@ pub(super) async fn queue_sale_starting(
         starts_at,
         queue_mode: true,
         queue_opens_at: Some(Utc::now() - chrono::Duration::minutes(1)),
+        join_check_work: 1,
         ..sale(name.into(), stock, Some(1))
     };
     Ok(create_product(pool, spec).await?.id)

@@ -17,6 +17,22 @@ pub fn csrf_token(html: &str) -> Option<String> {
         .map(|c| c[1].to_string())
 }
 
+/// Solves `challenge` on the blocking pool (it is CPU work, as in a
+/// browser's worker): the base64 JSON the widget puts in the form.
+pub async fn solve(challenge: altcha::Challenge) -> anyhow::Result<String> {
+    use base64::Engine;
+    tokio::task::spawn_blocking(move || {
+        let solution = altcha::solve_challenge(altcha::SolveChallengeOptions::new(&challenge))?
+            .ok_or_else(|| anyhow!("the bot check was not solved in time"))?;
+        let payload = serde_json::to_vec(&altcha::Payload {
+            challenge,
+            solution,
+        })?;
+        Ok(base64::engine::general_purpose::STANDARD.encode(payload))
+    })
+    .await?
+}
+
 /// One session with the shop; clones share its cookies and connections.
 #[derive(Clone)]
 pub struct Browser {
@@ -74,10 +90,52 @@ impl Browser {
         Ok(self.post(path, &fields).await?)
     }
 
-    /// Creates the account; the shop signs it in, in a new session.
+    /// Creates the account, through the door's bot check as the sign-up
+    /// page's widget passes it; the shop signs it in, in a new session.
     pub async fn sign_up(&self, email: &str, password: &str) -> anyhow::Result<Response> {
-        self.post_form("/signup", &[("email", email), ("password", password)])
+        self.post_sign_up(&[("email", email), ("password", password)])
             .await
+    }
+
+    /// The sign-up form with `fields`, its bot check solved.
+    pub async fn post_sign_up(&self, fields: &[(&str, &str)]) -> anyhow::Result<Response> {
+        let solved = self.solve_bot_check(None).await?;
+        let mut fields = fields.to_vec();
+        fields.push(("altcha", &solved));
+        self.post_form("/signup", &fields).await
+    }
+
+    /// Joins `product`'s waiting room as its join form does, bot check
+    /// solved. The answer is left to the caller (a 303 to the waiting page).
+    pub async fn join_waiting_room(&self, product: i64) -> anyhow::Result<Response> {
+        // No challenge for a sale without a waiting room: the join is sent
+        // without one, and the shop's answer says why.
+        let solved = self
+            .solve_bot_check(Some(product))
+            .await
+            .unwrap_or_default();
+        self.post_form(
+            &format!("/products/{product}/queue"),
+            &[("altcha", &solved)],
+        )
+        .await
+    }
+
+    /// Fetches a challenge for the door of sign-up (`None`) or of a sale's
+    /// waiting room and solves it as the ALTCHA widget does: the form
+    /// field's value.
+    pub async fn solve_bot_check(&self, sale: Option<i64>) -> anyhow::Result<String> {
+        let path = match sale {
+            Some(sale) => format!("/door/challenge?sale={sale}"),
+            None => "/door/challenge".into(),
+        };
+        let response = self.get(&path).await?;
+        let status = response.status();
+        if status != StatusCode::OK {
+            bail!("GET {path} answered {status}");
+        }
+        let challenge: altcha::Challenge = serde_json::from_str(&response.text().await?)?;
+        solve(challenge).await
     }
 
     pub async fn sign_in(&self, email: &str, password: &str) -> anyhow::Result<()> {

@@ -8,7 +8,7 @@ mod cards;
 mod database;
 mod served;
 
-pub use browser::{csrf_token, Browser};
+pub use browser::{csrf_token, solve, Browser};
 pub use cards::{DECLINED_CARD, GOOD_CARD, LOST_ANSWER_CARD, SLOW_CARD};
 pub use database::{Count, ScratchDb};
 pub use served::ServedShop;

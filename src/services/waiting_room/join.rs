@@ -11,6 +11,7 @@
 //! late place gets the next position under the room's row lock.
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use tokio::sync::oneshot;
@@ -24,19 +25,30 @@ use crate::db::{self, PgPool};
 use crate::domain::draw::Ticket;
 use crate::domain::{CustomerId, ProductId};
 use crate::error::AppError;
-use crate::services::Shop;
+use crate::services::{door, Shop};
 
 /// Join transactions a process runs at once: one's statements run while
 /// the other waits for its commit to reach the disk.
 const WRITERS: usize = 2;
 
-/// Joins `customer` to `product`'s waiting room (joining again returns the
-/// same ticket). Answered once the place's row has committed.
-pub async fn join(
+/// A customer's own join: through the door first (`services::door`: the
+/// bot check, once, and the address's limit), but only into a room that
+/// could take them, so a join refused for the sale's sake spends nothing.
+pub async fn join_at_door(
     shop: &Shop,
     customer: CustomerId,
     product: ProductId,
+    bot_check: String,
+    ip: IpAddr,
 ) -> Result<Ticket, AppError> {
+    joinable(shop, product).await?;
+    door::pass_to_join(shop, customer, product, bot_check, ip).await?;
+    join(shop, customer, product).await
+}
+
+/// Refuses a sale without a waiting room, or whose room this process
+/// already knows to be over.
+async fn joinable(shop: &Shop, product: ProductId) -> Result<(), AppError> {
     let sale = queue_sale(shop, product).await?;
     // The cache may only refuse: a room it shows over is over.
     let room = snapshot(shop, product).await?;
@@ -46,6 +58,18 @@ pub async fn join(
     if room.sold_out() {
         return Err(sold_out(&sale.name));
     }
+    Ok(())
+}
+
+/// Joins `customer` to `product`'s waiting room (joining again returns the
+/// same ticket). Answered once the place's row has committed.
+pub async fn join(
+    shop: &Shop,
+    customer: CustomerId,
+    product: ProductId,
+) -> Result<Ticket, AppError> {
+    joinable(shop, product).await?;
+    let sale = queue_sale(shop, product).await?;
     for _ in 0..3 {
         match write_place(shop, product, customer).await? {
             Entered::Place(place) => {

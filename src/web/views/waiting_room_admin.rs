@@ -4,6 +4,7 @@ use askama::Template;
 
 use super::Nav;
 use crate::domain::QueueState;
+use crate::services::door::DoorStats;
 use crate::services::waiting_room::QueueOverview;
 use crate::web::format::{iso, timestamp};
 
@@ -36,10 +37,11 @@ pub struct QueuePanel {
     pub last_change: Option<(bool, String, String)>,
     pub can_pause: bool,
     pub can_resume: bool,
+    pub door: DoorPanel,
 }
 
 impl QueuePanel {
-    pub fn new(overview: &QueueOverview) -> QueuePanel {
+    pub fn new(overview: &QueueOverview, door: &DoorStats) -> QueuePanel {
         let product = &overview.product;
         let (state_label, state_class) = match overview.state {
             None => ("Not open yet", "upcoming"),
@@ -86,6 +88,7 @@ impl QueuePanel {
                 .map(|(paused, who, at)| (*paused, who.clone(), timestamp(at))),
             can_pause: overview.state == Some(QueueState::Open),
             can_resume: overview.state == Some(QueueState::Paused),
+            door: DoorPanel::new(door),
         }
     }
 }
@@ -95,18 +98,58 @@ impl QueuePanel {
 pub struct QueueDashboardPage {
     pub nav: Nav,
     pub queues: Vec<QueuePanel>,
+    /// The sign-up door, above the rooms.
+    pub signup_door: DoorPanel,
+}
+
+/// What the door in front of sign-up or a waiting room let through and
+/// turned away.
+pub struct DoorPanel {
+    pub challenges_issued: i64,
+    pub passed: i64,
+    /// (reason in words, count)
+    pub refused: Vec<(&'static str, i64)>,
+    /// (address, times through)
+    pub busiest_addresses: Vec<(String, i64)>,
+}
+
+impl DoorPanel {
+    pub fn new(stats: &DoorStats) -> DoorPanel {
+        let reason = |kind: &str| match kind {
+            "not solved" => "Sent without solving the check",
+            "invalid solution" => "Wrong or forged answer",
+            "expired challenge" => "Check ran out (10 minutes)",
+            "solution reused" => "Answer used twice",
+            "address limit" => "Too many from one address",
+            "address not confirmed" => "Email address not confirmed",
+            _ => "Other",
+        };
+        DoorPanel {
+            challenges_issued: stats.challenges_issued,
+            passed: stats.passed,
+            refused: stats
+                .refused
+                .iter()
+                .map(|(kind, n)| (reason(kind), *n))
+                .collect(),
+            busiest_addresses: stats.busiest_addresses.clone(),
+        }
+    }
 }
 
 /// The rooms an admin watches during a drop come first: admitting, paused
 /// and sold out (a refund may still admit), then those not started yet,
 /// then closed ones; the service's order (latest start first) within each.
-pub fn panels_live_first(overviews: &[QueueOverview]) -> Vec<QueuePanel> {
+pub fn panels_live_first(overviews: &[(QueueOverview, DoorStats)]) -> Vec<QueuePanel> {
     let rank = |state: Option<QueueState>| match state {
         Some(QueueState::Open | QueueState::Paused | QueueState::SoldOut) => 0,
         None | Some(QueueState::Pre) => 1,
         Some(QueueState::Closed) => 2,
     };
-    let mut ranked: Vec<&QueueOverview> = overviews.iter().collect();
-    ranked.sort_by_key(|overview| rank(overview.state));
-    ranked.into_iter().map(QueuePanel::new).collect()
+    let mut ranked: Vec<&(QueueOverview, DoorStats)> = overviews.iter().collect();
+    ranked.sort_by_key(|(overview, _)| rank(overview.state));
+    ranked
+        .into_iter()
+        .map(|(overview, door)| QueuePanel::new(overview, door))
+        .collect()
 }

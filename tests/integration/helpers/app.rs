@@ -120,6 +120,7 @@ impl TestApp {
                 ends_at: None,
                 queue_mode: false,
                 queue_opens_at: None,
+                join_check_work: 1,
             },
         )
         .await
@@ -149,6 +150,7 @@ pub async fn create_product(pool: &PgPool, stock: i32, limit: Option<i32>) -> i6
             ends_at: None,
             queue_mode: false,
             queue_opens_at: None,
+            join_check_work: 1,
         },
     )
     .await

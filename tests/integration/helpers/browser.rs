@@ -80,6 +80,32 @@ impl Browser {
             .unwrap_or_else(|e| panic!("{e:#}"))
     }
 
+    /// The sign-up form with `fields`, its bot check solved as the page's
+    /// widget solves it.
+    pub async fn sign_up_form(&self, fields: &[(&str, &str)]) -> Response {
+        self.web
+            .post_sign_up(fields)
+            .await
+            .unwrap_or_else(|e| panic!("{e:#}"))
+    }
+
+    /// A solved bot check for joining `product`'s waiting room, as its
+    /// form's widget fills it in.
+    pub async fn bot_check(&self, product: i64) -> String {
+        self.web
+            .solve_bot_check(Some(product))
+            .await
+            .unwrap_or_else(|e| panic!("{e:#}"))
+    }
+
+    /// Joins `product`'s waiting room through its form, bot check solved.
+    pub async fn join_waiting_room(&self, product: i64) -> Response {
+        self.web
+            .join_waiting_room(product)
+            .await
+            .unwrap_or_else(|e| panic!("{e:#}"))
+    }
+
     pub fn sign_up(base: &str, email: &str) -> impl Future<Output = Browser> + 'static {
         let mut browser = Browser::new(base);
         browser.email = email.to_string();

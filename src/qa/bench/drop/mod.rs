@@ -273,5 +273,6 @@ fn sale_spec(name: &str, units: i32) -> SaleSpec {
         ends_at: None,
         queue_mode: false,
         queue_opens_at: None,
+        join_check_work: 1,
     }
 }

@@ -1,0 +1,409 @@
+//! The door in front of sign-up and of each waiting room: what makes a bot
+//! pay per account and per place, decided in Postgres.
+//!
+//! - A proof of work ([ALTCHA](https://altcha.org), PBKDF2): the shop hands
+//!   out a signed challenge, the visitor's browser solves it, the form
+//!   carries the solution. Its size is the admin's per sale (sign-up's is a
+//!   setting). The challenge names its door, so a cheap one does not open a
+//!   dearer one, and it expires after ten minutes.
+//! - Each solution once: its nonce is written to `spent_challenges` in the
+//!   transaction that lets the visitor through, so a replay finds the row.
+//! - A limit per client address and door within a window, counted from
+//!   `door_passes` under an advisory lock per address and door: exact across
+//!   instances, however many requests race.
+//!
+//! The challenge handed out and the refusals (which never commit) are
+//! counted in this process and added to `door_counts` by the jobs: a crowd
+//! fetching challenges writes nothing per request.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use altcha::{
+    create_challenge, verify_solution, CreateChallengeOptions, Payload, VerifySolutionOptions,
+};
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine;
+use chrono::{DateTime, Utc};
+use diesel::prelude::*;
+use diesel::sql_types::Text;
+use hmac::{Hmac, Mac};
+use rand::Rng;
+use sha2::Sha256;
+
+use crate::config::DoorSettings;
+use crate::db::schema::{door_counts, door_passes, spent_challenges};
+use crate::db::{self, PgConn};
+use crate::domain::ProductId;
+use crate::error::{AppError, DoorRefusal};
+use crate::services::Shop;
+
+/// PBKDF2 rounds per try. With `work` tries on average this is what a
+/// browser spends: about a second at the default 2,000 on a laptop.
+pub const ROUNDS_PER_TRY: u32 = 1_000;
+const ALGORITHM: &str = "PBKDF2/SHA-256";
+/// Long enough to read a form; short enough that spent nonces are few.
+pub const CHALLENGE_LIFETIME: Duration = Duration::from_secs(600);
+
+/// Which door a challenge opens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Door {
+    SignUp,
+    Join(ProductId),
+}
+
+impl Door {
+    /// Its name in challenges and in `door_passes`.
+    pub fn name(self) -> String {
+        match self {
+            Door::SignUp => "signup".into(),
+            Door::Join(product) => format!("join:{product}"),
+        }
+    }
+}
+
+/// The two secrets a challenge is signed with, derived from the session
+/// key so every instance of one shop signs alike.
+pub struct DoorKeys {
+    challenge: String,
+    solution: String,
+}
+
+impl DoorKeys {
+    pub fn derive(session_key: &[u8]) -> DoorKeys {
+        let derive = |purpose: &[u8]| {
+            let mut mac = Hmac::<Sha256>::new_from_slice(session_key).expect("any key length");
+            mac.update(purpose);
+            hex::encode(mac.finalize().into_bytes())
+        };
+        DoorKeys {
+            challenge: derive(b"flashsale door challenge"),
+            solution: derive(b"flashsale door solution"),
+        }
+    }
+}
+
+impl std::fmt::Debug for DoorKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DoorKeys(..)")
+    }
+}
+
+/// A new challenge for `door` at the size its admin set, as the JSON the
+/// ALTCHA widget reads. A waiting room's size comes from the sale list's
+/// cache, so a crowd fetching challenges reads nothing from Postgres.
+pub async fn challenge_for(shop: &Shop, door: Door) -> Result<String, AppError> {
+    let work = match door {
+        Door::SignUp => shop.settings.security.door.signup_work,
+        Door::Join(product) => {
+            let shelf = shop.sale_cache.shelf(&shop.pool).await?;
+            let sale = shelf.product(product).ok_or_else(|| {
+                AppError::NotFound(format!("There is no product with id {product}."))
+            })?;
+            if !sale.queue_mode {
+                return Err(AppError::NotFound(format!(
+                    "{} has no waiting room to join.",
+                    sale.name
+                )));
+            }
+            sale.join_check_work
+        }
+    };
+    Ok(challenge(&shop.door_keys, &shop.door_counts, door, work))
+}
+
+/// Lets `ip` through the door of `product`'s waiting room in a transaction
+/// of its own, before the join: the place is written by the waiting room's
+/// batched writer, and a join that fails after this has only cost the
+/// visitor a new puzzle (no place, unit or payment hangs on the spent row).
+pub async fn pass_to_join(
+    shop: &Shop,
+    _customer: crate::domain::CustomerId,
+    product: ProductId,
+    payload: String,
+    ip: IpAddr,
+) -> Result<(), AppError> {
+    let keys = shop.door_keys.clone();
+    let counts = shop.door_counts.clone();
+    let limits = shop.settings.security.door;
+    db::run(&shop.pool, move |conn| {
+        db::transaction(conn, |conn| {
+            let_through(
+                conn,
+                &keys,
+                &counts,
+                &limits,
+                Door::Join(product),
+                &payload,
+                ip,
+            )
+        })
+    })
+    .await
+}
+
+/// A new challenge for `door`, `work` tries on average, as the JSON the
+/// ALTCHA widget reads.
+pub fn challenge(keys: &DoorKeys, counts: &DoorCounts, door: Door, work: i32) -> String {
+    let work = u32::try_from(work.max(1)).unwrap_or(1);
+    // The answer is a counter drawn here: on average `work` tries, never
+    // fewer than half.
+    let counter = rand::thread_rng().gen_range(work.div_ceil(2)..=work);
+    let expires_at = SystemTime::now() + CHALLENGE_LIFETIME;
+    let data = [("door".to_string(), serde_json::Value::from(door.name()))].into();
+    let created = create_challenge(CreateChallengeOptions {
+        algorithm: ALGORITHM.into(),
+        cost: ROUNDS_PER_TRY,
+        counter: Some(counter),
+        data: Some(data),
+        expires_at: Some(unix_seconds(expires_at)),
+        hmac_signature_secret: Some(keys.challenge.clone()),
+        hmac_key_signature_secret: Some(keys.solution.clone()),
+        ..Default::default()
+    })
+    .expect("PBKDF2 challenges are always created");
+    counts.add(door, "challenge issued");
+    serde_json::to_string(&created).expect("a challenge serialises")
+}
+
+/// Lets a visitor through `door`, inside the caller's transaction: the
+/// solution (`payload`, as the widget posts it) must solve a live challenge
+/// of this door that was never used, and `ip` must be under its limit.
+/// Spends the solution and records the pass; a refusal writes nothing that
+/// survives (the caller's transaction rolls back) and is counted here.
+pub fn let_through(
+    conn: &mut PgConn,
+    keys: &DoorKeys,
+    counts: &DoorCounts,
+    limits: &DoorSettings,
+    door: Door,
+    payload: &str,
+    ip: IpAddr,
+) -> Result<(), AppError> {
+    let refused = |refusal: DoorRefusal| {
+        counts.add(door, refusal.kind());
+        AppError::DoorRefused(refusal)
+    };
+    let payload = payload.trim();
+    if payload.is_empty() {
+        return Err(refused(DoorRefusal::NotSolved));
+    }
+    let solved = check_solution(keys, door, payload).map_err(refused)?;
+    let per_address = match door {
+        Door::SignUp => limits.signups_per_address,
+        Door::Join(_) => limits.joins_per_address,
+    };
+    let (door_name, ip) = (door.name(), ip.to_string());
+    // Serialises this address's passes at this door, so the count is exact.
+    diesel::sql_query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
+        .bind::<Text, _>(format!("door:{door_name}:{ip}"))
+        .execute(conn)?;
+    let now = Utc::now();
+    let window = chrono::Duration::from_std(limits.window).unwrap_or(chrono::Duration::hours(1));
+    let oldest_counted: Option<DateTime<Utc>> = door_passes::table
+        .filter(door_passes::door.eq(&door_name))
+        .filter(door_passes::client_ip.eq(&ip))
+        .filter(door_passes::passed_at.gt(now - window))
+        .order(door_passes::passed_at.desc())
+        .offset(i64::from(per_address) - 1)
+        .limit(1)
+        .select(door_passes::passed_at)
+        .first(conn)
+        .optional()?;
+    if let Some(oldest) = oldest_counted {
+        let retry_after = (oldest + window - now)
+            .to_std()
+            .unwrap_or_default()
+            .max(Duration::from_secs(1));
+        return Err(refused(DoorRefusal::TooMany {
+            signing_up: door == Door::SignUp,
+            retry_after,
+        }));
+    }
+    let spent = diesel::insert_into(spent_challenges::table)
+        .values((
+            spent_challenges::nonce.eq(&solved.nonce),
+            spent_challenges::expires_at.eq(solved.expires_at),
+        ))
+        .on_conflict_do_nothing()
+        .execute(conn)?;
+    if spent == 0 {
+        return Err(refused(DoorRefusal::Spent));
+    }
+    diesel::insert_into(door_passes::table)
+        .values((
+            door_passes::door.eq(&door_name),
+            door_passes::client_ip.eq(&ip),
+            door_passes::passed_at.eq(now),
+        ))
+        .execute(conn)?;
+    Ok(())
+}
+
+/// A checked solution: what must be recorded to spend it.
+struct Solved {
+    nonce: String,
+    expires_at: DateTime<Utc>,
+}
+
+fn check_solution(keys: &DoorKeys, door: Door, payload: &str) -> Result<Solved, DoorRefusal> {
+    let decoded = STANDARD.decode(payload).map_err(|_| DoorRefusal::Invalid)?;
+    let payload: Payload = serde_json::from_slice(&decoded).map_err(|_| DoorRefusal::Invalid)?;
+    let parameters = &payload.challenge.parameters;
+    let names_this_door = parameters
+        .data
+        .as_ref()
+        .and_then(|data| data.get("door"))
+        .and_then(|name| name.as_str())
+        == Some(door.name().as_str());
+    // An unsigned or foreign challenge fails its signature below; these
+    // make sure a signed one is ours as we hand them out.
+    if !names_this_door || parameters.algorithm != ALGORITHM || parameters.cost != ROUNDS_PER_TRY {
+        return Err(DoorRefusal::Invalid);
+    }
+    let expires_at = parameters
+        .expires_at
+        .and_then(|at| DateTime::from_timestamp(i64::try_from(at).ok()?, 0))
+        .ok_or(DoorRefusal::Invalid)?;
+    let mut options =
+        VerifySolutionOptions::new(&payload.challenge, &payload.solution, &keys.challenge);
+    options.hmac_key_signature_secret = Some(keys.solution.clone());
+    let verdict = verify_solution(options).map_err(|_| DoorRefusal::Invalid)?;
+    if verdict.expired {
+        return Err(DoorRefusal::Expired);
+    }
+    if !verdict.verified {
+        return Err(DoorRefusal::Invalid);
+    }
+    Ok(Solved {
+        nonce: parameters.nonce.clone(),
+        expires_at,
+    })
+}
+
+fn unix_seconds(at: SystemTime) -> u64 {
+    at.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs()
+}
+
+/// Spent solutions whose challenges have expired: a replay of one is
+/// refused as expired without the row. Returns how many went.
+pub fn purge_spent(conn: &mut PgConn) -> QueryResult<usize> {
+    diesel::delete(spent_challenges::table.filter(spent_challenges::expires_at.lt(Utc::now())))
+        .execute(conn)
+}
+
+/// How long passes are kept for the admin's statistics (at least the
+/// limit's window, which counts them).
+const PASSES_KEPT: Duration = Duration::from_secs(30 * 24 * 3600);
+
+/// Passes older than the statistics keep and the limit counts.
+pub fn purge_passes(conn: &mut PgConn, window: Duration) -> QueryResult<usize> {
+    let kept = chrono::Duration::from_std(PASSES_KEPT.max(window)).unwrap_or(chrono::Duration::MAX);
+    diesel::delete(door_passes::table.filter(door_passes::passed_at.lt(Utc::now() - kept)))
+        .execute(conn)
+}
+
+/// Challenges handed out and refusals, by door, since the last flush.
+/// Losing them (a crash) loses a few seconds of statistics, nothing else.
+#[derive(Debug, Default)]
+pub struct DoorCounts(Mutex<HashMap<(String, &'static str), i64>>);
+
+impl DoorCounts {
+    fn add(&self, door: Door, event: &'static str) {
+        let mut counts = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        *counts.entry((door.name(), event)).or_default() += 1;
+    }
+
+    /// Adds what was counted to `door_counts`. What fails to be written is
+    /// counted again for the next flush.
+    pub fn flush(&self, conn: &mut PgConn) -> QueryResult<usize> {
+        let taken = std::mem::take(&mut *self.0.lock().unwrap_or_else(|p| p.into_inner()));
+        let rows: Vec<_> = taken
+            .iter()
+            .map(|((door, event), count)| {
+                (
+                    door_counts::door.eq(door.clone()),
+                    door_counts::event.eq(*event),
+                    door_counts::count.eq(*count),
+                )
+            })
+            .collect();
+        if rows.is_empty() {
+            return Ok(0);
+        }
+        let written = diesel::insert_into(door_counts::table)
+            .values(&rows)
+            .on_conflict((door_counts::door, door_counts::event))
+            .do_update()
+            .set(
+                door_counts::count
+                    .eq(door_counts::count + diesel::upsert::excluded(door_counts::count)),
+            )
+            .execute(conn);
+        if written.is_err() {
+            let mut counts = self.0.lock().unwrap_or_else(|p| p.into_inner());
+            for (key, count) in taken {
+                *counts.entry(key).or_default() += count;
+            }
+        }
+        written
+    }
+}
+
+/// What the admin reads about one sale's door.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DoorStats {
+    pub challenges_issued: i64,
+    /// Visitors let through (each a solved, unused challenge under the limit).
+    pub passed: i64,
+    /// Refusals by kind (`DoorRefusal::kind`), most first.
+    pub refused: Vec<(String, i64)>,
+    /// The addresses that came through most, with how many times.
+    pub busiest_addresses: Vec<(String, i64)>,
+}
+
+/// Each door's statistics, this process's latest counts added first (the
+/// other instances' arrive with their next jobs run).
+pub async fn stats_of(shop: &Shop, doors: Vec<Door>) -> Result<Vec<DoorStats>, AppError> {
+    let counts = shop.door_counts.clone();
+    db::run(&shop.pool, move |conn| {
+        counts.flush(conn)?;
+        Ok(doors
+            .into_iter()
+            .map(|door| stats(conn, door))
+            .collect::<QueryResult<_>>()?)
+    })
+    .await
+}
+
+/// The door of `door` as recorded (counts flushed by the jobs so far).
+pub fn stats(conn: &mut PgConn, door: Door) -> QueryResult<DoorStats> {
+    let name = door.name();
+    let counted: Vec<(String, i64)> = door_counts::table
+        .filter(door_counts::door.eq(&name))
+        .select((door_counts::event, door_counts::count))
+        .order(door_counts::count.desc())
+        .load(conn)?;
+    let passed = door_passes::table
+        .filter(door_passes::door.eq(&name))
+        .count()
+        .get_result(conn)?;
+    let busiest_addresses = door_passes::table
+        .filter(door_passes::door.eq(&name))
+        .group_by(door_passes::client_ip)
+        .select((door_passes::client_ip, diesel::dsl::count_star()))
+        .order(diesel::dsl::count_star().desc())
+        .limit(5)
+        .load(conn)?;
+    let (issued, refused): (Vec<_>, Vec<_>) = counted
+        .into_iter()
+        .partition(|(event, _)| event == "challenge issued");
+    Ok(DoorStats {
+        challenges_issued: issued.first().map_or(0, |(_, n)| *n),
+        passed,
+        refused,
+        busiest_addresses,
+    })
+}
