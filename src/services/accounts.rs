@@ -12,9 +12,9 @@ use diesel::result::{DatabaseErrorKind, Error as DieselError};
 use crate::db::models::{Customer, NewCustomer};
 use crate::db::schema::customers;
 use crate::db::{self, PgPool};
-use crate::domain::{CustomerId, Email, InvalidInput, Password, Role};
+use crate::domain::{canonical_email, CustomerId, Email, InvalidInput, Password, Role};
 use crate::error::AppError;
-use crate::services::{throttle, Shop};
+use crate::services::{confirmation, throttle, Shop};
 
 /// Who is signed in; kept in the signed session cookie.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,14 +50,21 @@ pub async fn sign_up(
 ) -> Result<Account, AppError> {
     db::run(pool, move |conn| {
         let hash = hash_password(&password)?;
-        let inserted = diesel::insert_into(customers::table)
-            .values(NewCustomer {
-                email: email.as_str(),
-                password_hash: &hash,
-                role: role.as_str(),
-            })
-            .returning(Customer::as_returning())
-            .get_result(conn);
+        let canonical = canonical_email(&email);
+        // The account and its confirmation message commit together.
+        let inserted = conn.transaction(|conn| {
+            let customer: Customer = diesel::insert_into(customers::table)
+                .values(NewCustomer {
+                    email: email.as_str(),
+                    password_hash: &hash,
+                    role: role.as_str(),
+                    email_canonical: &canonical,
+                })
+                .returning(Customer::as_returning())
+                .get_result(conn)?;
+            confirmation::enqueue_link(conn, CustomerId(customer.id))?;
+            Ok::<_, DieselError>(customer)
+        });
         match inserted {
             Ok(customer) => Ok(customer.into()),
             Err(DieselError::DatabaseError(DatabaseErrorKind::UniqueViolation, _)) => Err(AppError::conflict(
@@ -155,6 +162,7 @@ pub async fn ensure_admin(
                 email: email.as_str(),
                 password_hash: &hash,
                 role: Role::Admin.as_str(),
+                email_canonical: &canonical_email(&email),
             })
             .on_conflict(customers::email)
             .do_update()
