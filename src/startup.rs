@@ -47,6 +47,10 @@ impl Application {
             shop.clone(),
             stopping.signal(),
         ));
+        jobs.extend(crate::services::mail::sender::spawn(
+            shop.clone(),
+            stopping.signal(),
+        ));
         jobs.extend(crate::services::jobs::spawn_reconcile(
             shop.clone(),
             shop.settings.reconcile_interval,

@@ -4,8 +4,10 @@
 //! environment behind the builder's back.
 
 mod env;
+mod mail;
 mod security;
 
+pub use mail::SmtpServer;
 pub use security::{DoorSettings, LoginLimits, SecuritySettings, TrustedProxies, MAX_CHECK_WORK};
 
 use std::time::Duration;
@@ -91,12 +93,26 @@ pub struct Settings {
     /// the jobs' current run) to finish before the process exits anyway
     /// (`SHUTDOWN_TIMEOUT_SECS`).
     pub shutdown_timeout: Duration,
+    /// Where the customer's mail goes out (`SMTP_URL`, `smtp://host:port`);
+    /// without it messages wait in the outbox, visible on `/admin/mail`.
+    pub smtp_url: Option<String>,
+    /// The sender of the customer's mail (`MAIL_FROM`).
+    pub mail_from: String,
+    /// The right-hand side of every Message-ID (`MAIL_DOMAIN`).
+    pub mail_domain: String,
+    /// The shop's address as customers reach it, for links in mail (`SHOP_URL`).
+    pub shop_url: String,
+    /// How often the mail job looks for messages to send (`MAIL_INTERVAL_MS`).
+    pub mail_interval: Duration,
 }
 
 impl Settings {
     pub const DEFAULT_DATABASE_URL: &'static str =
         "postgres://postgres:postgres@127.0.0.1:5432/flashsale";
     pub const DEFAULT_REDIS_URL: &'static str = "redis://127.0.0.1:6379";
+    pub const DEFAULT_MAIL_FROM: &'static str = "flashsale <shop@flashsale.test>";
+    pub const DEFAULT_MAIL_DOMAIN: &'static str = "flashsale.test";
+    pub const DEFAULT_SHOP_URL: &'static str = "http://127.0.0.1:8080";
 
     pub fn from_env() -> anyhow::Result<Settings> {
         let settings = Settings {
@@ -152,6 +168,13 @@ impl Settings {
             queue_join_max: parse_var("QUEUE_JOIN_MAX", 1_000)?,
             drain: Duration::from_secs(parse_var("DRAIN_SECONDS", 5)?),
             shutdown_timeout: Duration::from_secs(parse_var("SHUTDOWN_TIMEOUT_SECS", 30)?),
+            smtp_url: var("SMTP_URL").map(|url| url.trim().to_string()),
+            mail_from: var("MAIL_FROM").unwrap_or_else(|| Self::DEFAULT_MAIL_FROM.into()),
+            mail_domain: var("MAIL_DOMAIN").unwrap_or_else(|| Self::DEFAULT_MAIL_DOMAIN.into()),
+            shop_url: var("SHOP_URL")
+                .map(|url| url.trim().trim_end_matches('/').to_string())
+                .unwrap_or_else(|| Self::DEFAULT_SHOP_URL.into()),
+            mail_interval: Duration::from_millis(parse_var("MAIL_INTERVAL_MS", 1_000)?),
         };
         settings.validate()?;
         Ok(settings)
@@ -209,6 +232,11 @@ impl Settings {
             queue_join_max: 1_000,
             drain: Duration::from_secs(5),
             shutdown_timeout: Duration::from_secs(30),
+            smtp_url: None,
+            mail_from: Self::DEFAULT_MAIL_FROM.into(),
+            mail_domain: Self::DEFAULT_MAIL_DOMAIN.into(),
+            shop_url: Self::DEFAULT_SHOP_URL.into(),
+            mail_interval: Duration::from_millis(200),
         }
     }
 
@@ -269,6 +297,18 @@ impl Settings {
         }
         if self.shutdown_timeout.is_zero() {
             bail!("SHUTDOWN_TIMEOUT_SECS must be at least 1, or a stop would cut purchases off half way");
+        }
+        if self.mail_interval.is_zero() {
+            bail!("MAIL_INTERVAL_MS must be at least 1");
+        }
+        if let Some(url) = &self.smtp_url {
+            SmtpServer::parse(url)?;
+        }
+        if self.mail_from.parse::<lettre::message::Mailbox>().is_err() {
+            bail!(
+                "MAIL_FROM={:?} is not a mail address (like `Shop <shop@example.com>`)",
+                self.mail_from
+            );
         }
         if self.lock_lease <= self.db_statement_timeout {
             bail!("LOCK_LEASE_MS must be longer than DB_STATEMENT_TIMEOUT_MS, or a slow statement could outlive the lock");

@@ -22,6 +22,8 @@ pub struct NewCustomer<'a> {
     pub email: &'a str,
     pub password_hash: &'a str,
     pub role: &'a str,
+    /// `domain::canonical_email` of `email`.
+    pub email_canonical: &'a str,
 }
 
 #[derive(Debug, Clone, Queryable, Selectable, Identifiable)]

@@ -19,6 +19,8 @@ diesel::table! {
         password_hash -> Text,
         role -> Text,
         created_at -> Timestamptz,
+        email_confirmed_at -> Nullable<Timestamptz>,
+        email_canonical -> Nullable<Text>,
     }
 }
 
@@ -75,6 +77,22 @@ diesel::table! {
         email -> Text,
         ip -> Text,
         attempted_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
+    mail_outbox (id) {
+        id -> Int8,
+        event_key -> Text,
+        kind -> Text,
+        customer_id -> Int8,
+        payload -> Jsonb,
+        created_at -> Timestamptz,
+        attempts -> Int4,
+        next_attempt_at -> Timestamptz,
+        claimed_until -> Nullable<Timestamptz>,
+        sent_at -> Nullable<Timestamptz>,
+        last_error -> Nullable<Text>,
     }
 }
 
@@ -224,6 +242,7 @@ diesel::joinable!(holdings -> customers (customer_id));
 diesel::joinable!(holdings -> products (product_id));
 diesel::joinable!(idempotency_keys -> customers (customer_id));
 diesel::joinable!(idempotency_keys -> orders (order_id));
+diesel::joinable!(mail_outbox -> customers (customer_id));
 diesel::joinable!(order_items -> orders (order_id));
 diesel::joinable!(order_items -> products (product_id));
 diesel::joinable!(orders -> customers (customer_id));
@@ -247,6 +266,7 @@ diesel::allow_tables_to_appear_in_same_query!(
     holdings,
     idempotency_keys,
     login_attempts,
+    mail_outbox,
     order_items,
     orders,
     payments,

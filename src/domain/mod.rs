@@ -1,6 +1,7 @@
 //! Types that are valid by construction: once a handler has parsed its form
 //! into these, the services never re-check shape, only business rules.
 
+mod canonical_email;
 mod card_number;
 mod credentials;
 pub mod draw;
@@ -13,6 +14,7 @@ mod sale;
 mod text;
 mod waiting_room;
 
+pub use canonical_email::{canonical_address, canonical_email, DOT_BLIND_PROVIDERS};
 pub use card_number::CardNumber;
 pub use credentials::{Email, Password};
 pub use idempotency_key::IdempotencyKey;

@@ -12,10 +12,10 @@ use diesel::result::{DatabaseErrorKind, Error as DieselError};
 use crate::db::models::{Customer, NewCustomer};
 use crate::db::schema::customers;
 use crate::db::{self, PgConn, PgPool};
-use crate::domain::{CustomerId, Email, InvalidInput, Password, Role};
+use crate::domain::{canonical_email, CustomerId, Email, InvalidInput, Password, Role};
 use crate::error::AppError;
 use crate::services::door::{self, Door};
-use crate::services::{throttle, Shop};
+use crate::services::{confirmation, throttle, Shop};
 
 /// Who is signed in; kept in the signed session cookie.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,7 +51,7 @@ pub async fn sign_up(
 ) -> Result<Account, AppError> {
     db::run(pool, move |conn| {
         let hash = hash_password(&password)?;
-        insert_account(conn, &email, &hash, role)
+        db::transaction(conn, |conn| insert_account(conn, &email, &hash, role))
     })
     .await
 }
@@ -80,22 +80,28 @@ pub async fn sign_up_at_door(
     .await
 }
 
+/// The account and its confirmation message, in the caller's transaction.
 fn insert_account(
     conn: &mut PgConn,
     email: &Email,
     password_hash: &str,
     role: Role,
 ) -> Result<Account, AppError> {
+    let canonical = canonical_email(email);
     let inserted = diesel::insert_into(customers::table)
         .values(NewCustomer {
             email: email.as_str(),
             password_hash,
             role: role.as_str(),
+            email_canonical: &canonical,
         })
         .returning(Customer::as_returning())
         .get_result(conn);
     match inserted {
-        Ok(customer) => Ok(customer.into()),
+        Ok(customer) => {
+            confirmation::enqueue_link(conn, CustomerId(customer.id))?;
+            Ok(customer.into())
+        }
         Err(DieselError::DatabaseError(DatabaseErrorKind::UniqueViolation, _)) => {
             Err(AppError::conflict(
                 "Email already registered",
@@ -194,6 +200,7 @@ pub async fn ensure_admin(
                 email: email.as_str(),
                 password_hash: &hash,
                 role: Role::Admin.as_str(),
+                email_canonical: &canonical_email(&email),
             })
             .on_conflict(customers::email)
             .do_update()

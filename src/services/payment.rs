@@ -15,6 +15,7 @@ use chrono::Utc;
 use diesel::prelude::*;
 use tracing::Instrument;
 
+use super::mail::{self, Mail};
 use super::restore::{refused_transition, restore_order, set_status};
 use super::Shop;
 use crate::db::models::{NewPayment, Order};
@@ -172,17 +173,17 @@ async fn settle(
     let recorded = charge.clone();
     let (settled_now, declines) = db::run(&shop.pool, move |conn| {
         conn.transaction(|conn| {
-            orders::table
+            let (customer, total_cents) = orders::table
                 .find(order.get())
                 .for_update()
-                .select(orders::id)
-                .first::<i64>(conn)?;
+                .select((orders::customer_id, orders::total_cents))
+                .first::<(i64, i64)>(conn)?;
             let outcome = match &recorded {
                 Charge::Approved => "approved",
                 Charge::Declined(_) => "declined",
                 Charge::Voided => "voided",
             };
-            let updated = diesel::update(
+            let settled: Option<i64> = diesel::update(
                 payments::table
                     .filter(payments::attempt_key.eq(&attempt))
                     .filter(payments::outcome.eq("pending")),
@@ -191,9 +192,19 @@ async fn settle(
                 payments::outcome.eq(outcome),
                 payments::settled_at.eq(Utc::now()),
             ))
-            .execute(conn)?;
-            if updated == 1 && recorded == Charge::Approved {
+            .returning(payments::id)
+            .get_result(conn)
+            .optional()?;
+            if settled.is_some() && recorded == Charge::Approved {
                 set_status(conn, order, OrderStatus::Paid)?;
+                mail::enqueue(
+                    conn,
+                    CustomerId(customer),
+                    &Mail::OrderPaid {
+                        order: order.get(),
+                        total_cents,
+                    },
+                )?;
             }
             // Counted under the order's row lock, with this decline in it:
             // exactly one settle sees the last try.
@@ -202,7 +213,18 @@ async fn settle(
                 .filter(payments::outcome.eq("declined"))
                 .count()
                 .get_result(conn)?;
-            Ok((updated == 1, declines))
+            if let (Some(payment), Charge::Declined(_)) = (settled, &recorded) {
+                mail::enqueue(
+                    conn,
+                    CustomerId(customer),
+                    &Mail::PaymentDeclined {
+                        payment,
+                        order: order.get(),
+                        tries_left: (CARD_TRIES - declines).max(0),
+                    },
+                )?;
+            }
+            Ok((settled.is_some(), declines))
         })
     })
     .await?;

@@ -7,6 +7,7 @@
 use chrono::Utc;
 use diesel::prelude::*;
 
+use super::mail::{self, Mail};
 use super::Shop;
 use crate::db::fence::change_stock;
 use crate::db::models::{NewStockChange, Order, OrderItem};
@@ -98,6 +99,16 @@ pub async fn restore_order(
                             .execute(conn)?;
                     }
                     set_status(conn, order, to)?;
+                    if to == OrderStatus::Refunded {
+                        mail::enqueue(
+                            conn,
+                            customer,
+                            &Mail::Refund {
+                                order: order.get(),
+                                total_cents: current.total_cents,
+                            },
+                        )?;
+                    }
                     if let Some(action) = &by_admin {
                         action_log::record(conn, action)?;
                     }

@@ -13,6 +13,7 @@ use super::{html, see_other};
 use crate::domain::Role;
 use crate::error::{AppError, DoorRefusal};
 use crate::services::accounts::{sign_in, sign_up_at_door};
+use crate::services::confirmation::is_confirmed;
 use crate::services::Shop;
 
 pub fn routes(cfg: &mut web::ServiceConfig) {
@@ -175,6 +176,7 @@ fn welcome_path(return_to: Option<&str>) -> String {
 /// A new account's confirmation, with the way back to where it started.
 #[get("/welcome")]
 pub async fn welcome(
+    shop: web::Data<Shop>,
     SignedIn(account): SignedIn,
     session: Session,
     query: web::Query<SignInQuery>,
@@ -183,6 +185,7 @@ pub async fn welcome(
         nav: Nav::from_session(&session),
         email: account.email.to_string(),
         next: safe_return_path(&query.next).unwrap_or_else(|| "/".into()),
+        unconfirmed: !is_confirmed(&shop, account.id).await?,
     };
     Ok(html(StatusCode::OK, render(&page)?))
 }

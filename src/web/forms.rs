@@ -10,11 +10,11 @@
 use chrono::{DateTime, Datelike, NaiveDateTime, Utc};
 use serde::Deserialize;
 
-use crate::domain::CardNumber;
 use crate::domain::{
     check_plain_text, Email, InvalidInput, Lines, Money, OrderId, OrderStatus, Password, ProductId,
     Quantity,
 };
+use crate::domain::{CardNumber, CustomerId};
 use crate::error::AppError;
 use crate::services::catalog::{SaleSpec, SaleTerms};
 use crate::services::orders::OrderFilter;
@@ -504,5 +504,34 @@ mod return_path_tests {
         ] {
             assert_eq!(safe_return_path(hostile), None, "{hostile:?}");
         }
+    }
+}
+
+/// A confirmation link's query (`/account/confirm?account=&issued=&code=`).
+#[derive(Debug, Default, Deserialize)]
+pub struct ConfirmQuery {
+    #[serde(default)]
+    pub account: String,
+    #[serde(default)]
+    pub issued: String,
+    #[serde(default)]
+    pub code: String,
+}
+
+impl ConfirmQuery {
+    /// The link it names; `None` when a part is missing or garbled, which
+    /// confirms nothing like any other bad link.
+    pub fn link(&self) -> Option<crate::services::mail::ConfirmLink> {
+        let customer = self.account.trim().parse::<CustomerId>().ok()?;
+        let issued = self.issued.trim().parse::<i64>().ok()?;
+        let code = self.code.trim();
+        if code.len() != 64 || !code.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return None;
+        }
+        Some(crate::services::mail::ConfirmLink {
+            customer,
+            issued,
+            code: code.to_ascii_lowercase(),
+        })
     }
 }

@@ -3,7 +3,10 @@
 //!
 //! - one file per area holds its handlers and registers its routes
 //!   (`shop`, `waiting_room` (the waiting room and its draw), `cart`, `orders`,
-//!   `auth`, `door` (the bot check's challenges), `admin`, `action_log`, `operations`, `health`, `assets`); `routes` below puts them together;
+//!   `auth`, `door` (the bot check's challenges), `account` (the address and
+//!   its confirmation), `admin`, `action_log`, `mail` (the admin's view of the
+//!   customer's mail), `operations`, `health`, `assets`); `routes` below puts
+//!   them together;
 //! - `views/` holds what each area's pages show (template structs and view
 //!   data), `format` how pages write times and money;
 //! - `forms` holds every form and query string the shop accepts, and their
@@ -15,6 +18,7 @@
 //!
 //! Calls go one way: web → services/domain/db. Nothing below `web` imports it.
 
+pub mod account;
 pub mod action_log;
 pub mod admin;
 pub mod assets;
@@ -26,6 +30,7 @@ pub mod format;
 pub mod forms;
 pub mod health;
 pub mod idempotency;
+pub mod mail;
 pub mod operations;
 pub mod orders;
 pub mod request_id;
@@ -63,10 +68,12 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     .configure(waiting_room::routes)
     .configure(auth::routes)
     .configure(door::routes)
+    .configure(account::routes)
     .configure(cart::routes)
     .configure(orders::routes)
     .configure(admin::routes)
     .configure(action_log::routes)
+    .configure(mail::routes)
     .default_service(web::to(|| async {
         Err::<HttpResponse, _>(AppError::NotFound(
             "There is no page at this address.".into(),

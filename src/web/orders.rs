@@ -10,6 +10,7 @@ use super::views::{render, Nav};
 use super::{html, see_other};
 use crate::domain::{CustomerId, OrderId};
 use crate::error::AppError;
+use crate::services::confirmation::is_confirmed;
 use crate::services::orders::{order_detail, orders_of};
 use crate::services::payment::{give_up, pay as pay_order};
 use crate::services::Shop;
@@ -35,6 +36,7 @@ pub async fn my_orders(
     let page = OrdersPage {
         nav: Nav::from_session(&session),
         orders,
+        unconfirmed: !is_confirmed(&shop, account.id).await?,
     };
     Ok(html(StatusCode::OK, render(&page)?))
 }

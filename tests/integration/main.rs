@@ -24,6 +24,7 @@ mod hot_product;
 mod idempotency_keys;
 mod lab;
 mod lifecycle;
+mod mail;
 mod observability;
 mod planning;
 mod purchase_race;

@@ -17,6 +17,7 @@ use super::ISSUER_LOCK;
 use crate::db::{self, PgConn};
 use crate::domain::{CustomerId, PassRef, ProductId};
 use crate::error::{AppError, PassRefusal};
+use crate::services::mail::{self, Mail};
 use crate::services::Shop;
 
 /// What one issuing step did.
@@ -118,21 +119,55 @@ fn issue_in(conn: &mut PgConn, product: ProductId, pass_ms: i64) -> Result<Issue
     if positions.is_empty() {
         return Ok(Issued { lapsed, issued: 0 });
     }
-    let issued = diesel::sql_query(
-        "WITH now AS MATERIALIZED (SELECT clock_timestamp() AS at)
-         INSERT INTO queue_admissions (product_id, number, ticket, customer_id, units, issued_at, expires_at, state)
-         SELECT $1, e.position, e.ticket, e.customer_id, n.units, now.at,
-                now.at + $4 * interval '1 millisecond', 'issued'
-         FROM unnest($2::int[], $3::int[]) AS n(position, units)
-         JOIN queue_entries e ON e.product_id = $1 AND e.position = n.position
-         CROSS JOIN now",
+    let issued: Vec<IssuedPass> = diesel::sql_query(
+        "WITH now AS MATERIALIZED (SELECT clock_timestamp() AS at),
+         issued AS (
+             INSERT INTO queue_admissions (product_id, number, ticket, customer_id, units, issued_at, expires_at, state)
+             SELECT $1, e.position, e.ticket, e.customer_id, n.units, now.at,
+                    now.at + $4 * interval '1 millisecond', 'issued'
+             FROM unnest($2::int[], $3::int[]) AS n(position, units)
+             JOIN queue_entries e ON e.product_id = $1 AND e.position = n.position
+             CROSS JOIN now
+             RETURNING number, customer_id, units, expires_at)
+         SELECT issued.*, p.name AS product FROM issued JOIN products p ON p.id = $1",
     )
     .bind::<BigInt, _>(product.get())
     .bind::<Array<Int4>, _>(positions)
     .bind::<Array<Int4>, _>(units)
     .bind::<BigInt, _>(pass_ms)
-    .execute(conn)?;
-    Ok(Issued { lapsed, issued })
+    .load(conn)?;
+    // "Your turn", written with the pass it announces.
+    for pass in &issued {
+        mail::enqueue(
+            conn,
+            CustomerId(pass.customer_id),
+            &Mail::YourTurn {
+                product_id: product.get(),
+                number: pass.number,
+                product: pass.product.clone(),
+                units: pass.units,
+                deadline: pass.expires_at,
+            },
+        )?;
+    }
+    Ok(Issued {
+        lapsed,
+        issued: issued.len(),
+    })
+}
+
+#[derive(QueryableByName)]
+struct IssuedPass {
+    #[diesel(sql_type = Int4)]
+    number: i32,
+    #[diesel(sql_type = BigInt)]
+    customer_id: i64,
+    #[diesel(sql_type = Int4)]
+    units: i32,
+    #[diesel(sql_type = Timestamptz)]
+    expires_at: DateTime<Utc>,
+    #[diesel(sql_type = Text)]
+    product: String,
 }
 
 /// A customer's pass as the order's transaction finds it.

@@ -36,4 +36,6 @@ pub struct WelcomePage {
     pub email: String,
     /// Where to continue: the page that asked for an account, or the sales.
     pub next: String,
+    /// The account's address is not confirmed yet: the notice shows.
+    pub unconfirmed: bool,
 }

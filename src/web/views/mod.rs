@@ -3,11 +3,13 @@
 //! file holds what every page shares: the layout's header data, rendering
 //! and pagination.
 
+pub mod account;
 pub mod action_log;
 pub mod admin;
 pub mod auth;
 pub mod cart;
 pub mod draw;
+pub mod mail;
 pub mod operations;
 pub mod orders;
 pub mod sale;

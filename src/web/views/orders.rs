@@ -275,6 +275,8 @@ impl OrderView {
 pub struct OrdersPage {
     pub nav: Nav,
     pub orders: Vec<OrderRow>,
+    /// The account's address is not confirmed yet: the notice shows.
+    pub unconfirmed: bool,
 }
 
 /// One order: the customer's page, or with `admin_view` the admin's, which

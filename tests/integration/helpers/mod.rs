@@ -15,6 +15,7 @@ mod pg_proxy;
 pub mod postgres;
 mod processes;
 mod redis;
+mod smtp;
 
 pub use alone::*;
 pub use answers::*;
@@ -27,3 +28,4 @@ pub use logs::*;
 pub use pg_proxy::*;
 pub use processes::*;
 pub use redis::*;
+pub use smtp::*;
