@@ -34,9 +34,9 @@ use rand::Rng;
 use sha2::Sha256;
 
 use crate::config::DoorSettings;
-use crate::db::schema::{door_counts, door_passes, spent_challenges};
+use crate::db::schema::{customers, door_counts, door_passes, spent_challenges};
 use crate::db::{self, PgConn};
-use crate::domain::ProductId;
+use crate::domain::{CustomerId, ProductId};
 use crate::error::{AppError, DoorRefusal};
 use crate::services::Shop;
 
@@ -114,13 +114,16 @@ pub async fn challenge_for(shop: &Shop, door: Door) -> Result<String, AppError> 
     Ok(challenge(&shop.door_keys, &shop.door_counts, door, work))
 }
 
-/// Lets `ip` through the door of `product`'s waiting room in a transaction
-/// of its own, before the join: the place is written by the waiting room's
-/// batched writer, and a join that fails after this has only cost the
-/// visitor a new puzzle (no place, unit or payment hangs on the spent row).
+/// Lets `customer`, from `ip`, through the door of `product`'s waiting
+/// room, in a transaction of its own before the join: the place is
+/// written by the waiting room's batched writer, and a join that fails
+/// after this has only cost the visitor a new puzzle (no place, unit or
+/// payment hangs on the spent row). Confirmed addresses only; a
+/// confirmation ends only with a change of address, which no page offers,
+/// so it cannot lapse between this transaction and the place's.
 pub async fn pass_to_join(
     shop: &Shop,
-    _customer: crate::domain::CustomerId,
+    customer: CustomerId,
     product: ProductId,
     payload: String,
     ip: IpAddr,
@@ -130,6 +133,17 @@ pub async fn pass_to_join(
     let limits = shop.settings.security.door;
     db::run(&shop.pool, move |conn| {
         db::transaction(conn, |conn| {
+            // One place per person: only a confirmed address gets one (its
+            // canonical form is unique among confirmed accounts). Checked
+            // before the solution, so an unconfirmed visitor spends nothing.
+            let confirmed: bool = customers::table
+                .find(customer.get())
+                .select(customers::email_confirmed_at.is_not_null())
+                .first(conn)?;
+            if !confirmed {
+                counts.add(Door::Join(product), DoorRefusal::Unconfirmed.kind());
+                return Err(AppError::DoorRefused(DoorRefusal::Unconfirmed));
+            }
             let_through(
                 conn,
                 &keys,

@@ -112,7 +112,7 @@ fn door_refusal_in_words(refusal: DoorRefusal) -> (&'static str, Cow<'static, st
         ),
         DoorRefusal::Unconfirmed => (
             "Confirm your email address first",
-            "Waiting rooms are open to confirmed addresses only, one place per person. We sent you a link when you signed up; open it, then join again. Nothing was done.".into(),
+            "Waiting rooms are open to confirmed addresses only, one place per person. We sent you a link when you signed up; open it, then join again. Nothing was done. Your address page, /account/email, sends a new link if you cannot find it.".into(),
         ),
     }
 }

@@ -80,13 +80,21 @@ impl TestApp {
         Browser::new(&self.address)
     }
 
+    /// Signs up `email` and confirms the address, as the customer would by
+    /// opening the link mailed to them (`mail` tests open the real link).
     pub async fn customer(&self, email: &str) -> Browser {
-        Browser::sign_up(&self.address, email).await
+        let browser = Browser::sign_up(&self.address, email).await;
+        self.confirm(email);
+        browser
     }
 
-    /// Signs up `n` customers concurrently.
+    /// Signs up `n` customers concurrently, their addresses confirmed.
     pub async fn customers(&self, n: usize, tag: &str) -> Vec<Browser> {
-        sign_up_customers(&self.address, n, tag).await
+        let browsers = sign_up_customers(&self.address, n, tag).await;
+        for browser in &browsers {
+            self.confirm(&browser.email);
+        }
+        browsers
     }
 
     pub async fn admin(&self) -> Browser {
