@@ -323,6 +323,23 @@ async fn joining_takes_the_check_of_that_sale_at_the_size_its_admin_set() {
     )
     .await;
     assert_eq!(entries(&app, room), 1);
+    // An address not yet confirmed gets no place, and spends nothing.
+    let newcomer = Browser::sign_up(&app.address, "newcomer@example.com").await;
+    let (check, _) = solved(&newcomer, Some(room)).await;
+    let spent = door_rows(&app);
+    expect_page(
+        join(&newcomer, check.clone()).await,
+        StatusCode::FORBIDDEN,
+        "Confirm your email address first",
+    )
+    .await;
+    assert_eq!((entries(&app, room), door_rows(&app)), (1, spent));
+    app.confirm("newcomer@example.com");
+    expect_redirect(
+        &join(&newcomer, check).await,
+        &format!("/products/{room}/queue"),
+    );
+    assert_eq!(entries(&app, room), 2);
     // A sale without a waiting room hands out no check.
     let open = app.product(3, None).await;
     assert_eq!(
@@ -475,6 +492,7 @@ async fn one_address_gets_its_limit_and_no_more_however_many_race() {
         )
         .await
         .unwrap();
+        app.confirm(&email);
         joiners.push(Browser::sign_in(&app.address, &email, PASSWORD).await);
     }
     let mut checks = Vec::new();
@@ -505,8 +523,10 @@ async fn the_admin_sees_what_each_door_let_through_and_turned_away() {
     for i in 0..3 {
         let who = app.browser();
         let (check, _) = solved(&who, None).await;
-        let answer = sign_up(&who, &format!("door{i}@example.com"), &check).await;
+        let email = format!("door{i}@example.com");
+        let answer = sign_up(&who, &email, &check).await;
         if answer.status() == StatusCode::SEE_OTHER {
+            app.confirm(&email);
             through.push(who);
         }
     }
@@ -561,4 +581,137 @@ async fn the_admin_sees_what_each_door_let_through_and_turned_away() {
         page.contains("Most from one address: 127.0.0.1 (2)"),
         "{page}"
     );
+}
+
+/// One request of the script's, from `address` (behind the shop's trusted
+/// proxy, as a client on the internet is).
+async fn post_from(
+    who: &Browser,
+    app: &TestApp,
+    address: &str,
+    path: &str,
+    fields: &[(&str, &str)],
+) -> StatusCode {
+    let token = who.csrf().await;
+    let mut fields = fields.to_vec();
+    fields.push(("csrf_token", &token));
+    who.web
+        .client
+        .post(format!("{}{path}", app.address))
+        .header("X-Forwarded-For", address)
+        .form(&fields)
+        .send()
+        .await
+        .unwrap()
+        .status()
+}
+
+/// Fetches and solves a check, timing the solving: the script's CPU.
+async fn timed_check(who: &Browser, sale: Option<i64>) -> (String, StdDuration) {
+    let path = match sale {
+        Some(sale) => format!("/door/challenge?sale={sale}"),
+        None => "/door/challenge".into(),
+    };
+    let challenge: altcha::Challenge =
+        serde_json::from_str(&who.get(&path).await.text().await.unwrap()).unwrap();
+    tokio::task::spawn_blocking(move || {
+        let started = std::time::Instant::now();
+        let solution = altcha::solve_challenge(altcha::SolveChallengeOptions::new(&challenge))
+            .unwrap()
+            .unwrap();
+        (encode(challenge, solution), started.elapsed())
+    })
+    .await
+    .unwrap()
+}
+
+/// The scripted run the issue describes, repeated against the real door
+/// with a real shop's settings: from one address, 200 accounts signed up,
+/// confirmed from their links (the script reads the mailbox) and joined to
+/// one waiting room, as fast as a script goes. Twice: 200 addresses on a
+/// domain the script owns, then 200 `+tag` and dotted variants of one Gmail
+/// address. It prints what each run got and the solving CPU per place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_scripted_crowd_of_accounts_from_one_address_gets_almost_nothing() {
+    let app = spawn_app_with(|settings| {
+        settings.security.door = flashsale::config::SecuritySettings::default().door;
+        settings.security.trusted_proxies = TrustedProxies::parse("127.0.0.1").unwrap();
+    })
+    .await;
+    let room = queue_sale(&app, 100, 1, Duration::minutes(10), None).await;
+    type Address = fn(usize) -> String;
+    let runs: [(&str, &str, Address, i64); 2] = [
+        (
+            "200 addresses of the script's own domain",
+            "198.51.100.7",
+            |i| format!("bot{i}@bots.example"),
+            10,
+        ),
+        (
+            "200 variants of one Gmail address",
+            "198.51.100.8",
+            |i| {
+                let dotted = if i % 2 == 0 { "s.cripter" } else { "scripter" };
+                format!("{dotted}+drop{i}@gmail.com")
+            },
+            1,
+        ),
+    ];
+    for (run, address, email_of, most) in runs {
+        let mut cpu = StdDuration::ZERO;
+        let mut made = Vec::new();
+        let mut statuses = Vec::new();
+        for i in 0..200 {
+            let bot = app.browser();
+            let (check, spent) = timed_check(&bot, None).await;
+            cpu += spent;
+            let email = email_of(i);
+            let status = post_from(
+                &bot,
+                &app,
+                address,
+                "/signup",
+                &[
+                    ("email", &email),
+                    ("password", PASSWORD),
+                    ("altcha", &check),
+                ],
+            )
+            .await;
+            statuses.push(status);
+            if status == StatusCode::SEE_OTHER {
+                made.push((bot, email));
+            }
+        }
+        let mut confirmed = 0;
+        for (bot, email) in &made {
+            let link = crate::mail::link_of(&app, email).await;
+            if bot.get(&link).await.status() == StatusCode::OK {
+                confirmed += 1;
+            }
+        }
+        let mut joins = Vec::new();
+        for (bot, _) in &made {
+            let (check, spent) = timed_check(bot, Some(room)).await;
+            cpu += spent;
+            let path = format!("/products/{room}/queue");
+            joins.push(post_from(bot, &app, address, &path, &[("altcha", &check)]).await);
+        }
+        let places =
+            app.db.count(&format!(
+            "SELECT count(*) AS n FROM queue_entries e JOIN customers c ON c.id = e.customer_id \
+             WHERE e.product_id = {room} AND c.email IN ({})",
+            made.iter().map(|(_, e)| format!("'{e}'")).collect::<Vec<_>>().join(",")
+        ));
+        println!(
+            "door: {run} from {address}: sign-ups {:?}, {} accounts, {confirmed} confirmed, joins {:?}, {places} places; solving CPU {:.1} s in all, {:.1} s per place",
+            tally(&statuses),
+            made.len(),
+            tally(&joins),
+            cpu.as_secs_f64(),
+            cpu.as_secs_f64() / places.max(1) as f64,
+        );
+        assert_eq!(made.len(), 10, "{run}: the address's sign-ups for the hour");
+        assert_eq!(places, most, "{run}");
+    }
 }

@@ -517,6 +517,8 @@ async fn waiting_room_in_chromium() {
         (&two, "queue-two@example.com"),
     ] {
         chrome.sign_up(email).await;
+        // As opening the mailed link does (the `mail` tests open it).
+        app.confirm(email);
         chrome.open(&format!("/products/{product}")).await;
         chrome
             .expect_text("This sale opens through a waiting room")
@@ -646,6 +648,7 @@ async fn buttons_open_by_themselves_at_the_opening_second_in_chromium() {
     let (_driver, driver_port) = start_chromedriver();
     let chrome = Chrome::start(driver_port, &app.address).await;
     chrome.sign_up("opening@example.com").await;
+    app.confirm("opening@example.com");
     let soon = chrono::Utc::now() + chrono::Duration::seconds(12);
     let open_sale = flashsale::services::catalog::create_product(
         &app.shop.pool,

@@ -122,6 +122,7 @@ async fn a_drop_tells_the_truth_and_the_turn_is_unmissable_in_chromium() {
     // and an offer to be notified (accepted).
     for (chrome, email) in [(&one, "ux-one@example.com"), (&two, "ux-two@example.com")] {
         chrome.sign_up(email).await;
+        app.confirm(email);
         chrome.open(&format!("/products/{product}")).await;
         chrome.submit("form.join button[type=submit]").await;
         chrome.expect_path(&queue_path).await;
@@ -389,6 +390,7 @@ async fn shop_and_admin_pages_agree_and_fit_a_phone_in_chromium() {
 
     // (7) My orders names what was bought, dated as other pages are.
     shopper.sign_up("ux-shopper@example.com").await;
+    app.confirm("ux-shopper@example.com");
     let order = shopper.buy(open_sale).await;
     shopper.pay(GOOD_CARD).await;
     shopper.expect_text("Paid — thank you").await;

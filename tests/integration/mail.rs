@@ -52,7 +52,7 @@ fn unique_email(tag: &str) -> String {
 
 /// The confirmation link of `email`'s latest message, rendered as the mail
 /// job and the admin page render it (no mail server needed).
-async fn link_of(app: &TestApp, email: &str) -> String {
+pub async fn link_of(app: &TestApp, email: &str) -> String {
     let entries = mail::recent(&app.shop, 100).await.unwrap();
     let entry = entries
         .iter()
@@ -96,7 +96,7 @@ async fn sign_up_sends_one_confirmation_whose_link_confirms() {
     let smtp = SmtpServer::start();
     let app = app_sending_to(&smtp).await;
     let email = unique_email("ada");
-    let customer = app.customer(&email).await;
+    let customer = app.unconfirmed_customer(&email).await;
     let welcome = customer.get_text("/welcome").await.1;
     assert!(
         welcome.contains("Please confirm your email address"),
@@ -151,7 +151,7 @@ async fn a_tagged_or_dotted_gmail_duplicate_cannot_be_confirmed() {
     let dotted = format!("a.d.a.l.o.v.e{tag}@gmail.com");
     let elsewhere = format!("ada.love{tag}+drops@example.com");
     for email in [&first, &tagged, &dotted, &elsewhere] {
-        app.customer(email).await;
+        app.unconfirmed_customer(email).await;
     }
     let stranger = app.browser();
     let (status, page) = stranger.get_text(&link_of(&app, &first).await).await;
@@ -189,9 +189,9 @@ async fn a_tagged_or_dotted_gmail_duplicate_cannot_be_confirmed() {
 async fn a_tampered_or_expired_link_confirms_nothing() {
     let app = spawn_app().await;
     let email = unique_email("eve");
-    let customer = app.customer(&email).await;
+    let customer = app.unconfirmed_customer(&email).await;
     let other = unique_email("mallory");
-    app.customer(&other).await;
+    app.unconfirmed_customer(&other).await;
     let link = link_of(&app, &email).await;
     let id = customer_id(&app, &email);
 
@@ -246,7 +246,7 @@ async fn a_tampered_or_expired_link_confirms_nothing() {
 async fn a_new_link_at_most_every_five_minutes() {
     let app = spawn_app().await;
     let email = unique_email("grace");
-    let customer = app.customer(&email).await;
+    let customer = app.unconfirmed_customer(&email).await;
     let links = |app: &TestApp| {
         app.db.count(&format!(
             "SELECT count(*) AS n FROM mail_outbox WHERE kind = 'confirm-address' \
@@ -310,7 +310,7 @@ async fn paid_declined_refunded_and_your_turn_each_send_one_message() {
     let smtp = SmtpServer::start();
     let app = app_sending_to(&smtp).await;
     let buyer_email = unique_email("buyer");
-    let buyer = app.customer(&buyer_email).await;
+    let buyer = app.unconfirmed_customer(&buyer_email).await;
     let product = app.product(10, None).await;
 
     // Paid.
@@ -334,7 +334,6 @@ async fn paid_declined_refunded_and_your_turn_each_send_one_message() {
     // Your turn: a confirmed customer waits in a room whose sale starts.
     let waiter_email = unique_email("waiter");
     app.customer(&waiter_email).await;
-    app.confirm(&waiter_email);
     let queued = app.product(3, Some(1)).await;
     diesel::RunQueryDsl::execute(
         diesel::sql_query(format!(
@@ -523,7 +522,7 @@ async fn a_sender_crashed_between_send_and_mark_resends_the_same_message_id() {
     // The in-process app has no mail server: only the processes below send.
     let app = spawn_app().await;
     let email = unique_email("crash");
-    app.customer(&email).await;
+    app.unconfirmed_customer(&email).await;
     let key_hex = hex::encode(&app.settings.session_key);
     let smtp_url = smtp.url();
     let env = [("SMTP_URL", smtp_url.as_str()), ("MAIL_INTERVAL_MS", "100")];
@@ -564,7 +563,7 @@ async fn a_sender_crashed_between_send_and_mark_resends_the_same_message_id() {
 async fn without_a_mail_server_messages_wait_for_the_admin_to_read() {
     let app = spawn_app().await;
     let email = unique_email("demo");
-    let customer = app.customer(&email).await;
+    let customer = app.unconfirmed_customer(&email).await;
     assert_eq!(
         sender::run_once(&app.shop).await.unwrap(),
         sender::MailReport::default()

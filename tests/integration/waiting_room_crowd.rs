@@ -38,15 +38,16 @@ async fn second_instance(app: &TestApp) -> TestApp {
     .await
 }
 
-/// `n` customers in one statement with one password hash (argon2 is slow on
-/// purpose), signed in through the shop's form, alternately on each instance.
+/// `n` customers, addresses confirmed, in one statement with one password
+/// hash (argon2 is slow on purpose), signed in through the shop's form, alternately on each instance.
 async fn signed_in_crowd(apps: &[&TestApp], n: usize, tag: &str) -> Vec<Browser> {
     let hash =
         flashsale::services::accounts::hash_password(&Password::parse(PASSWORD).unwrap()).unwrap();
     let mut conn = apps[0].db.conn();
     diesel::sql_query(
-        "INSERT INTO customers (email, password_hash, role) \
-         SELECT $1 || n || '@example.com', $2, 'customer' FROM generate_series(0, $3 - 1) AS n",
+        "INSERT INTO customers (email, password_hash, role, email_canonical, email_confirmed_at) \
+         SELECT $1 || n || '@example.com', $2, 'customer', $1 || n || '@example.com', now() \
+         FROM generate_series(0, $3 - 1) AS n",
     )
     .bind::<Text, _>(tag)
     .bind::<Text, _>(hash)

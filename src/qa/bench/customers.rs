@@ -20,7 +20,8 @@ fn email(n: usize) -> String {
     format!("bench{n}@flashsale.test")
 }
 
-/// Inserts customers 1..=count and answers the range of their ids.
+/// Inserts customers 1..=count, their addresses confirmed (the waiting
+/// rooms take no other), and answers the range of their ids.
 pub(super) fn seed(conn: &mut PgConnection, count: usize) -> anyhow::Result<(i64, i64)> {
     #[derive(QueryableByName)]
     struct Range {
@@ -31,8 +32,10 @@ pub(super) fn seed(conn: &mut PgConnection, count: usize) -> anyhow::Result<(i64
     }
     let hash = fixture_hash(PASSWORD)?;
     let range: Range = diesel::sql_query(
-        "WITH made AS (INSERT INTO customers (email, password_hash, role) \
-           SELECT 'bench' || n || '@flashsale.test', $1, 'customer' FROM generate_series(1, $2) AS n \
+        "WITH made AS (INSERT INTO customers \
+             (email, password_hash, role, email_canonical, email_confirmed_at) \
+           SELECT 'bench' || n || '@flashsale.test', $1, 'customer', \
+             'bench' || n || '@flashsale.test', now() FROM generate_series(1, $2) AS n \
            RETURNING id) \
          SELECT min(id) AS low, max(id) AS high FROM made",
     )

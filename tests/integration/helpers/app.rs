@@ -88,6 +88,12 @@ impl TestApp {
         browser
     }
 
+    /// Signs up `email` and leaves the address unconfirmed, as it is until
+    /// its link is opened.
+    pub async fn unconfirmed_customer(&self, email: &str) -> Browser {
+        Browser::sign_up(&self.address, email).await
+    }
+
     /// Signs up `n` customers concurrently, their addresses confirmed.
     pub async fn customers(&self, n: usize, tag: &str) -> Vec<Browser> {
         let browsers = sign_up_customers(&self.address, n, tag).await;
