@@ -186,3 +186,31 @@ pub async fn is_confirmed(shop: &Shop, customer: CustomerId) -> Result<bool, App
     })
     .await
 }
+
+/// Confirms `email`'s account without a link: for accounts an operator
+/// makes for people whose addresses they know (the demo's customers).
+/// Refused, like a link, when another account of the same person is
+/// confirmed.
+pub async fn confirm_as_operator(pool: &crate::db::PgPool, email: &str) -> Result<(), AppError> {
+    let email = email.trim().to_lowercase();
+    db::run(pool, move |conn| {
+        let updated = diesel::update(
+            customers::table
+                .filter(customers::email.eq(&email))
+                .filter(customers::email_confirmed_at.is_null()),
+        )
+        .set(customers::email_confirmed_at.eq(Utc::now()))
+        .execute(conn);
+        match updated {
+            Ok(_) => Ok(()),
+            Err(DieselError::DatabaseError(DatabaseErrorKind::UniqueViolation, _)) => {
+                Err(AppError::conflict(
+                    "Address already confirmed",
+                    format!("Another account of {email} is confirmed already."),
+                ))
+            }
+            Err(other) => Err(other.into()),
+        }
+    })
+    .await
+}
