@@ -27,8 +27,10 @@ impl SmtpServer {
     /// connection is plain SMTP: a relay on the same machine or network
     /// (Postfix, a provider's local agent) carries mail further with TLS.
     pub fn parse(url: &str) -> anyhow::Result<SmtpServer> {
+        // The URL may carry a password: errors name the host part only.
+        let shown = url.rsplit_once('@').map_or(url, |(_, host)| host);
         let Some(rest) = url.trim().strip_prefix("smtp://") else {
-            bail!("SMTP_URL={url:?}: use smtp://host:port (plain SMTP to a relay)");
+            bail!("SMTP_URL (…{shown:?}): use smtp://host:port (plain SMTP to a relay)");
         };
         let rest = rest.trim_end_matches('/');
         let (credentials, address) = match rest.rsplit_once('@') {
@@ -47,7 +49,7 @@ impl SmtpServer {
             None => (address, 25),
         };
         if host.is_empty() {
-            bail!("SMTP_URL={url:?} names no host");
+            bail!("SMTP_URL (…{shown:?}) names no host");
         }
         Ok(SmtpServer {
             host: host.to_string(),

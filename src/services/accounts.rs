@@ -68,6 +68,9 @@ pub async fn sign_up_at_door(
     let keys = shop.door_keys.clone();
     let counts = shop.door_counts.clone();
     let limits = shop.settings.security.door;
+    // The answer first, before anything costs the shop: a sign-up sent
+    // without solving takes no password hash and no connection.
+    door::check_answer(&keys, &counts, Door::SignUp, &bot_check)?;
     db::run(&shop.pool, move |conn| {
         // Hashed before the transaction: it takes a while on purpose, and
         // the door's lock on this address should not be held meanwhile.

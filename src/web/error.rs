@@ -105,7 +105,7 @@ fn door_refusal_in_words(refusal: DoorRefusal) -> (&'static str, Cow<'static, st
         DoorRefusal::TooMany { signing_up, retry_after } => (
             "Too many from your network",
             Cow::Owned(format!(
-                "{} from your network address in the last hour, so this one was not taken. Try again in {}.",
+                "{} from your network address lately, so this one was not taken. Try again in {}.",
                 if signing_up { "Too many accounts were created" } else { "Too many people joined this waiting room" },
                 wait_in_words(retry_after)
             )),

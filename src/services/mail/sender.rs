@@ -7,8 +7,9 @@
 
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use diesel::prelude::*;
-use diesel::sql_types::{BigInt, Int4, Jsonb, Text};
+use diesel::sql_types::{BigInt, Int4, Jsonb, Text, Timestamptz};
 use lettre::message::{header::ContentType, Mailbox, Message};
 use lettre::transport::smtp::authentication::Credentials;
 use lettre::{AsyncSmtpTransport, AsyncTransport, Tokio1Executor};
@@ -24,10 +25,12 @@ use crate::services::jobs::next_tick;
 use crate::services::Shop;
 use crate::shutdown::StopSignal;
 
-/// The longest one SMTP exchange may take.
+/// The longest one SMTP exchange may take (the whole send: lettre's own
+/// timeout covers only the connect).
 pub const SEND_TIMEOUT: Duration = Duration::from_secs(10);
-/// A claimed message is left alone this long: a send and its mark take far
-/// less, so only a sender that died leaves a claim to run out.
+/// A claimed message is left alone this long: three sends' worth, so only
+/// a sender that died leaves a claim to run out, and a sender whose claim
+/// ran out cannot mark the row another sender holds.
 pub const LEASE: Duration = Duration::from_secs(30);
 /// The longest pause between two tries of one message, so a mail server
 /// that comes back is used within about a minute.
@@ -53,6 +56,9 @@ struct Claimed {
     payload: serde_json::Value,
     #[diesel(sql_type = Text)]
     email: String,
+    /// The claim's end: its token, so a sender marks only its own claim.
+    #[diesel(sql_type = Timestamptz)]
+    claimed_until: DateTime<Utc>,
 }
 
 /// The pause before the next try of a message tried `attempts` times.
@@ -92,7 +98,7 @@ async fn claim_next(shop: &Shop) -> Result<Option<Claimed>, AppError> {
                  ORDER BY next_attempt_at, id
                  LIMIT 1
                  FOR UPDATE SKIP LOCKED)
-             RETURNING m.id, m.event_key, m.customer_id, m.payload, c.email",
+             RETURNING m.id, m.event_key, m.customer_id, m.payload, c.email, m.claimed_until",
         )
         .bind::<Int4, _>(lease_secs)
         .get_result::<Claimed>(conn)
@@ -101,30 +107,37 @@ async fn claim_next(shop: &Shop) -> Result<Option<Claimed>, AppError> {
     .await
 }
 
-async fn mark_sent(shop: &Shop, id: i64) -> Result<(), AppError> {
+async fn mark_sent(shop: &Shop, id: i64, claim: DateTime<Utc>) -> Result<(), AppError> {
     db::run(&shop.pool, move |conn| {
         diesel::sql_query(
             "UPDATE mail_outbox SET sent_at = now(), claimed_until = NULL, last_error = NULL,
                 attempts = attempts + 1
-             WHERE id = $1 AND sent_at IS NULL",
+             WHERE id = $1 AND sent_at IS NULL AND claimed_until = $2",
         )
         .bind::<BigInt, _>(id)
+        .bind::<Timestamptz, _>(claim)
         .execute(conn)?;
         Ok(())
     })
     .await
 }
 
-async fn mark_failed(shop: &Shop, id: i64, error: String) -> Result<(), AppError> {
+async fn mark_failed(
+    shop: &Shop,
+    id: i64,
+    claim: DateTime<Utc>,
+    error: String,
+) -> Result<(), AppError> {
     db::run(&shop.pool, move |conn| {
         diesel::sql_query(
             "UPDATE mail_outbox SET attempts = attempts + 1, last_error = $2, claimed_until = NULL,
                 next_attempt_at = now() + least(power(2, least(attempts + 1, 10)), $3) * interval '1 second'
-             WHERE id = $1 AND sent_at IS NULL",
+             WHERE id = $1 AND sent_at IS NULL AND claimed_until = $4",
         )
         .bind::<BigInt, _>(id)
         .bind::<Text, _>(error)
         .bind::<BigInt, _>(MAX_PAUSE_SECS)
+        .bind::<Timestamptz, _>(claim)
         .execute(conn)?;
         Ok(())
     })
@@ -185,21 +198,36 @@ pub async fn run_once(shop: &Shop) -> Result<MailReport, AppError> {
                 // Cannot be written (an address the mail library refuses):
                 // kept, failing, for an admin to see.
                 tracing::warn!(id = claimed.id, %error, "a message could not be written");
-                mark_failed(shop, claimed.id, format!("could not be written: {error}")).await?;
+                let error = format!("could not be written: {error}");
+                mark_failed(shop, claimed.id, claimed.claimed_until, error).await?;
                 report.failed += 1;
                 continue;
             }
         };
         let mailer = mailer.get_or_insert_with(|| transport(&server));
-        match mailer.send(message).await {
-            Ok(_) => {
-                mark_sent(shop, claimed.id).await?;
+        let sent = tokio::time::timeout(SEND_TIMEOUT, mailer.send(message)).await;
+        match sent {
+            Ok(Ok(_)) => {
+                mark_sent(shop, claimed.id, claimed.claimed_until).await?;
                 report.sent += 1;
             }
-            Err(error) => {
+            Err(_) => {
+                // The server may have taken it: the next try carries the
+                // same Message-ID.
+                tracing::warn!(
+                    id = claimed.id,
+                    event = claimed.event_key,
+                    "the mail server did not answer in time; will retry"
+                );
+                let error = format!("no answer within {} s", SEND_TIMEOUT.as_secs());
+                mark_failed(shop, claimed.id, claimed.claimed_until, error).await?;
+                report.failed += 1;
+                break;
+            }
+            Ok(Err(error)) => {
                 tracing::warn!(id = claimed.id, event = claimed.event_key, %error, "the mail server did not take a message; will retry");
                 let permanent = error.is_permanent();
-                mark_failed(shop, claimed.id, error.to_string()).await?;
+                mark_failed(shop, claimed.id, claimed.claimed_until, error.to_string()).await?;
                 report.failed += 1;
                 if !permanent {
                     break;
