@@ -220,7 +220,7 @@ pub fn let_through(
         Door::SignUp => limits.signups_per_address,
         Door::Join(_) => limits.joins_per_address,
     };
-    let (door_name, ip) = (door.name(), ip.to_string());
+    let (door_name, ip) = (door.name(), address_key(ip));
     // Serialises this address's passes at this door, so the count is exact.
     diesel::sql_query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
         .bind::<Text, _>(format!("door:{door_name}:{ip}"))
@@ -288,6 +288,22 @@ pub fn check_answer(
             Err(AppError::DoorRefused(refusal))
         }
         None => Ok(()),
+    }
+}
+
+/// Who the limit counts: an IPv4 address, or an IPv6 address's /64 (one
+/// subscriber's network holds the whole /64, so a script could otherwise
+/// take a new address per request).
+fn address_key(ip: IpAddr) -> String {
+    match ip {
+        IpAddr::V4(v4) => v4.to_string(),
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => v4.to_string(),
+            None => {
+                let s = v6.segments();
+                format!("{:x}:{:x}:{:x}:{:x}::/64", s[0], s[1], s[2], s[3])
+            }
+        },
     }
 }
 
@@ -458,4 +474,23 @@ pub fn stats(conn: &mut PgConn, door: Door) -> QueryResult<DoorStats> {
         refused,
         busiest_addresses,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_ipv6_network_counts_as_one_address() {
+        let one: IpAddr = "2001:db8:1:2:aaaa::1".parse().unwrap();
+        let other_in_same_64: IpAddr = "2001:db8:1:2:ffff:ffff:ffff:ffff".parse().unwrap();
+        let next_64: IpAddr = "2001:db8:1:3::1".parse().unwrap();
+        assert_eq!(address_key(one), address_key(other_in_same_64));
+        assert_ne!(address_key(one), address_key(next_64));
+        assert_eq!(
+            address_key("::ffff:203.0.113.9".parse().unwrap()),
+            "203.0.113.9"
+        );
+        assert_eq!(address_key("203.0.113.9".parse().unwrap()), "203.0.113.9");
+    }
 }

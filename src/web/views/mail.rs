@@ -70,3 +70,22 @@ impl From<OutboxEntry> for MailRow {
         }
     }
 }
+
+impl MailRow {
+    /// The body with each confirmation link replaced by a word of why.
+    pub fn without_confirmation_links(mut self) -> MailRow {
+        self.body = self
+            .body
+            .split('\n')
+            .map(|line| {
+                if line.contains("/account/confirm?") {
+                    "(the confirmation link: sent to the customer only)"
+                } else {
+                    line
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        self
+    }
+}
