@@ -10,6 +10,7 @@ mod crash_recovery;
 mod door;
 mod drop_ux;
 mod e2e_browser;
+mod e2e_door;
 mod e2e_drop_ux;
 mod fail_closed;
 mod fault_matrix;
