@@ -64,7 +64,7 @@ pub async fn link_of(app: &TestApp, email: &str) -> String {
 }
 
 /// Messages to `to` whose subject is `subject`.
-fn with_subject<'a>(
+pub fn with_subject<'a>(
     received: &'a [ReceivedMail],
     to: &str,
     subject: &str,
