@@ -12,60 +12,86 @@ use std::collections::HashMap;
 
 use diesel::prelude::*;
 
-use super::schema::holdings;
+use super::schema::{customers, holdings};
 use super::PgConn;
 use crate::domain::{CustomerId, ProductId};
 
-/// Units of `product` held by each of `customers` (customers holding none
-/// are missing), or by every customer holding any when `customers` is None.
-pub fn live_units(
-    conn: &mut PgConn,
-    product: ProductId,
-    customers: Option<&[CustomerId]>,
-) -> QueryResult<HashMap<CustomerId, i64>> {
-    let of_product = holdings::table
+/// Units of `product` held by every customer holding any: what the stock
+/// gate's per-customer counts are rebuilt from.
+pub fn live_units(conn: &mut PgConn, product: ProductId) -> QueryResult<HashMap<CustomerId, i64>> {
+    let held: Vec<(i64, i32)> = holdings::table
         .filter(holdings::product_id.eq(product.get()))
         .filter(holdings::units.gt(0))
-        .select((holdings::customer_id, holdings::units));
-    let held: Vec<(i64, i32)> = match customers {
-        Some(customers) => {
-            let ids: Vec<i64> = customers.iter().map(|c| c.get()).collect();
-            of_product
-                .filter(holdings::customer_id.eq_any(ids))
-                .load(conn)?
-        }
-        None => of_product.load(conn)?,
-    };
+        .select((holdings::customer_id, holdings::units))
+        .load(conn)?;
     Ok(held
         .into_iter()
         .map(|(customer, units)| (CustomerId(customer), i64::from(units)))
         .collect())
 }
 
-/// Units of each of `products` held by each of `customers`: what a
-/// purchase transaction serving several products' buyers checks their
-/// limits against, in one query.
-pub fn live_units_of_products(
+/// What a buyer brings to a sale with a per-customer limit: the units their
+/// live orders already hold of it, and whether their address is confirmed.
+/// A limit is per person, and only a confirmed address is one person (one
+/// confirmed account per canonical address, held by a unique index), so an
+/// unconfirmed account buys none of a limited product.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Holder {
+    pub units: i64,
+    pub confirmed: bool,
+}
+
+/// Each of `customers` as a holder of each of `products`, in one query
+/// (primary-key reads): what a purchase transaction checks its buyers'
+/// limits against. A customer with no account is missing, so is refused
+/// like an unconfirmed one.
+pub fn holders(
     conn: &mut PgConn,
     products: &[ProductId],
     customers: &[CustomerId],
-) -> QueryResult<HashMap<ProductId, HashMap<CustomerId, i64>>> {
+) -> QueryResult<HashMap<ProductId, HashMap<CustomerId, Holder>>> {
     let product_ids: Vec<i64> = products.iter().map(|p| p.get()).collect();
     let customer_ids: Vec<i64> = customers.iter().map(|c| c.get()).collect();
-    let held: Vec<(i64, i64, i32)> = holdings::table
-        .filter(holdings::product_id.eq_any(product_ids))
-        .filter(holdings::customer_id.eq_any(customer_ids))
-        .filter(holdings::units.gt(0))
-        .select((holdings::product_id, holdings::customer_id, holdings::units))
+    let rows: Vec<(i64, bool, Option<i64>, Option<i32>)> = customers::table
+        .left_join(
+            holdings::table.on(holdings::customer_id
+                .eq(customers::id)
+                .and(holdings::product_id.eq_any(&product_ids))),
+        )
+        .filter(customers::id.eq_any(&customer_ids))
+        .select((
+            customers::id,
+            customers::email_confirmed_at.is_not_null(),
+            holdings::product_id.nullable(),
+            holdings::units.nullable(),
+        ))
         .load(conn)?;
-    let mut units: HashMap<ProductId, HashMap<CustomerId, i64>> = HashMap::new();
-    for (product, customer, held) in held {
-        units
-            .entry(ProductId(product))
-            .or_default()
-            .insert(CustomerId(customer), i64::from(held));
+    let mut holders: HashMap<ProductId, HashMap<CustomerId, Holder>> = products
+        .iter()
+        .map(|&product| (product, HashMap::new()))
+        .collect();
+    for (customer, confirmed, _, _) in &rows {
+        for of_product in holders.values_mut() {
+            of_product.insert(
+                CustomerId(*customer),
+                Holder {
+                    units: 0,
+                    confirmed: *confirmed,
+                },
+            );
+        }
     }
-    Ok(units)
+    for (customer, _, product, units) in rows {
+        if let (Some(product), Some(units)) = (product, units) {
+            if let Some(holder) = holders
+                .get_mut(&ProductId(product))
+                .and_then(|of_product| of_product.get_mut(&CustomerId(customer)))
+            {
+                holder.units = i64::from(units);
+            }
+        }
+    }
+    Ok(holders)
 }
 
 /// Takes a restored order's `units` of `product` off what `customer`

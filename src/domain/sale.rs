@@ -27,6 +27,10 @@ pub enum Refusal {
         limit: i32,
         already: i64,
     },
+    /// The sale has a per-customer `limit`, which is per person, and the
+    /// buyer's address is not confirmed, so the shop cannot tell them from
+    /// their other accounts.
+    AddressUnconfirmed { product: Option<String>, limit: i32 },
     /// The sale has not started, or has ended.
     SaleNotOpen { product: String, state: SaleState },
 }
@@ -37,6 +41,7 @@ impl Refusal {
         match self {
             Refusal::SoldOut { .. } => "sold_out",
             Refusal::LimitReached { .. } => "limit_reached",
+            Refusal::AddressUnconfirmed { .. } => "unconfirmed",
             Refusal::SaleNotOpen { .. } => "not_open",
         }
     }

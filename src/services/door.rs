@@ -16,9 +16,9 @@
 //! counted in this process and added to `door_counts` by the jobs: a crowd
 //! fetching challenges writes nothing per request.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use altcha::{
@@ -34,7 +34,7 @@ use rand::Rng;
 use sha2::Sha256;
 
 use crate::config::DoorSettings;
-use crate::db::schema::{customers, door_counts, door_passes, queue_entries, spent_challenges};
+use crate::db::schema::{customers, door_counts, door_passes, spent_challenges};
 use crate::db::{self, PgConn};
 use crate::domain::{CustomerId, ProductId};
 use crate::error::{AppError, DoorRefusal};
@@ -114,59 +114,85 @@ pub async fn challenge_for(shop: &Shop, door: Door) -> Result<String, AppError> 
     Ok(challenge(&shop.door_keys, &shop.door_counts, door, work))
 }
 
-/// Lets `customer`, from `ip`, through the door of `product`'s waiting
-/// room, in a transaction of its own before the join: the place is
-/// written by the waiting room's batched writer, and a join that fails
-/// after this has only cost the visitor a new puzzle (no place, unit or
-/// payment hangs on the spent row). Confirmed addresses only; a
-/// confirmation ends only with a change of address, which no page offers,
-/// so it cannot lapse between this transaction and the place's.
-pub async fn pass_to_join(
-    shop: &Shop,
-    customer: CustomerId,
-    product: ProductId,
-    payload: String,
-    ip: IpAddr,
-) -> Result<(), AppError> {
-    let keys = shop.door_keys.clone();
-    let counts = shop.door_counts.clone();
-    let limits = shop.settings.security.door;
-    db::run(&shop.pool, move |conn| {
-        db::transaction(conn, |conn| {
-            // One place per person: only a confirmed address gets one (its
-            // canonical form is unique among confirmed accounts). Checked
-            // before the solution, so an unconfirmed visitor spends nothing.
-            let confirmed: bool = customers::table
-                .find(customer.get())
-                .select(customers::email_confirmed_at.is_not_null())
-                .first(conn)?;
-            if !confirmed {
-                counts.add(Door::Join(product), DoorRefusal::Unconfirmed.kind());
-                return Err(AppError::DoorRefused(DoorRefusal::Unconfirmed));
+/// What a customer's join brings to the door: the solved bot check, as
+/// the widget posts it, and the client address the limit counts.
+#[derive(Debug, Clone)]
+pub struct Visit {
+    pub payload: String,
+    pub ip: IpAddr,
+}
+
+/// The door's keys, counts and limits, for a transaction that lets
+/// visitors through away from the request (the waiting room's writer).
+#[derive(Debug, Clone)]
+pub struct Doorkeeper {
+    keys: Arc<DoorKeys>,
+    counts: Arc<DoorCounts>,
+    limits: DoorSettings,
+}
+
+impl Doorkeeper {
+    pub fn of(shop: &Shop) -> Doorkeeper {
+        Doorkeeper {
+            keys: shop.door_keys.clone(),
+            counts: shop.door_counts.clone(),
+            limits: shop.settings.security.door,
+        }
+    }
+
+    /// Lets `visitors` through the door of `product`'s waiting room inside
+    /// the transaction that writes their places, so a place and the spent
+    /// solution and counted pass it cost commit together or not at all: a
+    /// join that fails spends nothing. Returns those refused, and why; the
+    /// rest passed. Confirmed addresses only (one place per person: a
+    /// canonical address has at most one confirmed account). Addresses are
+    /// taken in order, so two transactions never wait on each other's.
+    pub fn let_join(
+        &self,
+        conn: &mut PgConn,
+        product: ProductId,
+        visitors: &[(CustomerId, &Visit)],
+    ) -> Result<HashMap<CustomerId, DoorRefusal>, AppError> {
+        let door = Door::Join(product);
+        let ids: Vec<i64> = visitors.iter().map(|(c, _)| c.get()).collect();
+        let confirmed: HashSet<i64> = customers::table
+            .filter(customers::id.eq_any(&ids))
+            .filter(customers::email_confirmed_at.is_not_null())
+            .select(customers::id)
+            .load::<i64>(conn)?
+            .into_iter()
+            .collect();
+        let mut refused = HashMap::new();
+        let mut passing: Vec<&(CustomerId, &Visit)> = Vec::with_capacity(visitors.len());
+        for visitor in visitors {
+            if confirmed.contains(&visitor.0.get()) {
+                passing.push(visitor);
+            } else {
+                self.counts.add(door, DoorRefusal::Unconfirmed.kind());
+                refused.insert(visitor.0, DoorRefusal::Unconfirmed);
             }
-            // Joining again keeps the place it has: nothing to pay at the
-            // door for what the customer already holds.
-            let placed: bool = diesel::select(diesel::dsl::exists(
-                queue_entries::table
-                    .filter(queue_entries::product_id.eq(product.get()))
-                    .filter(queue_entries::customer_id.eq(customer.get())),
-            ))
-            .get_result(conn)?;
-            if placed {
-                return Ok(());
-            }
-            let_through(
+        }
+        passing.sort_by_cached_key(|(_, visit)| address_key(visit.ip));
+        for (customer, visit) in passing {
+            let passed = let_through(
                 conn,
-                &keys,
-                &counts,
-                &limits,
-                Door::Join(product),
-                &payload,
-                ip,
-            )
-        })
-    })
-    .await
+                &self.keys,
+                &self.counts,
+                &self.limits,
+                door,
+                &visit.payload,
+                visit.ip,
+            );
+            match passed {
+                Ok(()) => {}
+                Err(AppError::DoorRefused(refusal)) => {
+                    refused.insert(*customer, refusal);
+                }
+                Err(other) => return Err(other),
+            }
+        }
+        Ok(refused)
+    }
 }
 
 /// A new challenge for `door`, `work` tries on average, as the JSON the
@@ -196,8 +222,8 @@ pub fn challenge(keys: &DoorKeys, counts: &DoorCounts, door: Door, work: i32) ->
 /// Lets a visitor through `door`, inside the caller's transaction: the
 /// solution (`payload`, as the widget posts it) must solve a live challenge
 /// of this door that was never used, and `ip` must be under its limit.
-/// Spends the solution and records the pass; a refusal writes nothing that
-/// survives (the caller's transaction rolls back) and is counted here.
+/// Spends the solution and records the pass; a refusal writes nothing (the
+/// checks come before the writes) and is counted here.
 pub fn let_through(
     conn: &mut PgConn,
     keys: &DoorKeys,

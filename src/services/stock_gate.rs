@@ -137,9 +137,7 @@ async fn held_by_every_customer(
     product: ProductId,
 ) -> Result<Vec<(CustomerId, i64)>, AppError> {
     db::run(pool, move |conn| {
-        Ok(holdings::live_units(conn, product, None)?
-            .into_iter()
-            .collect())
+        Ok(holdings::live_units(conn, product)?.into_iter().collect())
     })
     .await
 }

@@ -161,6 +161,13 @@ fn refusal_in_words(refusal: &Refusal) -> (&'static str, Cow<'static, str>) {
                 named(product)
             )),
         ),
+        Refusal::AddressUnconfirmed { product, limit } => (
+            "Confirm your email address first",
+            Cow::Owned(format!(
+                "{} is limited to {limit} per person, so it is sold only to accounts whose email address is confirmed. Open the link we mailed you (your account page sends a new one), then buy again. Nothing was reserved or charged.",
+                named(product)
+            )),
+        ),
         Refusal::SaleNotOpen { product, state } => (
             "Sale not open",
             Cow::Owned(match state {
@@ -222,6 +229,7 @@ impl ResponseError for AppError {
             AppError::NotFound(_) => StatusCode::NOT_FOUND,
             AppError::Forbidden(_)
             | AppError::BadCsrf
+            | AppError::Refused(Refusal::AddressUnconfirmed { .. })
             | AppError::PassRefused(PassRefusal::NoPass | PassRefusal::NotYours) => {
                 StatusCode::FORBIDDEN
             }

@@ -373,6 +373,45 @@ async fn joining_takes_the_check_of_that_sale_at_the_size_its_admin_set() {
     );
 }
 
+/// The door is passed in the transaction that writes the place, so a join
+/// that gets no place (here: the room is not open yet) spends neither the
+/// solution nor one of the address's joins; once the room opens, the same
+/// solution gets the place, and is spent once across the room's first-join
+/// retry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_join_that_gets_no_place_spends_nothing_at_the_door() {
+    let app = spawn_app_with(real_door(100)).await;
+    let later = queue_sale(&app, 5, 1, Duration::hours(2), Some(Duration::minutes(15))).await;
+    let waiter = app.customer("early@example.com").await;
+    let (check, _) = solved(&waiter, Some(later)).await;
+    let path = format!("/products/{later}/queue");
+    let fields = [("altcha", check.as_str())];
+    let join = || waiter.post_form(&path, &fields);
+    // (Signing up passed the sign-up door.)
+    let (passes, spent) = door_rows(&app);
+    expect_page(
+        join().await,
+        StatusCode::CONFLICT,
+        "The waiting room is not open yet",
+    )
+    .await;
+    assert_eq!(
+        (entries(&app, later), door_rows(&app)),
+        (0, (passes, spent))
+    );
+
+    app.db.count(&format!(
+        "WITH u AS (UPDATE products SET queue_opens_at = now() - interval '1 minute' \
+         WHERE id = {later} RETURNING 1) SELECT count(*) AS n FROM u"
+    ));
+    flashsale::services::sale_cache::invalidate();
+    expect_redirect(&join().await, &format!("/products/{later}/queue"));
+    assert_eq!(
+        (entries(&app, later), door_rows(&app)),
+        (1, (passes + 1, spent + 1))
+    );
+}
+
 async fn join_at(who: &Browser, product: i64) -> reqwest::Response {
     who.join_waiting_room(product).await
 }

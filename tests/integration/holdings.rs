@@ -121,6 +121,73 @@ async fn a_cart_counts_against_the_limit_like_a_single_buy() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_limit_is_per_person_so_only_confirmed_addresses_buy_a_limited_sale() {
+    let app = spawn_app().await;
+    let limited = app.product(10, Some(1)).await;
+    let open = app.product(10, None).await;
+    let person = app.customer("drop.fan@gmail.com").await;
+    // The same Gmail mailbox written with a +tag and without the dot: the
+    // account exists, but its address can never be confirmed beside the
+    // first (one confirmed account per person), so it is not a second person.
+    let twin_email = "dropfan+2@gmail.com";
+    let twin = app.unconfirmed_customer(twin_email).await;
+
+    assert_eq!(person.buy(limited, 1).await.status(), StatusCode::SEE_OTHER);
+    let refused = twin.buy(limited, 1).await;
+    let page = expect_page(
+        refused,
+        StatusCode::FORBIDDEN,
+        "Confirm your email address first",
+    )
+    .await;
+    assert!(page.contains("limited to 1 per person"), "{page}");
+    // A cart is held to the same rule, and sells none of its lines.
+    for product in [open, limited] {
+        let added = twin
+            .post_form(
+                "/cart/add",
+                &[("product_id", &product.to_string()), ("quantity", "1")],
+            )
+            .await;
+        assert_eq!(added.status(), StatusCode::SEE_OTHER);
+    }
+    let checkout = twin
+        .post_form("/cart/checkout", &[("idempotency_key", "twin-cart")])
+        .await;
+    expect_page(
+        checkout,
+        StatusCode::FORBIDDEN,
+        "Confirm your email address first",
+    )
+    .await;
+    assert_eq!(app.db.stock(open), 10);
+
+    // A sale without a limit has no person to count: any account buys.
+    assert_eq!(twin.buy(open, 1).await.status(), StatusCode::SEE_OTHER);
+
+    assert_eq!(app.db.stock(limited), 9);
+    assert_eq!(held(&app.db, limited, twin_email), -1);
+    assert_eq!(
+        app.db.count(&format!(
+            "SELECT count(*) AS n FROM order_items i JOIN orders o ON o.id = i.order_id \
+             JOIN customers c ON c.id = o.customer_id \
+             WHERE i.product_id = {limited} AND c.email = '{twin_email}'"
+        )),
+        0
+    );
+    // What the gate admitted for the refused buys came back to it.
+    if let Some(gate) = &app.shop.gate {
+        assert_eq!(
+            gate.stock(flashsale::domain::ProductId(limited))
+                .await
+                .unwrap(),
+            Some(9)
+        );
+    }
+    app.db.assert_audit_clean();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn distinct_buyers_racing_in_batches_each_hold_at_most_the_limit() {
     let app = spawn_app().await;
     let product = app.product(1_000, Some(1)).await;

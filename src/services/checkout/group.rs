@@ -41,8 +41,9 @@ use super::rules::passes_of;
 use super::sell::{
     refused_or_failed, sell_at_once, serve_batch, Answer, BatchError, Checked, Tally,
 };
+use crate::db::holdings::{self, Holder};
 use crate::db::models::Product;
-use crate::db::{self, fence, holdings, schema::products, PgConn};
+use crate::db::{self, fence, schema::products, PgConn};
 use crate::domain::{CustomerId, ProductId};
 use crate::error::AppError;
 use crate::lock::{HeldLocks, Lease};
@@ -368,7 +369,7 @@ fn serve_together(
         .select(Product::as_select())
         .load(conn)?;
     let mut rows: HashMap<i64, Product> = locked.into_iter().map(|p| (p.id, p)).collect();
-    let mut held = live_units_of_limited(conn, rows.values(), batches)?;
+    let mut held = holders_of_limited(conn, rows.values(), batches)?;
     let now = Utc::now();
     let mut order: Vec<usize> = (0..batches.len()).filter(|&i| candidates[i]).collect();
     order.sort_by_key(|&i| batches[i].product);
@@ -467,13 +468,13 @@ fn sell_combined(
     Ok(answered)
 }
 
-/// What each buyer already holds of each locked product that has a
-/// per-customer limit, in one query for the whole group.
-fn live_units_of_limited<'a>(
+/// Each buyer as a holder of each locked product that has a per-customer
+/// limit, in one query for the whole group.
+fn holders_of_limited<'a>(
     conn: &mut PgConn,
     locked: impl Iterator<Item = &'a Product>,
     batches: &[Batch],
-) -> Result<HashMap<ProductId, HashMap<CustomerId, i64>>, BatchError> {
+) -> Result<HashMap<ProductId, HashMap<CustomerId, Holder>>, BatchError> {
     let limited: Vec<ProductId> = locked
         .filter(|p| p.per_customer_limit.is_some())
         .map(|p| ProductId(p.id))
@@ -486,7 +487,5 @@ fn live_units_of_limited<'a>(
         .filter(|b| limited.contains(&b.product))
         .flat_map(|b| b.buyers.iter().map(|buyer| buyer.customer))
         .collect();
-    Ok(holdings::live_units_of_products(
-        conn, &limited, &customers,
-    )?)
+    Ok(holdings::holders(conn, &limited, &customers)?)
 }

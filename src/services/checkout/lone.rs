@@ -7,8 +7,9 @@ use chrono::{DateTime, Utc};
 
 use super::order_rows::{write_order, KeyRow};
 use super::outcome::{Line, PurchaseOutcome};
-use super::rules::{check_buyer, held_by_customers, lock_product, pass_refusal, passes_of};
+use super::rules::{check_buyer, holders_of, lock_product, pass_refusal, passes_of};
 use crate::db::fence::change_stock;
+use crate::db::holdings::Holder;
 use crate::db::models::Product;
 use crate::db::{self, PgConn};
 use crate::domain::{CustomerId, ProductId, Quantity};
@@ -100,16 +101,16 @@ fn purchase_in_transaction(
     let mut checked: Vec<(Product, Quantity)> = Vec::with_capacity(lines.len());
     for line in lines {
         let product = lock_product(conn, line.product)?;
-        let already = match product.per_customer_limit {
-            Some(_) => held_by_customers(conn, &[customer], line.product)?
+        let holder = match product.per_customer_limit {
+            Some(_) => holders_of(conn, &[customer], line.product)?
                 .get(&customer)
                 .copied()
-                .unwrap_or(0),
-            None => 0,
+                .unwrap_or_default(),
+            None => Holder::default(),
         };
         let held = passes_of(conn, &product, &[customer])?;
         pass_refusal(&product, line.quantity, pass, held.get(&customer))?;
-        if let Err(refusal) = check_buyer(&product, line.quantity, already, now) {
+        if let Err(refusal) = check_buyer(&product, line.quantity, holder, now) {
             return Ok(PurchaseOutcome::Refused(refusal));
         }
         checked.push((product, line.quantity));

@@ -1,6 +1,7 @@
 //! The rules every buyer is checked against, the same for a lone purchase
 //! and for each buyer of a batch: the sale's window, the stock, the
-//! per-customer limit over the customer's live orders, and for a sale in
+//! per-customer limit over the customer's live orders (a limited sale sells
+//! only to confirmed addresses, so the limit is per person), and for a sale in
 //! queue mode the buyer's own open waiting-room pass (read from the locked
 //! product row, so no cache decides whether a sale is in queue mode).
 
@@ -9,8 +10,9 @@ use std::collections::HashMap;
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 
+use crate::db::holdings::{self, Holder};
 use crate::db::models::Product;
-use crate::db::{holdings, PgConn};
+use crate::db::PgConn;
 use crate::domain::{CustomerId, ProductId, Quantity, Refusal, SaleState};
 use crate::error::{AppError, PassRefusal};
 use crate::services::waiting_room::{lock_open_passes, OpenPass};
@@ -35,24 +37,30 @@ pub(super) fn refusal_for(
     }
 }
 
-/// Every rule for one buyer of a locked product whose live orders already
-/// hold `already` units of it: the stock left after them, or why they are
-/// refused.
+/// Every rule for one buyer of a locked product, who as a `holder` of it
+/// already holds some units (read only when the product has a limit): the
+/// stock left after them, or why they are refused.
 pub(super) fn check_buyer(
     product: &Product,
     quantity: Quantity,
-    already: i64,
+    holder: Holder,
     now: DateTime<Utc>,
 ) -> Result<i32, Refusal> {
     if let Some(refusal) = refusal_for(product, quantity, now) {
         return Err(refusal);
     }
     if let Some(limit) = product.per_customer_limit {
-        if already + i64::from(quantity.get()) > i64::from(limit) {
+        if !holder.confirmed {
+            return Err(Refusal::AddressUnconfirmed {
+                product: Some(product.name.clone()),
+                limit,
+            });
+        }
+        if holder.units + i64::from(quantity.get()) > i64::from(limit) {
             return Err(Refusal::LimitReached {
                 product: Some(product.name.clone()),
                 limit,
-                already,
+                already: holder.units,
             });
         }
     }
@@ -100,13 +108,16 @@ pub(super) fn passes_of(
     lock_open_passes(conn, product.product_id(), customers)
 }
 
-/// Units of `product` in each customer's live orders (awaiting payment or paid).
-pub(super) fn held_by_customers(
+/// Each customer as a holder of `product`: the units of it in their live
+/// orders (awaiting payment or paid) and whether their address is confirmed.
+pub(super) fn holders_of(
     conn: &mut PgConn,
     customers: &[CustomerId],
     product: ProductId,
-) -> Result<HashMap<CustomerId, i64>, AppError> {
-    Ok(holdings::live_units(conn, product, Some(customers))?)
+) -> Result<HashMap<CustomerId, Holder>, AppError> {
+    Ok(holdings::holders(conn, &[product], customers)?
+        .remove(&product)
+        .unwrap_or_default())
 }
 
 /// Locks the product's row for the rest of the transaction.

@@ -12,8 +12,9 @@ use diesel::prelude::*;
 
 use super::order_rows::{write_order, write_sales, Buyer, Sale, WrittenBuyer};
 use super::outcome::PurchaseOutcome;
-use super::rules::{check_buyer, held_by_customers, lock_product, pass_refusal, passes_of};
+use super::rules::{check_buyer, holders_of, lock_product, pass_refusal, passes_of};
 use crate::db::fence::{self, change_stock};
+use crate::db::holdings::Holder;
 use crate::db::models::Product;
 use crate::db::{self, PgConn};
 use crate::domain::{CustomerId, OrderId, ProductId};
@@ -87,7 +88,7 @@ impl From<AppError> for BatchError {
 /// updated as buyers are served in arrival order.
 pub(super) struct Tally {
     pub(super) product: Product,
-    pub(super) held: HashMap<CustomerId, i64>,
+    pub(super) held: HashMap<CustomerId, Holder>,
     /// The buyers' waiting-room passes, locked (queue mode only).
     pub(super) passes: HashMap<CustomerId, OpenPass>,
     pub(super) now: DateTime<Utc>,
@@ -98,7 +99,7 @@ impl Tally {
         let locked = lock_product(conn, product)?;
         let customers: Vec<CustomerId> = buyers.iter().map(|b| b.customer).collect();
         let held = match locked.per_customer_limit {
-            Some(_) => held_by_customers(conn, &customers, product)?,
+            Some(_) => holders_of(conn, &customers, product)?,
             None => HashMap::new(),
         };
         let passes = passes_of(conn, &locked, &customers)?;
@@ -120,23 +121,19 @@ impl Tally {
             self.passes.get(&buyer.customer),
         )
         .map_err(Err)?;
-        check_buyer(
-            &self.product,
-            buyer.quantity,
-            self.held_units(buyer),
-            self.now,
-        )
-        .map_err(|refusal| Ok(PurchaseOutcome::Refused(refusal)))
+        check_buyer(&self.product, buyer.quantity, self.holder(buyer), self.now)
+            .map_err(|refusal| Ok(PurchaseOutcome::Refused(refusal)))
     }
 
-    fn held_units(&self, buyer: &Buyer) -> i64 {
-        self.held.get(&buyer.customer).copied().unwrap_or(0)
+    fn holder(&self, buyer: &Buyer) -> Holder {
+        self.held.get(&buyer.customer).copied().unwrap_or_default()
     }
 
     fn take(&mut self, buyer: &Buyer, stock_after: i32) {
         self.product.stock = stock_after;
-        let held = self.held_units(buyer) + i64::from(buyer.quantity.get());
-        self.held.insert(buyer.customer, held);
+        let mut holder = self.holder(buyer);
+        holder.units += i64::from(buyer.quantity.get());
+        self.held.insert(buyer.customer, holder);
         // A pass buys once: the same customer later in the batch (a second
         // form sent at once) finds it used.
         if let Some(pass) = self.passes.get_mut(&buyer.customer) {

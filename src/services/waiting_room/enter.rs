@@ -1,7 +1,9 @@
 //! A join's transaction: each room of the batch decided by the database's
 //! clock. Before the start a place goes to the pre-queue under the room's
 //! lock held shared (the freeze at the start waits for it); once frozen, a
-//! late place gets the next position under the room's row lock.
+//! late place gets the next position under the room's row lock. A
+//! customer's join passes the door in the same transaction (only once the
+//! room can take them), so what the door spends commits with the place.
 
 use std::collections::{HashMap, HashSet};
 
@@ -14,8 +16,9 @@ use super::ROOM_LOCK;
 use crate::db::PgConn;
 use crate::domain::draw::Ticket;
 use crate::domain::{CustomerId, ProductId};
-use crate::error::AppError;
+use crate::error::{AppError, DoorRefusal};
 use crate::services::catalog::queue_opening;
+use crate::services::door::{Doorkeeper, Visit};
 
 /// What a join's transaction found for one joiner.
 #[derive(Debug, Clone)]
@@ -28,6 +31,17 @@ pub(super) enum Entered {
     NotOpen(DateTime<Utc>),
     Ended,
     NotQueueMode,
+    /// Turned away at the door; nothing of theirs was written.
+    DoorRefused(DoorRefusal),
+}
+
+/// One join waiting for the writer.
+#[derive(Debug, Clone)]
+pub(super) struct Joiner {
+    pub(super) product: ProductId,
+    pub(super) customer: CustomerId,
+    /// What the customer brings to the door; None for the shop's own joins.
+    pub(super) visit: Option<Visit>,
 }
 
 #[derive(QueryableByName)]
@@ -51,30 +65,34 @@ struct RoomNow {
 /// Every joiner's place, room by room in id order, in one transaction.
 pub(super) fn enter_all(
     conn: &mut PgConn,
-    joiners: &[(ProductId, CustomerId)],
+    joiners: &[Joiner],
+    doorkeeper: &Doorkeeper,
 ) -> Result<HashMap<(ProductId, CustomerId), Entered>, AppError> {
-    let mut by_room: Vec<ProductId> = joiners.iter().map(|(p, _)| *p).collect();
+    let mut by_room: Vec<ProductId> = joiners.iter().map(|j| j.product).collect();
     by_room.sort_unstable();
     by_room.dedup();
     let mut entered = HashMap::with_capacity(joiners.len());
     for product in by_room {
+        // A customer twice in one batch (a second click) is one joiner.
         let mut seen = HashSet::new();
-        let customers: Vec<CustomerId> = joiners
+        let room_joiners: Vec<(CustomerId, Option<&Visit>)> = joiners
             .iter()
-            .filter(|(p, c)| *p == product && seen.insert(*c))
-            .map(|(_, c)| *c)
+            .filter(|j| j.product == product && seen.insert(j.customer))
+            .map(|j| (j.customer, j.visit.as_ref()))
             .collect();
-        let outcome = enter_room(conn, product, &customers)?;
-        for customer in customers {
+        let outcome = enter_room(conn, product, &room_joiners, doorkeeper)?;
+        for (customer, _) in room_joiners {
             let answer = match &outcome {
-                Ok(places) => places
-                    .get(&customer)
-                    .cloned()
-                    .map(Entered::Place)
-                    .ok_or_else(|| {
-                        AppError::Internal(anyhow::anyhow!("a joiner's place was not written"))
-                    })?,
                 Err(refused) => refused.clone(),
+                Ok(seated) => match seated.get(&customer) {
+                    Some(Ok(place)) => Entered::Place(place.clone()),
+                    Some(Err(refusal)) => Entered::DoorRefused(*refusal),
+                    None => {
+                        return Err(AppError::Internal(anyhow::anyhow!(
+                            "a joiner's place was not written"
+                        )))
+                    }
+                },
             };
             entered.insert((product, customer), answer);
         }
@@ -82,12 +100,16 @@ pub(super) fn enter_all(
     Ok(entered)
 }
 
-/// `customers`' places in one room, or why none can be had now.
+/// Each joiner's place in one room (or why the door refused them), or why
+/// none can be had now.
+type Seated = HashMap<CustomerId, Result<Place, DoorRefusal>>;
+
 fn enter_room(
     conn: &mut PgConn,
     product: ProductId,
-    customers: &[CustomerId],
-) -> Result<Result<HashMap<CustomerId, Place>, Entered>, AppError> {
+    joiners: &[(CustomerId, Option<&Visit>)],
+    doorkeeper: &Doorkeeper,
+) -> Result<Result<Seated, Entered>, AppError> {
     diesel::sql_query("SELECT pg_advisory_xact_lock_shared($1, ($2 % 2147483647)::int)")
         .bind::<Int4, _>(ROOM_LOCK)
         .bind::<BigInt, _>(product.get())
@@ -119,16 +141,46 @@ fn enter_room(
     if !room.opened {
         return Ok(Err(Entered::NoRoom));
     }
-    if room.frozen {
-        enter_late(conn, product, customers)?;
-    } else if room.now >= room.starts_at {
+    if !room.frozen && room.now >= room.starts_at {
         return Ok(Err(Entered::DrawDue));
-    } else {
-        enter_pre_queue(conn, product, customers, room.now)?;
     }
-    Ok(Ok(read_places(conn, product, customers)?
+    // The room takes them: now the door. Joining again keeps the place
+    // already held, with nothing to pay for it.
+    let customers: Vec<CustomerId> = joiners.iter().map(|(c, _)| *c).collect();
+    let visitors: Vec<(CustomerId, &Visit)> = joiners
+        .iter()
+        .filter_map(|(customer, visit)| visit.map(|visit| (*customer, visit)))
+        .collect();
+    let refused = if visitors.is_empty() {
+        HashMap::new()
+    } else {
+        let placed: HashSet<CustomerId> = read_places(conn, product, &customers)?
+            .into_iter()
+            .map(|(c, _)| c)
+            .collect();
+        let newcomers: Vec<(CustomerId, &Visit)> = visitors
+            .into_iter()
+            .filter(|(customer, _)| !placed.contains(customer))
+            .collect();
+        doorkeeper.let_join(conn, product, &newcomers)?
+    };
+    let admitted: Vec<CustomerId> = customers
         .into_iter()
-        .collect()))
+        .filter(|c| !refused.contains_key(c))
+        .collect();
+    if !admitted.is_empty() {
+        if room.frozen {
+            enter_late(conn, product, &admitted)?;
+        } else {
+            enter_pre_queue(conn, product, &admitted, room.now)?;
+        }
+    }
+    let mut seated: Seated = read_places(conn, product, &admitted)?
+        .into_iter()
+        .map(|(customer, place)| (customer, Ok(place)))
+        .collect();
+    seated.extend(refused.into_iter().map(|(c, why)| (c, Err(why))));
+    Ok(Ok(seated))
 }
 
 /// Places in the pre-queue, joined at `now` (before the start, by the

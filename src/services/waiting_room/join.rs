@@ -17,23 +17,25 @@ use std::sync::{Arc, Mutex, OnceLock};
 use tokio::sync::oneshot;
 
 use super::draw::{draw, ensure_room};
-use super::enter::{enter_all, Entered};
+use super::enter::{enter_all, Entered, Joiner};
 use super::places::remember_places;
 use super::rooms::snapshot;
-use super::sale::{closed, not_in_queue_mode, not_open_yet, queue_sale, sold_out};
+use super::sale::{closed, not_in_queue_mode, not_open_yet, queue_sale, sold_out, QueueSale};
 use crate::db::{self, PgPool};
 use crate::domain::draw::Ticket;
 use crate::domain::{CustomerId, ProductId};
 use crate::error::AppError;
-use crate::services::{door, Shop};
+use crate::services::door::{Doorkeeper, Visit};
+use crate::services::Shop;
 
 /// Join transactions a process runs at once: one's statements run while
 /// the other waits for its commit to reach the disk.
 const WRITERS: usize = 2;
 
-/// A customer's own join: through the door first (`services::door`: the
-/// bot check, once, and the address's limit), but only into a room that
-/// could take them, so a join refused for the sale's sake spends nothing.
+/// A customer's own join, through the door (`services::door`): the bot
+/// check, spent once, the address's limit and a confirmed address, all
+/// decided in the transaction that writes the place, so a join refused
+/// for the sale's sake, or one that fails, spends nothing.
 pub async fn join_at_door(
     shop: &Shop,
     customer: CustomerId,
@@ -41,14 +43,27 @@ pub async fn join_at_door(
     bot_check: String,
     ip: IpAddr,
 ) -> Result<Ticket, AppError> {
-    joinable(shop, product).await?;
-    door::pass_to_join(shop, customer, product, bot_check, ip).await?;
-    join(shop, customer, product).await
+    let visit = Visit {
+        payload: bot_check,
+        ip,
+    };
+    place(shop, customer, product, Some(visit)).await
+}
+
+/// Joins `customer` to `product`'s waiting room without the door: for the
+/// shop's own tools and tests, never a customer's request. Joining again
+/// returns the same ticket.
+pub async fn join(
+    shop: &Shop,
+    customer: CustomerId,
+    product: ProductId,
+) -> Result<Ticket, AppError> {
+    place(shop, customer, product, None).await
 }
 
 /// Refuses a sale without a waiting room, or whose room this process
 /// already knows to be over.
-async fn joinable(shop: &Shop, product: ProductId) -> Result<(), AppError> {
+async fn joinable(shop: &Shop, product: ProductId) -> Result<QueueSale, AppError> {
     let sale = queue_sale(shop, product).await?;
     // The cache may only refuse: a room it shows over is over.
     let room = snapshot(shop, product).await?;
@@ -58,20 +73,19 @@ async fn joinable(shop: &Shop, product: ProductId) -> Result<(), AppError> {
     if room.sold_out() {
         return Err(sold_out(&sale.name));
     }
-    Ok(())
+    Ok(sale)
 }
 
-/// Joins `customer` to `product`'s waiting room (joining again returns the
-/// same ticket). Answered once the place's row has committed.
-pub async fn join(
+/// The place, answered once its row has committed.
+async fn place(
     shop: &Shop,
     customer: CustomerId,
     product: ProductId,
+    visit: Option<Visit>,
 ) -> Result<Ticket, AppError> {
-    joinable(shop, product).await?;
-    let sale = queue_sale(shop, product).await?;
+    let sale = joinable(shop, product).await?;
     for _ in 0..3 {
-        match write_place(shop, product, customer).await? {
+        match write_place(shop, product, customer, visit.clone()).await? {
             Entered::Place(place) => {
                 remember_places(shop, product, &[(customer, place.clone())]);
                 return Ok(place.ticket);
@@ -84,6 +98,7 @@ pub async fn join(
             Entered::DrawDue => {
                 draw(shop, product).await?;
             }
+            Entered::DoorRefused(refusal) => return Err(AppError::DoorRefused(refusal)),
             Entered::NotOpen(opens_at) => return Err(not_open_yet(&sale.name, opens_at)),
             Entered::Ended => return Err(closed(&sale.name)),
             Entered::NotQueueMode => return Err(not_in_queue_mode(&sale.name)),
@@ -95,8 +110,7 @@ pub async fn join(
 }
 
 struct Queued {
-    product: ProductId,
-    customer: CustomerId,
+    joiner: Joiner,
     answer: oneshot::Sender<Result<Entered, AppError>>,
 }
 
@@ -127,14 +141,18 @@ async fn write_place(
     shop: &Shop,
     product: ProductId,
     customer: CustomerId,
+    visit: Option<Visit>,
 ) -> Result<Entered, AppError> {
     let writer = writer_for(shop);
     let (answer, answered) = oneshot::channel();
     let start = {
         let mut pending = pending(&writer);
         pending.queued.push(Queued {
-            product,
-            customer,
+            joiner: Joiner {
+                product,
+                customer,
+                visit,
+            },
             answer,
         });
         (pending.writers < WRITERS).then(|| {
@@ -150,6 +168,7 @@ async fn write_place(
         // other joiners wait for.
         crate::shutdown::spawn(write_queued(
             shop.pool.clone(),
+            Doorkeeper::of(shop),
             writing,
             shop.settings.queue_join_max,
         ));
@@ -200,27 +219,29 @@ impl Drop for Writing {
     }
 }
 
-async fn write_queued(pool: PgPool, mut writing: Writing, max: usize) {
+async fn write_queued(pool: PgPool, doorkeeper: Doorkeeper, mut writing: Writing, max: usize) {
     loop {
         let batch = writing.next(max.max(1));
         if batch.is_empty() {
             return;
         }
-        let (joiners, answers): (Vec<(ProductId, CustomerId)>, Vec<_>) = batch
-            .into_iter()
-            .map(|q| ((q.product, q.customer), q.answer))
-            .unzip();
+        let (joiners, answers): (Vec<Joiner>, Vec<_>) =
+            batch.into_iter().map(|q| (q.joiner, q.answer)).unzip();
+        let doorkeeper = doorkeeper.clone();
         let written = db::run(&pool, move |conn| {
-            let entered = db::transaction(conn, |conn| enter_all(conn, &joiners))?;
+            let entered = db::transaction(conn, |conn| enter_all(conn, &joiners, &doorkeeper))?;
             Ok((joiners, entered))
         })
         .await;
         match written {
             Ok((joiners, entered)) => {
-                for ((product, customer), answer) in joiners.into_iter().zip(answers) {
-                    let outcome = entered.get(&(product, customer)).cloned().ok_or_else(|| {
-                        AppError::Internal(anyhow::anyhow!("a joiner's place is missing"))
-                    });
+                for (joiner, answer) in joiners.into_iter().zip(answers) {
+                    let outcome = entered
+                        .get(&(joiner.product, joiner.customer))
+                        .cloned()
+                        .ok_or_else(|| {
+                            AppError::Internal(anyhow::anyhow!("a joiner's place is missing"))
+                        });
                     let _ = answer.send(outcome);
                 }
             }
