@@ -93,6 +93,7 @@ diesel::table! {
         claimed_until -> Nullable<Timestamptz>,
         sent_at -> Nullable<Timestamptz>,
         last_error -> Nullable<Text>,
+        refused_at -> Nullable<Timestamptz>,
     }
 }
 

@@ -564,6 +564,52 @@ async fn a_sender_crashed_between_send_and_mark_resends_the_same_message_id() {
     );
 }
 
+/// A message the server refuses for good (550: no such mailbox) is given
+/// up at once, never tried again, and shown to the admin with the server's
+/// words; the messages after it still go out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_message_refused_for_good_is_not_retried_and_the_rest_go_out() {
+    let mut smtp = SmtpServer::stopped();
+    smtp.resume(Answering::RefusingSome);
+    let app = app_sending_to(&smtp).await;
+    let nobody = unique_email("refused-nobody");
+    let ada = unique_email("ada");
+    app.unconfirmed_customer(&nobody).await;
+    app.unconfirmed_customer(&ada).await;
+
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while app.db.count(
+        "SELECT count(*) AS n FROM mail_outbox WHERE sent_at IS NOT NULL OR refused_at IS NOT NULL",
+    ) < 2
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the two messages were not settled"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // More runs (the job's and these) do not try it again.
+    for _ in 0..3 {
+        sender::run_once(&app.shop).await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(
+        app.db.count(&format!(
+            "SELECT attempts::bigint AS n FROM mail_outbox m JOIN customers c ON c.id = m.customer_id \
+             WHERE c.email = '{nobody}' AND m.refused_at IS NOT NULL AND m.sent_at IS NULL"
+        )),
+        1
+    );
+    let received = smtp.received();
+    assert_eq!(received.len(), 1, "{received:#?}");
+    assert!(received[0].header("to").contains(&ada));
+
+    let (_, page) = app.admin().await.get_text("/admin/mail").await;
+    assert!(page.contains("Refused"), "{page}");
+    assert!(page.contains("refused it for good"), "{page}");
+    assert!(page.contains("No such mailbox here"), "{page}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn without_a_mail_server_messages_wait_for_the_admin_to_read() {
     let app = spawn_app().await;

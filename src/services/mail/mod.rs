@@ -118,6 +118,11 @@ pub enum Delivery {
         last_error: String,
         next_attempt: DateTime<Utc>,
     },
+    /// Refused for good by the mail server; not tried again.
+    Refused {
+        at: DateTime<Utc>,
+        last_error: String,
+    },
 }
 
 /// One message of the outbox as the admin page shows it.
@@ -143,6 +148,7 @@ type OutboxRow = (
     DateTime<Utc>,
     Option<DateTime<Utc>>,
     Option<String>,
+    Option<DateTime<Utc>>,
     String,
 );
 
@@ -164,6 +170,7 @@ pub async fn recent(shop: &Shop, limit: i64) -> Result<Vec<OutboxEntry>, AppErro
                 mail_outbox::next_attempt_at,
                 mail_outbox::sent_at,
                 mail_outbox::last_error,
+                mail_outbox::refused_at,
                 customers::email,
             ))
             .load(conn)?)
@@ -183,19 +190,24 @@ pub async fn recent(shop: &Shop, limit: i64) -> Result<Vec<OutboxEntry>, AppErro
                 next,
                 sent,
                 error,
+                refused,
                 to,
             )| {
                 let mail: Mail = serde_json::from_value(payload).map_err(|e| {
                     AppError::Internal(anyhow::anyhow!("outbox row {id}: payload: {e}"))
                 })?;
-                let delivery = match (sent, error) {
-                    (Some(at), _) => Delivery::Sent(at),
-                    (None, Some(last_error)) => Delivery::Failing {
+                let delivery = match (sent, refused, error) {
+                    (Some(at), _, _) => Delivery::Sent(at),
+                    (None, Some(at), error) => Delivery::Refused {
+                        at,
+                        last_error: error.unwrap_or_default(),
+                    },
+                    (None, None, Some(last_error)) => Delivery::Failing {
                         attempts,
                         last_error,
                         next_attempt: next,
                     },
-                    (None, None) => Delivery::Waiting,
+                    (None, None, None) => Delivery::Waiting,
                 };
                 let rendered = render(
                     &mail,

@@ -41,7 +41,10 @@ const RUN_MAX: usize = 200;
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct MailReport {
     pub sent: usize,
+    /// Not taken this time; tried again later.
     pub failed: usize,
+    /// Refused for good; not tried again.
+    pub refused: usize,
 }
 
 #[derive(QueryableByName)]
@@ -93,7 +96,7 @@ async fn claim_next(shop: &Shop) -> Result<Option<Claimed>, AppError> {
              FROM customers c
              WHERE c.id = m.customer_id AND m.id = (
                  SELECT id FROM mail_outbox
-                 WHERE sent_at IS NULL AND next_attempt_at <= now()
+                 WHERE sent_at IS NULL AND refused_at IS NULL AND next_attempt_at <= now()
                    AND (claimed_until IS NULL OR claimed_until <= now())
                  ORDER BY next_attempt_at, id
                  LIMIT 1
@@ -137,6 +140,29 @@ async fn mark_failed(
         .bind::<BigInt, _>(id)
         .bind::<Text, _>(error)
         .bind::<BigInt, _>(MAX_PAUSE_SECS)
+        .bind::<Timestamptz, _>(claim)
+        .execute(conn)?;
+        Ok(())
+    })
+    .await
+}
+
+/// Gives a message up: the server refused it for good (or it cannot be
+/// written), so no later try would deliver it. Kept, with why, for the admin.
+async fn mark_refused(
+    shop: &Shop,
+    id: i64,
+    claim: DateTime<Utc>,
+    error: String,
+) -> Result<(), AppError> {
+    db::run(&shop.pool, move |conn| {
+        diesel::sql_query(
+            "UPDATE mail_outbox SET attempts = attempts + 1, last_error = $2, claimed_until = NULL,
+                refused_at = now()
+             WHERE id = $1 AND sent_at IS NULL AND claimed_until = $3",
+        )
+        .bind::<BigInt, _>(id)
+        .bind::<Text, _>(error)
         .bind::<Timestamptz, _>(claim)
         .execute(conn)?;
         Ok(())
@@ -196,11 +222,11 @@ pub async fn run_once(shop: &Shop) -> Result<MailReport, AppError> {
             Ok(message) => message,
             Err(error) => {
                 // Cannot be written (an address the mail library refuses):
-                // kept, failing, for an admin to see.
+                // no try would do better. Kept, refused, for an admin to see.
                 tracing::warn!(id = claimed.id, %error, "a message could not be written");
                 let error = format!("could not be written: {error}");
-                mark_failed(shop, claimed.id, claimed.claimed_until, error).await?;
-                report.failed += 1;
+                mark_refused(shop, claimed.id, claimed.claimed_until, error).await?;
+                report.refused += 1;
                 continue;
             }
         };
@@ -224,14 +250,18 @@ pub async fn run_once(shop: &Shop) -> Result<MailReport, AppError> {
                 report.failed += 1;
                 break;
             }
+            Ok(Err(error)) if error.is_permanent() => {
+                // A 5xx answer is about this message (no such mailbox, a
+                // policy): the server is up, so the run goes on.
+                tracing::warn!(id = claimed.id, event = claimed.event_key, %error, "the mail server refused a message for good");
+                mark_refused(shop, claimed.id, claimed.claimed_until, error.to_string()).await?;
+                report.refused += 1;
+            }
             Ok(Err(error)) => {
                 tracing::warn!(id = claimed.id, event = claimed.event_key, %error, "the mail server did not take a message; will retry");
-                let permanent = error.is_permanent();
                 mark_failed(shop, claimed.id, claimed.claimed_until, error.to_string()).await?;
                 report.failed += 1;
-                if !permanent {
-                    break;
-                }
+                break;
             }
         }
     }

@@ -56,6 +56,14 @@ impl From<OutboxEntry> for MailRow {
                     tries = if attempts == 1 { "try" } else { "tries" },
                 ),
             ),
+            Delivery::Refused { at, last_error } => (
+                "Refused",
+                "refused",
+                format!(
+                    "The mail server refused it for good at {}, so it is not tried again. It said: {last_error}",
+                    timestamp(at)
+                ),
+            ),
         };
         MailRow {
             at_iso: iso(&entry.created_at),

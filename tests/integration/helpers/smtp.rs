@@ -50,6 +50,8 @@ pub enum Answering {
     AtOnce,
     /// Stores, then answers after `seconds` (`helpers/slow_mailbox.py`).
     After { seconds: u32 },
+    /// Refuses for good (550) recipients named `refused-…`, stores the rest.
+    RefusingSome,
 }
 
 pub struct SmtpServer {
@@ -88,6 +90,7 @@ impl SmtpServer {
         let class = match answering {
             Answering::AtOnce => "aiosmtpd.handlers.Mailbox",
             Answering::After { .. } => "slow_mailbox.SlowMailbox",
+            Answering::RefusingSome => "slow_mailbox.PickyMailbox",
         };
         let mut command = Command::new("/usr/bin/python3");
         die_with_parent(&mut command)
