@@ -174,9 +174,13 @@ pub async fn address_state(shop: &Shop, customer: CustomerId) -> Result<AddressS
     .await
 }
 
-/// Whether `customer`'s address is confirmed (one primary-key read).
+/// Whether `customer`'s address is confirmed: from this process's memory
+/// once seen, else one primary-key read.
 pub async fn is_confirmed(shop: &Shop, customer: CustomerId) -> Result<bool, AppError> {
-    db::run(&shop.pool, move |conn| {
+    if shop.confirmed.contains(customer) {
+        return Ok(true);
+    }
+    let confirmed = db::run(&shop.pool, move |conn| {
         Ok(customers::table
             .find(customer.get())
             .select(customers::email_confirmed_at.is_not_null())
@@ -184,7 +188,34 @@ pub async fn is_confirmed(shop: &Shop, customer: CustomerId) -> Result<bool, App
             .optional()?
             .unwrap_or(false))
     })
-    .await
+    .await?;
+    if confirmed {
+        shop.confirmed.insert(customer);
+    }
+    Ok(confirmed)
+}
+
+/// Customers this process has seen confirmed. Only ever a yes: a
+/// confirmation is not undone by any page, and where it matters (a limited
+/// sale's order) the transaction reads it again, so a stale yes sells
+/// nothing. Losing it costs one read per customer.
+#[derive(Debug, Default)]
+pub struct ConfirmedCustomers(std::sync::RwLock<std::collections::HashSet<CustomerId>>);
+
+impl ConfirmedCustomers {
+    fn contains(&self, customer: CustomerId) -> bool {
+        self.0
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(&customer)
+    }
+
+    fn insert(&self, customer: CustomerId) {
+        self.0
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(customer);
+    }
 }
 
 /// Confirms `email`'s account without a link: for accounts an operator

@@ -114,19 +114,34 @@ pub async fn challenge_for(shop: &Shop, door: Door) -> Result<String, AppError> 
     Ok(challenge(&shop.door_keys, &shop.door_counts, door, work))
 }
 
-/// What a customer's join brings to the door: the solved bot check, as
-/// the widget posts it, and the client address the limit counts.
+/// What a customer's join brings to the door: their bot check, already
+/// checked (the cryptography runs in the request, not in the transaction
+/// that writes places), and the client address the limit counts.
 #[derive(Debug, Clone)]
 pub struct Visit {
-    pub payload: String,
-    pub ip: IpAddr,
+    checked: Result<Solved, DoorRefusal>,
+    ip: IpAddr,
 }
 
-/// The door's keys, counts and limits, for a transaction that lets
-/// visitors through away from the request (the waiting room's writer).
+impl Visit {
+    /// `payload` as the widget posts it, checked against `door`. A refusal
+    /// is kept, not returned: a customer who already holds a place passes
+    /// without a check.
+    pub fn new(keys: &DoorKeys, door: Door, payload: &str, ip: IpAddr) -> Visit {
+        let payload = payload.trim();
+        let checked = if payload.is_empty() {
+            Err(DoorRefusal::NotSolved)
+        } else {
+            check_solution(keys, door, payload)
+        };
+        Visit { checked, ip }
+    }
+}
+
+/// The door's counts and limits, for a transaction that lets visitors
+/// through away from the request (the waiting room's writer).
 #[derive(Debug, Clone)]
 pub struct Doorkeeper {
-    keys: Arc<DoorKeys>,
     counts: Arc<DoorCounts>,
     limits: DoorSettings,
 }
@@ -134,7 +149,6 @@ pub struct Doorkeeper {
 impl Doorkeeper {
     pub fn of(shop: &Shop) -> Doorkeeper {
         Doorkeeper {
-            keys: shop.door_keys.clone(),
             counts: shop.door_counts.clone(),
             limits: shop.settings.security.door,
         }
@@ -163,32 +177,32 @@ impl Doorkeeper {
             .into_iter()
             .collect();
         let mut refused = HashMap::new();
-        let mut passing: Vec<&(CustomerId, &Visit)> = Vec::with_capacity(visitors.len());
-        for visitor in visitors {
-            if confirmed.contains(&visitor.0.get()) {
-                passing.push(visitor);
-            } else {
-                self.counts.add(door, DoorRefusal::Unconfirmed.kind());
-                refused.insert(visitor.0, DoorRefusal::Unconfirmed);
-            }
-        }
-        passing.sort_by_cached_key(|(_, visit)| address_key(visit.ip));
-        for (customer, visit) in passing {
-            let passed = let_through(
-                conn,
-                &self.keys,
-                &self.counts,
-                &self.limits,
-                door,
-                &visit.payload,
-                visit.ip,
-            );
-            match passed {
-                Ok(()) => {}
-                Err(AppError::DoorRefused(refusal)) => {
-                    refused.insert(*customer, refusal);
+        let mut passing: Vec<(CustomerId, &Solved, String)> = Vec::with_capacity(visitors.len());
+        for (customer, visit) in visitors {
+            let why = match &visit.checked {
+                _ if !confirmed.contains(&customer.get()) => DoorRefusal::Unconfirmed,
+                Err(why) => *why,
+                Ok(solved) => {
+                    passing.push((*customer, solved, address_key(visit.ip)));
+                    continue;
                 }
-                Err(other) => return Err(other),
+            };
+            self.counts.add(door, why.kind());
+            refused.insert(*customer, why);
+        }
+        // Every address's lock before any write: a writer that waited for
+        // another's insert of the same nonce while holding some addresses'
+        // locks and wanting more could close a cycle with it.
+        passing.sort_by(|a, b| a.2.cmp(&b.2));
+        let mut addresses: Vec<&str> = passing.iter().map(|(_, _, ip)| ip.as_str()).collect();
+        addresses.dedup();
+        for address in addresses {
+            lock_address(conn, door, address)?;
+        }
+        for (customer, solved, address) in passing {
+            if let Err(why) = admit_locked(conn, &self.limits, door, solved, &address)? {
+                self.counts.add(door, why.kind());
+                refused.insert(customer, why);
             }
         }
         Ok(refused)
@@ -242,20 +256,39 @@ pub fn let_through(
         return Err(refused(DoorRefusal::NotSolved));
     }
     let solved = check_solution(keys, door, payload).map_err(refused)?;
+    let address = address_key(ip);
+    lock_address(conn, door, &address)?;
+    admit_locked(conn, limits, door, &solved, &address)?.map_err(refused)
+}
+
+/// Serialises passes from `address` at `door` until the transaction ends,
+/// so the count under it is exact.
+fn lock_address(conn: &mut PgConn, door: Door, address: &str) -> QueryResult<()> {
+    diesel::sql_query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
+        .bind::<Text, _>(format!("door:{}:{address}", door.name()))
+        .execute(conn)?;
+    Ok(())
+}
+
+/// The limit for `address` (whose lock the caller holds), then the
+/// solution spent and the pass recorded; a refusal writes nothing.
+fn admit_locked(
+    conn: &mut PgConn,
+    limits: &DoorSettings,
+    door: Door,
+    solved: &Solved,
+    address: &str,
+) -> QueryResult<Result<(), DoorRefusal>> {
     let per_address = match door {
         Door::SignUp => limits.signups_per_address,
         Door::Join(_) => limits.joins_per_address,
     };
-    let (door_name, ip) = (door.name(), address_key(ip));
-    // Serialises this address's passes at this door, so the count is exact.
-    diesel::sql_query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
-        .bind::<Text, _>(format!("door:{door_name}:{ip}"))
-        .execute(conn)?;
+    let door_name = door.name();
     let now = Utc::now();
     let window = chrono::Duration::from_std(limits.window).unwrap_or(chrono::Duration::hours(1));
     let oldest_counted: Option<DateTime<Utc>> = door_passes::table
         .filter(door_passes::door.eq(&door_name))
-        .filter(door_passes::client_ip.eq(&ip))
+        .filter(door_passes::client_ip.eq(address))
         .filter(door_passes::passed_at.gt(now - window))
         .order(door_passes::passed_at.desc())
         .offset(i64::from(per_address) - 1)
@@ -268,7 +301,7 @@ pub fn let_through(
             .to_std()
             .unwrap_or_default()
             .max(Duration::from_secs(1));
-        return Err(refused(DoorRefusal::TooMany {
+        return Ok(Err(DoorRefusal::TooMany {
             signing_up: door == Door::SignUp,
             retry_after,
         }));
@@ -281,16 +314,16 @@ pub fn let_through(
         .on_conflict_do_nothing()
         .execute(conn)?;
     if spent == 0 {
-        return Err(refused(DoorRefusal::Spent));
+        return Ok(Err(DoorRefusal::Spent));
     }
     diesel::insert_into(door_passes::table)
         .values((
             door_passes::door.eq(&door_name),
-            door_passes::client_ip.eq(&ip),
+            door_passes::client_ip.eq(address),
             door_passes::passed_at.eq(now),
         ))
         .execute(conn)?;
-    Ok(())
+    Ok(Ok(()))
 }
 
 /// Checks `payload` answers a live challenge of `door`, without a
@@ -334,6 +367,7 @@ fn address_key(ip: IpAddr) -> String {
 }
 
 /// A checked solution: what must be recorded to spend it.
+#[derive(Debug, Clone)]
 struct Solved {
     nonce: String,
     expires_at: DateTime<Utc>,

@@ -73,6 +73,10 @@ pub struct Shop {
     /// Challenges handed out and refusals at the door, until the jobs add
     /// them to Postgres.
     pub door_counts: Arc<door::DoorCounts>,
+    /// Customers seen confirmed, so a buy of a limited sale is not one more
+    /// query each time: a confirmation is never undone by the shop, and the
+    /// order's transaction checks it again anyway.
+    pub confirmed: Arc<confirmation::ConfirmedCustomers>,
 }
 
 impl Shop {
@@ -155,6 +159,7 @@ impl Shop {
             fingerprint_key: Arc::new(idempotency::FingerprintKey::derive(&settings.session_key)),
             door_keys: Arc::new(door::DoorKeys::derive(&settings.session_key)),
             door_counts: Arc::new(door::DoorCounts::default()),
+            confirmed: Arc::new(confirmation::ConfirmedCustomers::default()),
             payment_provider,
             settings: Arc::new(settings),
         })

@@ -327,6 +327,7 @@ async fn shop_and_admin_console_in_chromium() {
     chrome.expect_text("1 of 1 left").await;
     chrome.shot("01-sale-list").await;
     chrome.sign_up("first@example.com").await;
+    app.confirm("first@example.com");
     chrome.open(&format!("/products/{sneakers}")).await;
     chrome.expect_text("$129.99").await;
     chrome.shot("02-product").await;
@@ -348,6 +349,7 @@ async fn shop_and_admin_console_in_chromium() {
 
     // (2) The next customer sees "sold out" and cannot buy.
     chrome.sign_up("second@example.com").await;
+    app.confirm("second@example.com");
     chrome.expect_text("Sold out").await;
     chrome.open(&format!("/products/{sneakers}")).await;
     chrome.expect_text("0 of 1 left").await;
@@ -375,6 +377,7 @@ async fn shop_and_admin_console_in_chromium() {
     // (3) A third customer's card is declined: the unit stays held for
     // another card; they give up, and the unit comes back.
     chrome.sign_up("third@example.com").await;
+    app.confirm("third@example.com");
     let declined_order = chrome.buy(poster).await;
     chrome.open("/").await;
     chrome.expect_text("0 of 1 left").await;

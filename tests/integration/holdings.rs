@@ -162,6 +162,22 @@ async fn a_limit_is_per_person_so_only_confirmed_addresses_buy_a_limited_sale() 
     .await;
     assert_eq!(app.db.stock(open), 10);
 
+    // Past the shop's early refusal, straight into the product's batch: the
+    // order's transaction refuses the unconfirmed buyer too.
+    let twin_id = app.db.count(&format!(
+        "SELECT id AS n FROM customers WHERE email = '{twin_email}'"
+    ));
+    assert!(
+        app.shop.combiner.is_none()
+            || matches!(
+                one_unit_in_batch(&app.shop, limited, twin_id).await,
+                Ok(flashsale::services::checkout::PurchaseOutcome::Refused(
+                    flashsale::domain::Refusal::AddressUnconfirmed { limit: 1, .. }
+                ))
+            ),
+        "the batch sold to an unconfirmed address"
+    );
+
     // A sale without a limit has no person to count: any account buys.
     assert_eq!(twin.buy(open, 1).await.status(), StatusCode::SEE_OTHER);
 

@@ -764,6 +764,15 @@ async fn exactly_once_under_kills_pauses_and_restarts_of_redis_and_postgres() {
         6,
     ))
     .await;
+    // Confirmed, as they would be from their links: the limited products
+    // sell only to confirmed addresses.
+    assert_eq!(
+        db.count(
+            "WITH u AS (UPDATE customers SET email_confirmed_at = now() \
+             WHERE email LIKE 'soak%@example.com' RETURNING 1) SELECT count(*) AS n FROM u"
+        ),
+        CUSTOMERS as i64
+    );
     people.push(Person::sign_in(CUSTOMERS, &addresses[0], "admin@example.com".into()).await);
     let people: Vec<Arc<Person>> = people.into_iter().map(Arc::new).collect();
     let customer_ids: Vec<i64> = people

@@ -16,7 +16,7 @@ use crate::domain::{CustomerId, ProductId, Refusal};
 use crate::error::AppError;
 use crate::gate::{Admission, AnswerRecord, StockGate};
 use crate::services::stock_gate::{give_back_all, seed_if_absent};
-use crate::services::Shop;
+use crate::services::{confirmation, Shop};
 
 /// Admits every line at the gate, or none: a refused line hands back the
 /// lines admitted before it, all under the admission `key`. Returns the
@@ -182,6 +182,33 @@ async fn unknown_after_seeding(shop: &Shop, product: ProductId) -> AppError {
         Ok(None) => AppError::NotFound(format!("There is no product with id {product}.")),
         Err(error) => error,
     }
+}
+
+/// A sale with a per-customer limit sells only to confirmed addresses (a
+/// limit is per person): an unconfirmed buyer is turned away before the
+/// gate, so they never hold a unit in flight that another buyer is refused
+/// for. From the sale list's cache and the confirmed-customers cache; the
+/// order's transaction decides again.
+pub(super) async fn unconfirmed_for_a_limit(
+    shop: &Shop,
+    customer: CustomerId,
+    lines: &[Line],
+) -> Result<Option<Refusal>, AppError> {
+    let shelf = shop.sale_cache.shelf(&shop.pool).await?;
+    let limited = lines.iter().find_map(|line| {
+        let product = shelf.product(line.product)?;
+        Some((product.name.clone(), product.per_customer_limit?))
+    });
+    let Some((name, limit)) = limited else {
+        return Ok(None);
+    };
+    if confirmation::is_confirmed(shop, customer).await? {
+        return Ok(None);
+    }
+    Ok(Some(Refusal::AddressUnconfirmed {
+        product: Some(name),
+        limit,
+    }))
 }
 
 /// Turns away, without queueing for the lock, a buyer that the locked check

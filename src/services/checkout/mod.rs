@@ -48,7 +48,9 @@ use crate::gate::{AnswerRecord, StockGate};
 use crate::services::idempotency::{key_use, order_named, KeyUse};
 use crate::services::stock_gate::give_back_all;
 use crate::services::Shop;
-use admission::{admit_all, admit_keyed, refusal_before_locking, KeyedAdmission};
+use admission::{
+    admit_all, admit_keyed, refusal_before_locking, unconfirmed_for_a_limit, KeyedAdmission,
+};
 use lone::buy_alone;
 
 /// The idempotency key a purchase answers under, and who holds it.
@@ -238,6 +240,9 @@ async fn admit(
     lines: &[Line],
     answer_key: Option<&AnswerKey>,
 ) -> Result<Result<Admitted, PurchaseOutcome>, AppError> {
+    if let Some(refusal) = unconfirmed_for_a_limit(shop, customer, lines).await? {
+        return Ok(Err(PurchaseOutcome::Refused(refusal)));
+    }
     let Some(gate) = &shop.gate else {
         return Ok(match refusal_before_locking(shop, lines).await? {
             Some(refusal) => Err(PurchaseOutcome::Refused(refusal)),

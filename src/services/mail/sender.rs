@@ -147,6 +147,25 @@ async fn mark_failed(
     .await
 }
 
+/// Whether the server's answer refuses this message's recipient for good
+/// (no such mailbox, a disabled or full one: RFC 3463's 5.1.x and 5.2.x,
+/// or 551 and 553), so no later try would deliver it. Any other 5xx (a
+/// wrong password, 535; relaying or the sender refused, 5.7.x, 5.1.7-8)
+/// would refuse every message until the operator fixes it: those are
+/// retried like a server that is down.
+fn refused_for_good(code: u16, said: &str) -> bool {
+    if !(500..600).contains(&code) {
+        return false;
+    }
+    let about_recipient = said
+        .split(|c: char| c.is_whitespace() || c == ':' || c == '(' || c == ')')
+        .any(|word| {
+            (word.starts_with("5.1.") && word != "5.1.7" && word != "5.1.8")
+                || word.starts_with("5.2.")
+        });
+    about_recipient || matches!(code, 551 | 553)
+}
+
 /// Gives a message up: the server refused it for good (or it cannot be
 /// written), so no later try would deliver it. Kept, with why, for the admin.
 async fn mark_refused(
@@ -221,12 +240,13 @@ pub async fn run_once(shop: &Shop) -> Result<MailReport, AppError> {
         let message = match message(shop, &key, &claimed) {
             Ok(message) => message,
             Err(error) => {
-                // Cannot be written (an address the mail library refuses):
-                // no try would do better. Kept, refused, for an admin to see.
+                // Cannot be written (an address the mail library refuses,
+                // or a kind a newer instance wrote during a rolling deploy):
+                // kept, failing, for an admin to see, and tried again.
                 tracing::warn!(id = claimed.id, %error, "a message could not be written");
                 let error = format!("could not be written: {error}");
-                mark_refused(shop, claimed.id, claimed.claimed_until, error).await?;
-                report.refused += 1;
+                mark_failed(shop, claimed.id, claimed.claimed_until, error).await?;
+                report.failed += 1;
                 continue;
             }
         };
@@ -250,9 +270,13 @@ pub async fn run_once(shop: &Shop) -> Result<MailReport, AppError> {
                 report.failed += 1;
                 break;
             }
-            Ok(Err(error)) if error.is_permanent() => {
-                // A 5xx answer is about this message (no such mailbox, a
-                // policy): the server is up, so the run goes on.
+            Ok(Err(error))
+                if error
+                    .status()
+                    .is_some_and(|code| refused_for_good(code.into(), &error.to_string())) =>
+            {
+                // About this message's recipient: the server is up and
+                // taking other mail, so the run goes on.
                 tracing::warn!(id = claimed.id, event = claimed.event_key, %error, "the mail server refused a message for good");
                 mark_refused(shop, claimed.id, claimed.claimed_until, error.to_string()).await?;
                 report.refused += 1;
@@ -295,6 +319,46 @@ mod tests {
     fn the_pause_grows_to_a_minute() {
         let pauses: Vec<i64> = (1..=8).map(pause_after).collect();
         assert_eq!(pauses, vec![2, 4, 8, 16, 32, 60, 60, 60]);
+    }
+
+    #[test]
+    fn only_a_refusal_of_the_recipient_gives_a_message_up() {
+        assert!(refused_for_good(
+            550,
+            "permanent error (550): 5.1.1 No such mailbox here"
+        ));
+        assert!(refused_for_good(
+            552,
+            "permanent error (552): 5.2.2 Mailbox full"
+        ));
+        assert!(refused_for_good(
+            553,
+            "permanent error (553): mailbox name not allowed"
+        ));
+        assert!(!refused_for_good(
+            535,
+            "permanent error (535): 5.7.8 Authentication failed"
+        ));
+        assert!(!refused_for_good(
+            530,
+            "permanent error (530): 5.7.0 Authentication required"
+        ));
+        assert!(!refused_for_good(
+            550,
+            "permanent error (550): 5.7.1 Relaying denied"
+        ));
+        assert!(!refused_for_good(
+            550,
+            "permanent error (550): 5.1.7 Bad sender address"
+        ));
+        assert!(!refused_for_good(
+            550,
+            "permanent error (550): Requested action not taken"
+        ));
+        assert!(!refused_for_good(
+            450,
+            "transient error (450): 4.2.1 Mailbox busy"
+        ));
     }
 
     #[test]

@@ -25,7 +25,7 @@ use crate::db::{self, PgPool};
 use crate::domain::draw::Ticket;
 use crate::domain::{CustomerId, ProductId};
 use crate::error::AppError;
-use crate::services::door::{Doorkeeper, Visit};
+use crate::services::door::{Door, Doorkeeper, Visit};
 use crate::services::Shop;
 
 /// Join transactions a process runs at once: one's statements run while
@@ -33,9 +33,10 @@ use crate::services::Shop;
 const WRITERS: usize = 2;
 
 /// A customer's own join, through the door (`services::door`): the bot
-/// check, spent once, the address's limit and a confirmed address, all
-/// decided in the transaction that writes the place, so a join refused
-/// for the sale's sake, or one that fails, spends nothing.
+/// check (its cryptography checked here), spent once, the address's limit
+/// and a confirmed address, decided in the transaction that writes the
+/// place, so a join refused for the sale's sake, or one that fails, spends
+/// nothing.
 pub async fn join_at_door(
     shop: &Shop,
     customer: CustomerId,
@@ -43,10 +44,7 @@ pub async fn join_at_door(
     bot_check: String,
     ip: IpAddr,
 ) -> Result<Ticket, AppError> {
-    let visit = Visit {
-        payload: bot_check,
-        ip,
-    };
+    let visit = Visit::new(&shop.door_keys, Door::Join(product), &bot_check, ip);
     place(shop, customer, product, Some(visit)).await
 }
 
