@@ -14,6 +14,7 @@ pub struct Customer {
     pub password_hash: String,
     pub role: String,
     pub created_at: DateTime<Utc>,
+    pub email_confirmed_at: Option<DateTime<Utc>>,
 }
 
 #[derive(Debug, Insertable)]

@@ -23,6 +23,10 @@ pub struct Account {
     pub id: CustomerId,
     pub email: String,
     pub role: Role,
+    /// The address was confirmed when the session was made. Only ever a
+    /// trustworthy yes (the shop never undoes a confirmation); a no may be
+    /// stale, since the link may have been opened since.
+    pub confirmed: bool,
 }
 
 impl From<Customer> for Account {
@@ -31,6 +35,7 @@ impl From<Customer> for Account {
             id: CustomerId(c.id),
             role: Role::parse(&c.role).unwrap_or(Role::Customer),
             email: c.email,
+            confirmed: c.email_confirmed_at.is_some(),
         }
     }
 }

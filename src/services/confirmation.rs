@@ -195,6 +195,15 @@ pub async fn is_confirmed(shop: &Shop, customer: CustomerId) -> Result<bool, App
     Ok(confirmed)
 }
 
+/// What a signed-in session vouches for: an account whose session was made
+/// after its address was confirmed needs no look in the database to be
+/// known confirmed (a confirmation is never undone by the shop).
+pub fn vouched_by_session(shop: &Shop, account: &super::accounts::Account) {
+    if account.confirmed && !shop.confirmed.contains(account.id) {
+        shop.confirmed.insert(account.id);
+    }
+}
+
 /// Customers this process has seen confirmed. Only ever a yes: a
 /// confirmation is not undone by any page, and where it matters (a limited
 /// sale's order) the transaction reads it again, so a stale yes sells

@@ -17,7 +17,7 @@ use crate::domain::{ProductId, Quantity};
 use crate::error::AppError;
 use crate::services::catalog::find_product;
 use crate::services::checkout::{purchase, AnswerKey, Line};
-use crate::services::Shop;
+use crate::services::{confirmation, Shop};
 
 const CART_KEY: &str = "cart";
 const MAX_LINES: usize = 20;
@@ -145,6 +145,7 @@ pub async fn checkout(
     form: web::Form<CsrfOnlyForm>,
 ) -> Result<HttpResponse, AppError> {
     verify_csrf(&session, &form.csrf_token)?;
+    confirmation::vouched_by_session(&shop, &account);
     let cart = load(&session);
     let mut canonical = cart.clone();
     canonical.sort_unstable();

@@ -33,6 +33,10 @@ struct StoredAccount {
     id: i64,
     email: String,
     role: Role,
+    /// Absent from cookies made before it was kept: unconfirmed, which
+    /// only costs a look in the database.
+    #[serde(default)]
+    confirmed: bool,
 }
 
 impl From<&Account> for StoredAccount {
@@ -41,6 +45,7 @@ impl From<&Account> for StoredAccount {
             id: account.id.get(),
             email: account.email.clone(),
             role: account.role,
+            confirmed: account.confirmed,
         }
     }
 }
@@ -56,6 +61,7 @@ pub fn current_account(session: &Session) -> Option<Account> {
             id: crate::domain::CustomerId(s.id),
             email: s.email,
             role: s.role,
+            confirmed: s.confirmed,
         })
 }
 

@@ -22,7 +22,7 @@ use crate::services::catalog::{sale_on_show, sales_on_show};
 use crate::services::checkout::{
     keeps_answers_at_gate, purchase_with_pass, AnswerKey, Line, PurchaseOutcome,
 };
-use crate::services::Shop;
+use crate::services::{confirmation, Shop};
 
 pub fn routes(cfg: &mut web::ServiceConfig) {
     cfg.service(sale_list).service(product_page).service(buy);
@@ -101,6 +101,7 @@ pub async fn buy(
     form: web::Form<BuyForm>,
 ) -> Result<HttpResponse, AppError> {
     verify_csrf(&session, &form.csrf_token)?;
+    confirmation::vouched_by_session(&shop, &account);
     let pass = form.pass()?;
     let intent = Intent {
         request: &request,

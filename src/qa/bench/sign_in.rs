@@ -118,6 +118,8 @@ fn customer(
                 "id": account.id,
                 "email": account.email,
                 "role": crate::domain::Role::Customer,
+                // The bench's customers are seeded confirmed.
+                "confirmed": true,
             })),
         ),
         (EXPIRES_ENTRY, json(expires_at.timestamp_micros().into())),
