@@ -81,7 +81,12 @@
   function stackTables() {
     document.querySelectorAll("table").forEach(function (table) {
       var heads = table.tHead && table.tHead.rows[0];
-      if (!heads || heads.cells.length < 3) return;
+      if (!heads || heads.cells.length < 3) {
+        // Two columns (a count and its value) fit a phone as a table, full width.
+        var narrow = Array.prototype.every.call(table.rows, function (row) { return row.cells.length <= 2; });
+        if (narrow) table.classList.add("fits");
+        return;
+      }
       var names = [];
       Array.prototype.forEach.call(heads.cells, function (th) {
         for (var i = 0; i < (th.colSpan || 1); i++) names.push(th.textContent.trim());

@@ -597,13 +597,23 @@ async fn the_product_page_counts_units_as_the_waiting_room_does() {
     let queue_path = format!("/products/{product}/queue");
     let all_held = "Every unit is sold or held right now.";
     let both_held = ">0</span> of 2 free to buy now; <span data-testid=\"held\">2</span> held by shoppers with a pass or an unpaid order.";
-    for reader in [&app.browser(), &line[2]] {
+    let join_for_them = "Join the waiting room to be in line for them.";
+    for (reader, in_line) in [(&app.browser(), false), (&line[2], true)] {
         let (_, page) = reader.get_text(&product_path).await;
         assert!(page.contains(both_held), "{page}");
         assert!(page.contains(all_held), "{page}");
         assert!(!page.contains(" left</p>"), "the stock row's count: {page}");
         assert!(page.contains(">Live</span>"), "{page}");
+        assert_eq!(page.contains(join_for_them), !in_line, "{page}");
     }
+    // A shopper whose pass holds one of them reads that it is theirs.
+    let (_, page) = line[0].get_text(&product_path).await;
+    assert!(page.contains(both_held), "{page}");
+    assert!(
+        page.contains("It is your turn: your pass holds a unit for you.")
+            && !page.contains(all_held),
+        "{page}"
+    );
     let (_, room) = line[2].get_text(&queue_path).await;
     assert!(room.contains(all_held), "{room}");
 

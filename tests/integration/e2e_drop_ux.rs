@@ -463,8 +463,11 @@ async fn shop_and_admin_pages_agree_and_fit_a_phone_in_chromium() {
     let page = shopper
         .expect_text("0 of 1 free to buy now; 1 held by shoppers with a pass or an unpaid order.")
         .await;
+    // The held unit is the shopper's own: the page says so, not "join the line".
     assert!(
-        page.contains("Every unit is sold or held right now.") && !page.contains("1 of 1 left"),
+        page.contains("It is your turn: your pass holds a unit for you.")
+            && !page.contains("1 of 1 left")
+            && !page.contains("to be in line"),
         "{page}"
     );
     shopper

@@ -449,6 +449,9 @@ pub struct ProductQueue {
     pub live: Option<Availability>,
     /// The earliest a held unit can come back, if nobody pays for it.
     pub next_release_at: Option<DateTime<Utc>>,
+    /// Units the reader's own open pass holds: some of the held ones are
+    /// theirs to buy, which the page says rather than "join the line".
+    pub own_pass_units: Option<i32>,
 }
 
 impl ProductQueue {
@@ -477,6 +480,9 @@ impl ProductQueue {
                 .filter(started)
                 .map(|s| Availability::of(s.units_left, s.held)),
             next_release_at: status.and_then(|s| s.next_release_at),
+            own_pass_units: status
+                .filter(|s| s.pass_state == Some(PassState::Issued))
+                .and_then(|s| s.pass_units),
         }
     }
 
