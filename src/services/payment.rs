@@ -271,10 +271,26 @@ pub async fn give_up(shop: &Shop, customer: CustomerId, order: OrderId) -> Resul
 /// the restore cannot run now (lock busy, Redis down) would release its
 /// idempotency key, and the customer's resend would charge again.
 async fn restore_declined(shop: &Shop, order: OrderId) {
-    if let Err(error) = restore_order(shop, order, OrderStatus::PaymentFailed, None).await {
-        tracing::warn!(%order, %error, "could not restore a declined order now; retrying in the background");
-        crate::shutdown::spawn(restore_declined_later(shop.clone(), order));
+    match restore_order(shop, order, OrderStatus::PaymentFailed, None).await {
+        Ok(_) => {}
+        Err(error) if !worth_retrying(&error) => {
+            tracing::info!(%order, %error, "a declined order left awaiting payment before its restore; nothing to retry");
+        }
+        Err(error) => {
+            tracing::warn!(%order, %error, "could not restore a declined order now; retrying in the background");
+            crate::shutdown::spawn(restore_declined_later(shop.clone(), order));
+        }
     }
+}
+
+/// Whether a declined order's restore that failed with `error` is worth
+/// retrying. A conflict is the order's state machine refusing: the order
+/// has already left "awaiting payment" (the customer gave up, or it expired
+/// or was restored meanwhile), and no retry changes that, so a background
+/// retry would only sleep and be refused again. Anything else (a busy
+/// lock, Redis or Postgres away for a moment) may pass on a later try.
+fn worth_retrying(error: &AppError) -> bool {
+    !matches!(error, AppError::Conflict { .. })
 }
 
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -353,11 +369,29 @@ async fn restore_declined_later(shop: Shop, order: OrderId) {
         match restore_order(&shop, order, OrderStatus::PaymentFailed, None).await {
             Ok(_) => return,
             // Paid, expired or restored meanwhile: nothing left to do.
-            Err(AppError::Conflict { .. }) => return,
+            Err(error) if !worth_retrying(&error) => return,
             Err(error) => {
                 tracing::warn!(%order, %error, "restore of a declined order failed again")
             }
         }
         wait *= 2;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_restore_is_not_retried_but_a_busy_one_is() {
+        let refused = refused_transition(
+            OrderId(7),
+            OrderStatus::PaymentFailed,
+            OrderStatus::PaymentFailed,
+        );
+        assert!(matches!(refused, AppError::Conflict { .. }), "{refused:?}");
+        assert!(!worth_retrying(&refused));
+        assert!(worth_retrying(&AppError::Busy));
+        assert!(worth_retrying(&AppError::Unavailable("redis".into())));
     }
 }

@@ -63,12 +63,12 @@ pub async fn product_page(
     } else {
         None
     };
-    let page = ProductPage {
+    let page = ProductPage::new(
         nav,
-        sale: SaleView::showing(&shown.product, shown.units_left, now),
+        SaleView::showing(&shown.product, shown.units_left, now),
         queue,
-        served_at: rfc3339(now),
-    };
+        rfc3339(now),
+    );
     Ok(shared_page(&session, &page.nav, render(&page)?))
 }
 

@@ -72,7 +72,42 @@
     var worker = widget.getAttribute("data-worker");
     window.$altcha.algorithms.set("PBKDF2/SHA-256", function () { return new Worker(worker); });
   }
+  // On a phone a table of three or more columns shows each row as a block,
+  // each cell led by its column's heading (CSS: table.stacks): a table
+  // scrolling inside itself hid its buttons off to the side. The labels
+  // are read from the table's own headings, so no template repeats them;
+  // without script a table still scrolls inside itself. A footer row
+  // (a total) is left unlabelled: its cells span the columns.
+  function stackTables() {
+    document.querySelectorAll("table").forEach(function (table) {
+      var heads = table.tHead && table.tHead.rows[0];
+      if (!heads || heads.cells.length < 3) {
+        // Two columns (a count and its value) fit a phone as a table, full width.
+        var narrow = Array.prototype.every.call(table.rows, function (row) { return row.cells.length <= 2; });
+        if (narrow) table.classList.add("fits");
+        return;
+      }
+      var names = [];
+      Array.prototype.forEach.call(heads.cells, function (th) {
+        for (var i = 0; i < (th.colSpan || 1); i++) names.push(th.textContent.trim());
+      });
+      Array.prototype.forEach.call(table.tBodies, function (body) {
+        Array.prototype.forEach.call(body.rows, function (row) {
+          var column = 0;
+          Array.prototype.forEach.call(row.cells, function (cell) {
+            var name = names[column];
+            if (name && (cell.colSpan || 1) === 1 && !cell.hasAttribute("data-label")) {
+              cell.setAttribute("data-label", name);
+            }
+            column += cell.colSpan || 1;
+          });
+        });
+      });
+      table.classList.add("stacks");
+    });
+  }
   document.addEventListener("DOMContentLoaded", function () {
+    stackTables();
     botCheck();
     update();
     setInterval(update, 1000);

@@ -15,7 +15,11 @@ use crate::e2e_browser::{start_chromedriver, Chrome, DESKTOP, PHONE};
 use crate::helpers::*;
 use crate::waiting_room_pages::queue_sale;
 
-/// The page fits a 390 px phone: nothing scrolls sideways.
+/// The page fits a 390 px phone: the document does not scroll sideways,
+/// nothing inside it does either (a table scrolling inside itself hides
+/// its buttons off to the side, which the document's width never shows),
+/// and every link, button and field shown lies wholly on screen. Folded
+/// `details` are opened for the check and folded again.
 async fn assert_fits_phone(chrome: &Chrome, what: &str) {
     chrome
         .client
@@ -23,17 +27,37 @@ async fn assert_fits_phone(chrome: &Chrome, what: &str) {
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(200)).await;
-    // The widths, and the outermost elements that stick out (for the message).
-    let widths = chrome
+    let found = chrome
         .client
         .execute(
-            "var wide = [];
+            "function name(el) {
+               return el.tagName.toLowerCase() + (el.className ? '.' + String(el.className).trim().split(/\\s+/).join('.') : '')
+                 + ' \"' + (el.textContent || el.value || el.name || '').trim().slice(0, 30) + '\"';
+             }
+             var folded = [];
+             document.querySelectorAll('details:not([open])').forEach(function (d) { folded.push(d); d.open = true; });
+             var width = window.innerWidth, off = [], scrolling = [];
+             document.querySelectorAll('a, button, input, select, textarea, summary').forEach(function (el) {
+               var box = el.getBoundingClientRect();
+               if (box.width === 0 && box.height === 0) return;
+               if (el.closest('.skip')) return;
+               if (box.left < -1 || box.right > width + 1)
+                 off.push(name(el) + ' ' + Math.round(box.left) + '..' + Math.round(box.right));
+             });
+             document.querySelectorAll('body *').forEach(function (el) {
+               var x = getComputedStyle(el).overflowX;
+               if ((x === 'auto' || x === 'scroll') && el.scrollWidth > el.clientWidth + 1)
+                 scrolling.push(name(el) + ' ' + el.scrollWidth + ' in ' + el.clientWidth);
+             });
+             var beyond = [];
              document.querySelectorAll('body *').forEach(function (el) {
                var box = el.getBoundingClientRect();
-               if (box.right > window.innerWidth + 1)
-                 wide.push(el.tagName + '.' + el.className + ' ' + Math.round(box.right) + ' in ' + (el.parentElement ? el.parentElement.tagName + '.' + el.parentElement.className + ' ' + getComputedStyle(el.parentElement).display + '/' + getComputedStyle(el.parentElement).overflowX : ''));
+               if (box.right > width + 1 && !(el.parentElement && el.parentElement.getBoundingClientRect().right > width + 1))
+                 beyond.push(name(el) + ' ' + Math.round(box.right));
              });
-             return [document.documentElement.scrollWidth, window.innerWidth, wide.slice(0, 12).join(', ')]",
+             var wide = document.documentElement.scrollWidth;
+             folded.forEach(function (d) { d.open = false; });
+             return [wide, width, off.slice(0, 12).join(', '), scrolling.slice(0, 6).join(', '), beyond.slice(0, 8).join(', ')]",
             vec![],
         )
         .await
@@ -43,11 +67,20 @@ async fn assert_fits_phone(chrome: &Chrome, what: &str) {
         .set_window_size(DESKTOP.0, DESKTOP.1)
         .await
         .unwrap();
-    let (scroll, inner) = (widths[0].as_i64().unwrap(), widths[1].as_i64().unwrap());
+    let (scroll, inner) = (found[0].as_i64().unwrap(), found[1].as_i64().unwrap());
     assert!(
         scroll <= inner,
         "{what} is {scroll} px wide on a {inner} px phone: {}",
-        widths[2]
+        found[4]
+    );
+    let (off, scrolling) = (found[2].as_str().unwrap(), found[3].as_str().unwrap());
+    assert!(
+        off.is_empty(),
+        "{what} at {inner} px: controls off screen: {off}"
+    );
+    assert!(
+        scrolling.is_empty(),
+        "{what} at {inner} px: scrolls sideways inside: {scrolling}"
     );
 }
 
@@ -425,16 +458,22 @@ async fn shop_and_admin_pages_agree_and_fit_a_phone_in_chromium() {
     shopper
         .expect_text_within("It is your turn", Duration::from_secs(60))
         .await;
-    // (6) The product page says the unit is held, as the room does.
+    // (6) The product page counts as the room does: the unit is held, not "1 of 1 left".
     shopper.open(&format!("/products/{live}")).await;
-    shopper
-        .expect_text(
-            "Right now 0 are free and 1 is held for shoppers admitted from the waiting room",
-        )
+    let page = shopper
+        .expect_text("0 of 1 free to buy now; 1 held by shoppers with a pass or an unpaid order.")
         .await;
+    // The held unit is the shopper's own: the page says so, not "join the line".
+    assert!(
+        page.contains("It is your turn: your pass holds a unit for you.")
+            && !page.contains("1 of 1 left")
+            && !page.contains("to be in line"),
+        "{page}"
+    );
     shopper
         .shot("ux-22-product-page-agrees-with-the-room")
         .await;
+    assert_fits_phone(&shopper, "the product page of a live waiting room").await;
 
     // (8) The draw page at phone width: no sideways scroll, the verify
     // command wraps, the shopper's own ticket is marked.
@@ -509,6 +548,85 @@ async fn shop_and_admin_pages_agree_and_fit_a_phone_in_chromium() {
     assert_fits_phone(&owner, "the sale form").await;
     owner.open(&format!("/admin/products/{future}/edit")).await;
     assert!(!owner.text().await.contains("Rename it only"));
+
+    // (9) Every admin page at phone width, each with something in it: an
+    // adjustment for the action log and the history, the paid order and its
+    // refund page. Tables show one block per row there.
+    let admin = app.admin().await;
+    expect_redirect(
+        &admin
+            .post_form(
+                &format!("/admin/products/{open_sale}/stock"),
+                &[("delta", "2"), ("reason", "found a box")],
+            )
+            .await,
+        &format!("/admin/products/{open_sale}/history"),
+    );
+    let pages = [
+        (
+            "/admin".to_string(),
+            "the dashboard",
+            "ux-30-admin-dashboard",
+        ),
+        ("/admin/orders".into(), "the orders", "ux-31-admin-orders"),
+        (
+            format!("/admin/orders/{order}"),
+            "an order",
+            "ux-32-admin-order",
+        ),
+        (
+            format!("/admin/orders/{order}/refund"),
+            "the refund page",
+            "ux-33-admin-refund",
+        ),
+        (
+            "/admin/products/new".into(),
+            "the new sale form",
+            "ux-34-admin-new-sale",
+        ),
+        (
+            format!("/admin/products/{live}/edit"),
+            "the sale form",
+            "ux-35-admin-edit-sale",
+        ),
+        (
+            format!("/admin/products/{open_sale}/history"),
+            "a sale's history",
+            "ux-36-admin-history",
+        ),
+        (
+            "/admin/queues".into(),
+            "the waiting rooms and doors",
+            "ux-37-admin-waiting-rooms",
+        ),
+        (
+            "/admin/audit-log".into(),
+            "the action log",
+            "ux-38-admin-action-log",
+        ),
+        ("/admin/mail".into(), "customer mail", "ux-39-admin-mail"),
+        (
+            "/admin/operations".into(),
+            "operations",
+            "ux-40-admin-operations",
+        ),
+    ];
+    for (path, what, shot) in &pages {
+        owner.open(path).await;
+        assert_fits_phone(&owner, what).await;
+        owner.shot(shot).await;
+    }
+    // Stacked, each cell is led by its column's heading.
+    owner.open("/admin").await;
+    let labels = owner
+        .client
+        .execute(
+            "return document.querySelectorAll('table.stacks [data-label=\"Awaiting payment\"]').length",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert!(labels.as_i64().unwrap() >= 3, "labelled cells: {labels}");
 
     shopper.client.clone().close().await.unwrap();
     owner.client.clone().close().await.unwrap();

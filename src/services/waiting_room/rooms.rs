@@ -60,9 +60,16 @@ pub struct RoomSnapshot {
     /// Units in this sale's orders still awaiting payment, and their last deadline.
     pub unpaid_units: i64,
     pub unpaid_until: Option<DateTime<Utc>>,
-    /// Each unpaid order's deadline and units, earliest first: when held
-    /// units can come back.
-    pub unpaid_orders: Vec<(DateTime<Utc>, i64)>,
+    /// When held units can come back if nobody buys or pays for them (each
+    /// open pass at its deadline plus its grace, each unpaid order at its
+    /// payment deadline), earliest first, each with the units released by
+    /// then in all. Built once per read: every poll of the room asks when
+    /// enough units come back, and answers it by a binary search here
+    /// rather than gathering and sorting every pass and order again.
+    releases: Vec<(DateTime<Utc>, i64)>,
+    /// When the last open pass lapses, its grace included: a purchase the
+    /// grace lets in starts an order then, with the whole time to pay.
+    last_pass_end: Option<DateTime<Utc>>,
     /// Passes issued within the last 5 minutes (the admission rate).
     pub recent_admissions: i64,
     /// How long admission has been running, up to 5 minutes: a rate
@@ -118,19 +125,39 @@ impl RoomSnapshot {
         (self.recent_admissions > 0).then(|| self.recent_admissions as f64 / span)
     }
 
-    /// When held units can come back (if their holders do not buy or pay),
-    /// earliest first, with how many each time: each open pass at its
-    /// deadline, each unpaid order at its payment deadline.
-    pub fn releases(&self) -> Vec<(DateTime<Utc>, i64)> {
-        let mut releases: Vec<(DateTime<Utc>, i64)> = self
-            .open_passes
-            .values()
-            .map(|p| (p.expires_at + grace(), i64::from(p.units)))
-            .chain(self.unpaid_orders.iter().copied())
-            .collect();
-        releases.sort();
-        releases
+    /// The earliest a held unit can come back, if its holder does not buy or pay.
+    pub fn next_release(&self) -> Option<DateTime<Utc>> {
+        self.releases.first().map(|(at, _)| *at)
     }
+
+    /// The earliest moment by which `units` held units can have come back
+    /// (None: fewer are held).
+    pub fn released_by(&self, units: i64) -> Option<DateTime<Utc>> {
+        let first = self.releases.partition_point(|(_, total)| *total < units);
+        self.releases.get(first).map(|(at, _)| *at)
+    }
+
+    /// The latest a held unit can come back: a pass used in its grace's last
+    /// second starts an order with the whole `time_to_pay`.
+    pub fn held_until(&self, time_to_pay: chrono::Duration) -> Option<DateTime<Utc>> {
+        self.last_pass_end
+            .map(|end| end + time_to_pay)
+            .into_iter()
+            .chain(self.unpaid_until)
+            .max()
+    }
+}
+
+/// `releases`: each pass and order's release time and units, in any order;
+/// sorted, with running totals.
+fn running_totals(mut releases: Vec<(DateTime<Utc>, i64)>) -> Vec<(DateTime<Utc>, i64)> {
+    releases.sort_unstable();
+    let mut total = 0;
+    for (_, units) in &mut releases {
+        total += *units;
+        *units = total;
+    }
+    releases
 }
 
 /// Every room this process has read, and the places and ended passes it
@@ -340,14 +367,20 @@ fn read_room(conn: &mut PgConn, product: ProductId) -> Result<RoomSnapshot, AppE
                 "SELECT o.payment_deadline AS deadline, sum(i.quantity)::bigint AS units
                  FROM orders o JOIN order_items i ON i.order_id = o.id AND i.product_id = $1
                  WHERE o.status = 'awaiting_payment'
-                 GROUP BY o.id ORDER BY o.payment_deadline",
+                 GROUP BY o.id",
             )
             .bind::<BigInt, _>(product.get())
             .load(conn)?;
             let mut open_units = 0;
             let mut open_passes = HashMap::with_capacity(passes.len());
+            let mut releases: Vec<(DateTime<Utc>, i64)> =
+                unpaid.iter().map(|o| (o.deadline, o.units)).collect();
+            let mut last_pass_end = None;
             for pass in passes {
                 open_units += i64::from(pass.units);
+                let end = pass.expires_at + grace();
+                releases.push((end, i64::from(pass.units)));
+                last_pass_end = last_pass_end.max(Some(end));
                 open_passes.insert(
                     CustomerId(pass.customer_id),
                     OpenPassView {
@@ -390,7 +423,8 @@ fn read_room(conn: &mut PgConn, product: ProductId) -> Result<RoomSnapshot, AppE
                 open_units,
                 unpaid_units: row.unpaid_units,
                 unpaid_until: row.unpaid_until,
-                unpaid_orders: unpaid.into_iter().map(|o| (o.deadline, o.units)).collect(),
+                releases: running_totals(releases),
+                last_pass_end,
                 recent_admissions: row.recent_admissions,
                 admitting_for: Duration::from_secs_f64(row.admitting_for_secs.max(0.0)),
             })
@@ -402,4 +436,60 @@ pub(super) fn corrupt_if_bad<T, E: std::fmt::Display>(
     product: ProductId,
 ) -> Result<T, AppError> {
     parsed.map_err(|e| AppError::Internal(anyhow::anyhow!("waiting room of {product}: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(secs: i64) -> DateTime<Utc> {
+        DateTime::from_timestamp(1_900_000_000 + secs, 0).unwrap()
+    }
+
+    #[test]
+    fn releases_are_found_by_the_units_they_bring_back() {
+        let releases = running_totals(vec![(at(30), 2), (at(10), 1), (at(20), 3)]);
+        assert_eq!(releases, vec![(at(10), 1), (at(20), 4), (at(30), 6)]);
+        let room = |releases| RoomSnapshot {
+            read_at: Instant::now(),
+            db_now: at(0),
+            opened: true,
+            commitment: None,
+            entries_commitment: None,
+            frozen: true,
+            drawn: true,
+            starts_at: at(0),
+            paused: false,
+            ended: false,
+            last_position: 0,
+            admitted: 0,
+            stock: 0,
+            open_passes: HashMap::new(),
+            open_units: 0,
+            unpaid_units: 0,
+            unpaid_until: Some(at(700)),
+            releases,
+            last_pass_end: Some(at(65)),
+            recent_admissions: 0,
+            admitting_for: Duration::ZERO,
+        };
+        let room = room(releases);
+        assert_eq!(room.next_release(), Some(at(10)));
+        assert_eq!(room.released_by(1), Some(at(10)));
+        assert_eq!(room.released_by(2), Some(at(20)));
+        assert_eq!(room.released_by(4), Some(at(20)));
+        assert_eq!(room.released_by(6), Some(at(30)));
+        assert_eq!(room.released_by(7), None);
+        // The last pass ends at 65 s (its grace included): used then, its
+        // order may go unpaid for the whole time to pay, unless an unpaid
+        // order's deadline is later still.
+        assert_eq!(
+            room.held_until(chrono::Duration::seconds(600)),
+            Some(at(700))
+        );
+        assert_eq!(
+            room.held_until(chrono::Duration::seconds(660)),
+            Some(at(725))
+        );
+    }
 }

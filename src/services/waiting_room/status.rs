@@ -41,7 +41,8 @@ pub struct QueueStatus {
     /// Units held by open passes and unpaid orders.
     pub held: i64,
     /// The latest a held unit can come back if it is not paid for: a pass
-    /// used at its last second starts an order with the full time to pay.
+    /// used at its grace's last second (`PASS_GRACE` after its deadline)
+    /// starts an order with the full time to pay.
     pub held_until: Option<DateTime<Utc>>,
     /// The earliest a held unit can come back (its pass runs out or its
     /// order's time to pay does).
@@ -90,24 +91,23 @@ impl WaitEstimate {
 /// passes can be issued, each needing at least a unit.
 fn estimate_wait(room: &RoomSnapshot, ahead: i64, now: DateTime<Utc>) -> WaitEstimate {
     let needed = ahead + 1;
-    let mut units = room.units_free();
+    let units = room.units_free();
     if units >= needed {
         return WaitEstimate::UnitsFree;
     }
     let by_rate = room
         .admission_rate()
         .map(|rate| Duration::from_secs_f64(needed as f64 / rate));
-    for (at, released) in room.releases() {
-        units += released;
-        if units >= needed {
+    match room.released_by(needed - units) {
+        Some(at) => {
             let until = (at - now).to_std().unwrap_or_default();
-            return WaitEstimate::AfterHeldReturn {
+            WaitEstimate::AfterHeldReturn {
                 at,
                 wait: by_rate.map_or(until, |rate| rate.max(until)),
-            };
+            }
         }
+        None => WaitEstimate::OnlyIfReturned,
     }
-    WaitEstimate::OnlyIfReturned
 }
 
 /// `customer`'s standing (None: signed out, `NotJoined`).
@@ -149,18 +149,8 @@ pub async fn status(
     let held = room.open_units + room.unpaid_units;
     let time_to_pay = chrono::Duration::from_std(shop.settings.payment_timeout)
         .unwrap_or_else(|_| chrono::Duration::minutes(10));
-    let next_release_at = room
-        .releases()
-        .first()
-        .map(|(at, _)| *at)
-        .filter(|_| held > 0);
-    let held_until = room
-        .open_passes
-        .values()
-        .map(|p| p.expires_at + time_to_pay)
-        .chain(room.unpaid_until)
-        .max()
-        .filter(|_| held > 0);
+    let next_release_at = room.next_release().filter(|_| held > 0);
+    let held_until = room.held_until(time_to_pay).filter(|_| held > 0);
     let wait = match ahead {
         Some(ahead) => estimate_wait(&room, ahead, room.db_now),
         None => WaitEstimate::Unknown,

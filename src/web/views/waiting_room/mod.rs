@@ -436,11 +436,22 @@ pub struct ProductQueue {
     /// The customer's ticket, once joined.
     pub ticket: Option<String>,
     /// Units not bought but held for admitted shoppers (passes and unpaid
-    /// orders), as the waiting room counts them: the product page says so,
-    /// rather than "2 of 2 left" while the room says every unit is held.
+    /// orders), as the waiting room counts them.
     pub held: i64,
     /// Units neither bought nor held.
     pub free: i64,
+    /// From the start until the sale ends, how the room counts its units
+    /// (None before the start, after the end, or when the room could not be
+    /// read). The product page's headline count is then the room's, from
+    /// the same snapshot the waiting page shows, never the stock row's:
+    /// the stock still counts units a pass holds, which made the page say
+    /// "2 of 2 left" while the room said every unit was held.
+    pub live: Option<Availability>,
+    /// The earliest a held unit can come back, if nobody pays for it.
+    pub next_release_at: Option<DateTime<Utc>>,
+    /// Units the reader's own open pass holds: some of the held ones are
+    /// theirs to buy, which the page says rather than "join the line".
+    pub own_pass_units: Option<i32>,
 }
 
 impl ProductQueue {
@@ -451,6 +462,12 @@ impl ProductQueue {
         now: DateTime<Utc>,
     ) -> ProductQueue {
         let opens_at = QueueSale::of(product).map_or(product.sale_starts_at, |sale| sale.opens_at);
+        let started = |s: &&QueueStatus| {
+            matches!(
+                s.queue,
+                QueueState::Open | QueueState::Paused | QueueState::SoldOut
+            )
+        };
         ProductQueue {
             opens_at,
             open: now >= opens_at,
@@ -459,7 +476,38 @@ impl ProductQueue {
                 .map(|t| t.as_str().to_string()),
             held: status.map_or(0, |s| s.held),
             free: status.map_or(0, |s| s.units_left),
+            live: status
+                .filter(started)
+                .map(|s| Availability::of(s.units_left, s.held)),
+            next_release_at: status.and_then(|s| s.next_release_at),
+            own_pass_units: status
+                .filter(|s| s.pass_state == Some(PassState::Issued))
+                .and_then(|s| s.pass_units),
         }
+    }
+
+    /// Whether the room counts the units right now (see `live`).
+    pub fn counts_units(&self) -> bool {
+        self.live.is_some()
+    }
+
+    pub fn availability_name(&self) -> &'static str {
+        self.live.map_or("", Availability::name)
+    }
+
+    pub fn availability_is(&self, availability: &str) -> bool {
+        self.availability_name() == availability
+    }
+
+    pub fn next_release_iso(&self) -> String {
+        self.next_release_at.map(rfc3339).unwrap_or_default()
+    }
+
+    pub fn next_release_text(&self) -> String {
+        self.next_release_at
+            .as_ref()
+            .map(timestamp)
+            .unwrap_or_default()
     }
 
     pub fn opens_at_iso(&self) -> String {
