@@ -15,7 +15,7 @@ use super::views::waiting_room::{rfc3339, ProductQueue};
 use super::views::{render, Nav};
 use super::waiting_room::standing;
 use super::{html, see_other};
-use crate::domain::OrderId;
+use crate::domain::{OrderId, SaleState};
 use crate::error::AppError;
 use crate::metrics;
 use crate::services::catalog::{sale_on_show, sales_on_show};
@@ -33,12 +33,22 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
 pub async fn sale_list(shop: web::Data<Shop>, session: Session) -> Result<HttpResponse, AppError> {
     let shown = sales_on_show(&shop).await?;
     let now = Utc::now();
+    let mut sales = Vec::with_capacity(shown.len());
+    for sale in &shown {
+        let mut view = SaleView::showing(&sale.product, sale.units_left, now);
+        if view.queue_mode && view.state == SaleState::Live {
+            // The room's count, from this process's snapshot; without it
+            // the list falls back to the stock.
+            view.free_now = standing(&shop, None, sale)
+                .await
+                .ok()
+                .map(|room| room.units_left);
+        }
+        sales.push(view);
+    }
     let page = SaleListPage {
         nav: Nav::for_shared_page(&session),
-        sales: shown
-            .iter()
-            .map(|s| SaleView::showing(&s.product, s.units_left, now))
-            .collect(),
+        sales,
     };
     Ok(shared_page(&session, &page.nav, render(&page)?))
 }

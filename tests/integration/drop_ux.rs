@@ -616,6 +616,13 @@ async fn the_product_page_counts_units_as_the_waiting_room_does() {
     );
     let (_, room) = line[2].get_text(&queue_path).await;
     assert!(room.contains(all_held), "{room}");
+    // The sale list counts as the room does.
+    let (_, list) = app.browser().get_text("/").await;
+    assert!(
+        list.contains(">0</span> of 2 free to buy now; the rest held by shoppers"),
+        "{list}"
+    );
+    assert!(!list.contains(">2</span> of 2 left"), "{list}");
 
     // One buys: the stock row says 1, the room still holds 2.
     let order = buy_with_the_pass(&line[0], product).await;
