@@ -24,7 +24,7 @@ pub use order_status::{OrderStatus, StockReason, TransitionRefused};
 pub use quantity::Quantity;
 pub use sale::{Refusal, SaleState};
 pub use text::{check_plain_text, Lines};
-pub use waiting_room::{PassRef, QueueState, Standing};
+pub use waiting_room::{PassRef, PassRow, Place, QueueState, Standing, PASS_GRACE};
 
 /// A form field or path segment that does not parse into its domain type.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

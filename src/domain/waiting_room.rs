@@ -2,7 +2,9 @@
 //! the pages that show them: where a room stands, where one customer
 //! stands, and the pass a buy form carries.
 
-use super::draw::Ticket;
+use chrono::{DateTime, Utc};
+
+use super::draw::{PassState, Ticket};
 
 /// Where a waiting room stands as a whole.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -76,3 +78,27 @@ mod tests {
         assert!(PassRef::parse("H6FYS9KCTE").is_none());
     }
 }
+
+/// A customer's place as its row says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Place {
+    pub ticket: Ticket,
+    pub late: bool,
+    /// None until the draw (pre-queue places).
+    pub position: Option<i64>,
+}
+
+/// What became of a customer's pass once it is no longer open.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PassRow {
+    pub number: i32,
+    pub state: PassState,
+    pub expires_at: DateTime<Utc>,
+    pub units: i32,
+}
+
+/// How long after its deadline a pass still buys: a buy sent just before
+/// the deadline may wait for the product's lock (`LOCK_WAIT_MS`, 3 s by
+/// default) before its transaction checks the pass. Its units stay held
+/// meanwhile, so the grace costs no other buyer a unit.
+pub const PASS_GRACE: std::time::Duration = std::time::Duration::from_secs(5);

@@ -145,7 +145,7 @@ pub async fn checkout(
     form: web::Form<CsrfOnlyForm>,
 ) -> Result<HttpResponse, AppError> {
     verify_csrf(&session, &form.csrf_token)?;
-    confirmation::vouched_by_session(&shop, &account);
+    confirmation::vouched_by_session(&shop, account.id, account.confirmed);
     let cart = load(&session);
     let mut canonical = cart.clone();
     canonical.sort_unstable();

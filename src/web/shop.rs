@@ -111,7 +111,7 @@ pub async fn buy(
     form: web::Form<BuyForm>,
 ) -> Result<HttpResponse, AppError> {
     verify_csrf(&session, &form.csrf_token)?;
-    confirmation::vouched_by_session(&shop, &account);
+    confirmation::vouched_by_session(&shop, account.id, account.confirmed);
     let pass = form.pass()?;
     let intent = Intent {
         request: &request,

@@ -2,10 +2,9 @@
 //! status polls and sold-out buys, each beside `/healthz`; and, last, the
 //! waiting-room joins and the time to a room's first pass.
 
-use futures::StreamExt;
-
 use super::first_pass::time_to_first_pass;
 use super::fixtures::{queue_sale, QUEUE_UNITS};
+use super::joins::join_waiting_room;
 use super::measure::{Bench, Yardstick};
 use super::wrk::{Customer, Requests};
 use super::*;
@@ -165,55 +164,6 @@ pub(super) async fn join_runs(
         first_passes.push(time_to_first_pass(pool, &bench.address(), joiners, waiters).await?);
     }
     Ok((joins, first_passes))
-}
-
-/// Every customer joins `product`'s waiting room through the shop's form.
-pub(super) async fn join_waiting_room(
-    address: &str,
-    customers: &[Customer],
-    product: i64,
-) -> anyhow::Result<()> {
-    let client = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()?;
-    futures::stream::iter(customers)
-        .map(|customer| {
-            let client = client.clone();
-            async move {
-                // The bench's sales set a one-try check: the door is
-                // passed (solved, spent, counted) as a browser passes it.
-                let challenge: altcha::Challenge = serde_json::from_str(
-                    &client
-                        .get(format!("{address}/door/challenge?sale={product}"))
-                        .send()
-                        .await?
-                        .error_for_status()?
-                        .text()
-                        .await?,
-                )?;
-                let solved = crate::qa::harness::solve(challenge).await?;
-                let response = client
-                    .post(format!("{address}/products/{product}/queue"))
-                    .header(reqwest::header::COOKIE, &customer.cookie)
-                    .form(&[
-                        ("csrf_token", customer.csrf.as_str()),
-                        ("altcha", solved.as_str()),
-                    ])
-                    .send()
-                    .await?;
-                anyhow::ensure!(
-                    response.status() == reqwest::StatusCode::SEE_OTHER,
-                    "joining the waiting room answered {}",
-                    response.status()
-                );
-                Ok(())
-            }
-        })
-        .buffer_unordered(16)
-        .collect::<Vec<anyhow::Result<()>>>()
-        .await
-        .into_iter()
-        .collect()
 }
 
 /// The page runs tell answers apart only as below 400 or not, so before

@@ -12,8 +12,8 @@ use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Double, Nullable};
 use serde::Serialize;
 
-use super::crowd::join_waiting_room;
 use super::fixtures::queue_sale_starting;
+use super::joins::join_waiting_room;
 use super::wrk::Customer;
 use crate::db::PgPool;
 

@@ -15,6 +15,7 @@ mod customers;
 mod drop;
 mod first_pass;
 mod fixtures;
+mod joins;
 mod machine;
 mod measure;
 mod pgbench;

@@ -11,10 +11,11 @@ use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 use diesel::sql_types::{Array, BigInt, Bool, Int4, Nullable, Text, Timestamptz};
 
-use super::places::{read_places, Place};
+use super::places::read_places;
 use super::ROOM_LOCK;
 use crate::db::PgConn;
 use crate::domain::draw::Ticket;
+use crate::domain::Place;
 use crate::domain::{CustomerId, ProductId};
 use crate::error::{AppError, DoorRefusal};
 use crate::services::catalog::queue_opening;

@@ -38,10 +38,11 @@ mod sale;
 mod status;
 mod tick;
 
+pub use crate::domain::PASS_GRACE;
 pub use admin::{queue_overviews, set_admission_paused, DrawSummary, QueueOverview, RoomCounts};
 pub use draw::{draw, ensure_room, hold_room, Drawn};
 pub use join::{join, join_at_door};
-pub use passes::{check_presented, issue, lock_open_passes, Issued, OpenPass, PASS_GRACE};
+pub use passes::{check_presented, issue, lock_open_passes, Issued, OpenPass};
 pub use record::draw_record;
 pub use rooms::{RoomSnapshot, Rooms};
 pub use sale::{queue_sale, QueueSale};

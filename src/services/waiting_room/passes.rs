@@ -15,6 +15,7 @@ use diesel::sql_types::{Array, BigInt, Bool, Int4, Nullable, Text, Timestamptz};
 use super::rooms::snapshot;
 use super::ISSUER_LOCK;
 use crate::db::{self, PgConn};
+use crate::domain::PASS_GRACE;
 use crate::domain::{CustomerId, PassRef, ProductId};
 use crate::error::{AppError, PassRefusal};
 use crate::services::mail::{self, Mail};
@@ -195,12 +196,6 @@ impl OpenPass {
         }
     }
 }
-
-/// How long after its deadline a pass still buys: a buy sent just before
-/// the deadline may wait for the product's lock (`LOCK_WAIT_MS`, 3 s by
-/// default) before its transaction checks the pass. Its units stay held
-/// meanwhile, so the grace costs no other buyer a unit.
-pub const PASS_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
 pub(super) fn grace_ms() -> i64 {
     PASS_GRACE.as_millis() as i64

@@ -11,26 +11,9 @@ use super::rooms::{corrupt_if_bad, locked, RoomSnapshot};
 use crate::db::{self, PgConn};
 use crate::domain::draw::{PassState, Ticket};
 use crate::domain::{CustomerId, ProductId};
+use crate::domain::{PassRow, Place};
 use crate::error::AppError;
 use crate::services::Shop;
-
-/// A customer's place as its row says.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Place {
-    pub ticket: Ticket,
-    pub late: bool,
-    /// None until the draw (pre-queue places).
-    pub position: Option<i64>,
-}
-
-/// What became of a customer's pass once it is no longer open.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PassRow {
-    pub number: i32,
-    pub state: PassState,
-    pub expires_at: DateTime<Utc>,
-    pub units: i32,
-}
 
 /// `customer`'s place in `product`'s room, if they joined: from memory
 /// when this process read it with its position (which never changes), or

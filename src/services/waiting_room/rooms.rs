@@ -14,10 +14,10 @@ use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Bool, Bytea, Int4, Nullable, Text, Timestamptz};
 
-use super::places::{PassRow, Place};
 use crate::db::{self, PgConn};
 use crate::domain::draw::{EntriesCommitment, SeedCommitment, Ticket};
 use crate::domain::{CustomerId, ProductId};
+use crate::domain::{PassRow, Place};
 use crate::error::AppError;
 use crate::services::Shop;
 
@@ -78,7 +78,7 @@ pub struct RoomSnapshot {
 }
 
 fn grace() -> chrono::Duration {
-    chrono::Duration::from_std(super::passes::PASS_GRACE).unwrap_or_default()
+    chrono::Duration::from_std(crate::domain::PASS_GRACE).unwrap_or_default()
 }
 
 /// The shortest span a rate is measured over: the passes issued at the

@@ -11,10 +11,11 @@ use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Bool};
 
 use super::draw::{draw, ensure_room, Drawn};
-use super::passes::{grace_ms, issue, PASS_GRACE};
+use super::passes::{grace_ms, issue};
 use super::sale::QueueSale;
 use crate::db::{self, PgConn};
 use crate::domain::ProductId;
+use crate::domain::PASS_GRACE;
 use crate::error::AppError;
 use crate::services::catalog::QUEUE_OPENS_BEFORE_START;
 use crate::services::{sale_cache, Shop};
