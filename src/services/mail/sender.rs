@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
-use diesel::sql_types::{BigInt, Int4, Jsonb, Text, Timestamptz};
+use diesel::sql_types::{BigInt, Bool, Int4, Jsonb, Text, Timestamptz};
 use lettre::message::{header::ContentType, Mailbox, Message};
 use lettre::transport::smtp::authentication::Credentials;
 use lettre::{AsyncSmtpTransport, AsyncTransport, Tokio1Executor};
@@ -125,28 +125,6 @@ async fn mark_sent(shop: &Shop, id: i64, claim: DateTime<Utc>) -> Result<(), App
     .await
 }
 
-async fn mark_failed(
-    shop: &Shop,
-    id: i64,
-    claim: DateTime<Utc>,
-    error: String,
-) -> Result<(), AppError> {
-    db::run(&shop.pool, move |conn| {
-        diesel::sql_query(
-            "UPDATE mail_outbox SET attempts = attempts + 1, last_error = $2, claimed_until = NULL,
-                next_attempt_at = now() + least(power(2, least(attempts + 1, 10)), $3) * interval '1 second'
-             WHERE id = $1 AND sent_at IS NULL AND claimed_until = $4",
-        )
-        .bind::<BigInt, _>(id)
-        .bind::<Text, _>(error)
-        .bind::<BigInt, _>(MAX_PAUSE_SECS)
-        .bind::<Timestamptz, _>(claim)
-        .execute(conn)?;
-        Ok(())
-    })
-    .await
-}
-
 /// Whether the server's answer refuses this message's recipient for good
 /// (no such mailbox, a disabled or full one: RFC 3463's 5.1.x and 5.2.x,
 /// or 551 and 553), so no later try would deliver it. Any other 5xx (a
@@ -166,23 +144,29 @@ fn refused_for_good(code: u16, said: &str) -> bool {
     about_recipient || matches!(code, 551 | 553)
 }
 
-/// Gives a message up: the server refused it for good (or it cannot be
-/// written), so no later try would deliver it. Kept, with why, for the admin.
-async fn mark_refused(
+/// A try that did not deliver the message: tried again after a pause that
+/// doubles (2, 4, 8 ... at most `MAX_PAUSE_SECS` seconds), or, when the
+/// server refused its recipient for good, never again. Kept, with the
+/// server's words, for the admin. Only the sender holding the claim marks it.
+async fn mark_undelivered(
     shop: &Shop,
     id: i64,
     claim: DateTime<Utc>,
     error: String,
+    for_good: bool,
 ) -> Result<(), AppError> {
     db::run(&shop.pool, move |conn| {
         diesel::sql_query(
             "UPDATE mail_outbox SET attempts = attempts + 1, last_error = $2, claimed_until = NULL,
-                refused_at = now()
-             WHERE id = $1 AND sent_at IS NULL AND claimed_until = $3",
+                refused_at = CASE WHEN $5 THEN now() END,
+                next_attempt_at = now() + least(power(2, least(attempts + 1, 10)), $3) * interval '1 second'
+             WHERE id = $1 AND sent_at IS NULL AND claimed_until = $4",
         )
         .bind::<BigInt, _>(id)
         .bind::<Text, _>(error)
+        .bind::<BigInt, _>(MAX_PAUSE_SECS)
         .bind::<Timestamptz, _>(claim)
+        .bind::<Bool, _>(for_good)
         .execute(conn)?;
         Ok(())
     })
@@ -245,7 +229,7 @@ pub async fn run_once(shop: &Shop) -> Result<MailReport, AppError> {
                 // kept, failing, for an admin to see, and tried again.
                 tracing::warn!(id = claimed.id, %error, "a message could not be written");
                 let error = format!("could not be written: {error}");
-                mark_failed(shop, claimed.id, claimed.claimed_until, error).await?;
+                mark_undelivered(shop, claimed.id, claimed.claimed_until, error, false).await?;
                 report.failed += 1;
                 continue;
             }
@@ -266,7 +250,7 @@ pub async fn run_once(shop: &Shop) -> Result<MailReport, AppError> {
                     "the mail server did not answer in time; will retry"
                 );
                 let error = format!("no answer within {} s", SEND_TIMEOUT.as_secs());
-                mark_failed(shop, claimed.id, claimed.claimed_until, error).await?;
+                mark_undelivered(shop, claimed.id, claimed.claimed_until, error, false).await?;
                 report.failed += 1;
                 break;
             }
@@ -278,12 +262,26 @@ pub async fn run_once(shop: &Shop) -> Result<MailReport, AppError> {
                 // About this message's recipient: the server is up and
                 // taking other mail, so the run goes on.
                 tracing::warn!(id = claimed.id, event = claimed.event_key, %error, "the mail server refused a message for good");
-                mark_refused(shop, claimed.id, claimed.claimed_until, error.to_string()).await?;
+                mark_undelivered(
+                    shop,
+                    claimed.id,
+                    claimed.claimed_until,
+                    error.to_string(),
+                    true,
+                )
+                .await?;
                 report.refused += 1;
             }
             Ok(Err(error)) => {
                 tracing::warn!(id = claimed.id, event = claimed.event_key, %error, "the mail server did not take a message; will retry");
-                mark_failed(shop, claimed.id, claimed.claimed_until, error.to_string()).await?;
+                mark_undelivered(
+                    shop,
+                    claimed.id,
+                    claimed.claimed_until,
+                    error.to_string(),
+                    false,
+                )
+                .await?;
                 report.failed += 1;
                 break;
             }
