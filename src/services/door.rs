@@ -190,15 +190,20 @@ impl Doorkeeper {
             self.counts.add(door, why.kind());
             refused.insert(*customer, why);
         }
-        // Every address's lock before any write: a writer that waited for
-        // another's insert of the same nonce while holding some addresses'
-        // locks and wanting more could close a cycle with it.
+        // Every address's lock, in order, before any write: a writer that
+        // waited for another's insert of the same nonce while holding some
+        // addresses' locks and wanting more could close a cycle with it.
         passing.sort_by(|a, b| a.2.cmp(&b.2));
         let mut addresses: Vec<&str> = passing.iter().map(|(_, _, ip)| ip.as_str()).collect();
         addresses.dedup();
         for address in addresses {
             lock_address(conn, door, address)?;
         }
+        // Then the nonces in their own order: two writers replaying each
+        // other's solutions from different addresses wait on each other's
+        // inserts in one direction only. (Every address lock is held, so
+        // the counts stay exact in any order.)
+        passing.sort_by(|a, b| a.1.nonce.cmp(&b.1.nonce));
         for (customer, solved, address) in passing {
             if let Err(why) = admit_locked(conn, &self.limits, door, solved, &address)? {
                 self.counts.add(door, why.kind());

@@ -36,13 +36,12 @@ pub async fn sale_list(shop: web::Data<Shop>, session: Session) -> Result<HttpRe
     let mut sales = Vec::with_capacity(shown.len());
     for sale in &shown {
         let mut view = SaleView::showing(&sale.product, sale.units_left, now);
-        if view.queue_mode && view.state == SaleState::Live {
-            // The room's count, from this process's snapshot; without it
-            // the list falls back to the stock.
-            view.free_now = standing(&shop, None, sale)
-                .await
-                .ok()
-                .map(|room| room.units_left);
+        if view.queue_mode && matches!(view.state, SaleState::Live | SaleState::SoldOut) {
+            // The room's count, from this process's snapshot, as on the
+            // product page; without it the list falls back to the stock.
+            if let Ok(status) = standing(&shop, None, sale).await {
+                ProductQueue::new(&sale.product, Some(&status), now).count_into(&mut view);
+            }
         }
         sales.push(view);
     }

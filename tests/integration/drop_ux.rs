@@ -619,7 +619,9 @@ async fn the_product_page_counts_units_as_the_waiting_room_does() {
     // The sale list counts as the room does.
     let (_, list) = app.browser().get_text("/").await;
     assert!(
-        list.contains(">0</span> of 2 free to buy now; the rest held by shoppers"),
+        list.contains(
+            ">0</span> of 2 free to buy now; <span data-testid=\"held\">2</span> held by shoppers"
+        ),
         "{list}"
     );
     assert!(!list.contains(">2</span> of 2 left"), "{list}");

@@ -144,6 +144,12 @@ fn refused_for_good(code: u16, said: &str) -> bool {
     about_recipient || matches!(code, 551 | 553)
 }
 
+/// Whether a 5xx refuses every message from this shop, not one message:
+/// authentication required or failed (530, 534, 535, 538).
+fn refuses_the_sender(code: u16) -> bool {
+    matches!(code, 530 | 534 | 535 | 538)
+}
+
 /// A try that did not deliver the message: tried again after a pause that
 /// doubles (2, 4, 8 ... at most `MAX_PAUSE_SECS` seconds), or, when the
 /// server refused its recipient for good, never again. Kept, with the
@@ -274,6 +280,10 @@ pub async fn run_once(shop: &Shop) -> Result<MailReport, AppError> {
             }
             Ok(Err(error)) => {
                 tracing::warn!(id = claimed.id, event = claimed.event_key, %error, "the mail server did not take a message; will retry");
+                let about_the_server = !error.is_permanent()
+                    || error
+                        .status()
+                        .is_some_and(|code| refuses_the_sender(code.into()));
                 mark_undelivered(
                     shop,
                     claimed.id,
@@ -283,7 +293,12 @@ pub async fn run_once(shop: &Shop) -> Result<MailReport, AppError> {
                 )
                 .await?;
                 report.failed += 1;
-                break;
+                // The server is away, busy or refuses us: the next run tries
+                // again. Another 5xx may be about this message alone (a bare
+                // "550 no such user"), so the others still go out.
+                if about_the_server {
+                    break;
+                }
             }
         }
     }
@@ -357,6 +372,10 @@ mod tests {
             450,
             "transient error (450): 4.2.1 Mailbox busy"
         ));
+        // A bare 5xx is retried later, and only an authentication refusal
+        // (every message alike) ends the run.
+        assert!(refuses_the_sender(535) && refuses_the_sender(530));
+        assert!(!refuses_the_sender(550) && !refuses_the_sender(554));
     }
 
     #[test]

@@ -25,19 +25,13 @@ pub struct SaleView {
     pub max_quantity: i32,
     /// Sold through a waiting room: the sale list says so.
     pub queue_mode: bool,
-    /// For a live waiting-room sale, the units its room has free to buy
-    /// now (the rest are held by shoppers with a pass or an unpaid order):
-    /// the sale list counts these, as the product page and the room do.
-    pub free_now: Option<i64>,
+    /// While its waiting room counts the sale's units: (free to buy now,
+    /// held by shoppers with a pass or an unpaid order), as the room's page
+    /// shows them. The sale list and the product page count these.
+    pub room_count: Option<(i64, i64)>,
 }
 
 impl SaleView {
-    /// The room holds some of the units not yet bought.
-    pub fn some_held_now(&self) -> bool {
-        self.free_now
-            .is_some_and(|free| free < i64::from(self.stock))
-    }
-
     pub fn new(product: &Product, now: DateTime<Utc>) -> SaleView {
         SaleView::showing(product, product.stock, now)
     }
@@ -72,7 +66,7 @@ impl SaleView {
             per_customer_limit: product.per_customer_limit,
             max_quantity,
             queue_mode: product.queue_mode,
-            free_now: None,
+            room_count: None,
         }
     }
 

@@ -3,9 +3,8 @@
 use askama::Template;
 
 use super::sale::SaleView;
-use super::waiting_room::{Availability, ProductQueue};
+use super::waiting_room::ProductQueue;
 use super::Nav;
-use crate::domain::SaleState;
 
 #[derive(Template)]
 #[template(path = "sale_list.html")]
@@ -35,16 +34,8 @@ impl ProductPage {
         queue: Option<ProductQueue>,
         served_at: String,
     ) -> ProductPage {
-        // While its room counts the units, a waiting-room sale is sold out
-        // when the room says so, not when the stock row reaches 0: units in
-        // unpaid orders are held and may come back, and late arrivals can
-        // still join the back of the line meanwhile.
-        if let Some(live) = queue.as_ref().and_then(|q| q.live) {
-            sale.state = if live == Availability::AllSold {
-                SaleState::SoldOut
-            } else {
-                SaleState::Live
-            };
+        if let Some(room) = &queue {
+            room.count_into(&mut sale);
         }
         ProductPage {
             nav,

@@ -12,7 +12,7 @@ use super::Nav;
 use crate::db::models::Product;
 use crate::domain::draw::PassState;
 use crate::domain::Quantity;
-use crate::domain::{QueueState, Standing};
+use crate::domain::{QueueState, SaleState, Standing};
 use crate::services::waiting_room::{QueueSale, QueueStatus, WaitEstimate};
 use crate::web::format::timestamp;
 
@@ -489,6 +489,21 @@ impl ProductQueue {
     /// Whether the room counts the units right now (see `live`).
     pub fn counts_units(&self) -> bool {
         self.live.is_some()
+    }
+
+    /// While the room counts the units, `sale` shows the room's count (free
+    /// and held) and is sold out when the room says so, not when the stock
+    /// row reaches 0: units in unpaid orders are held and may come back,
+    /// and late arrivals can still join the back of the line meanwhile.
+    pub fn count_into(&self, sale: &mut SaleView) {
+        if let Some(live) = self.live {
+            sale.state = if live == Availability::AllSold {
+                SaleState::SoldOut
+            } else {
+                SaleState::Live
+            };
+            sale.room_count = Some((self.free, self.held));
+        }
     }
 
     pub fn availability_name(&self) -> &'static str {
