@@ -128,13 +128,10 @@ impl Visit {
     /// is kept, not returned: a customer who already holds a place passes
     /// without a check.
     pub fn new(keys: &DoorKeys, door: Door, payload: &str, ip: IpAddr) -> Visit {
-        let payload = payload.trim();
-        let checked = if payload.is_empty() {
-            Err(DoorRefusal::NotSolved)
-        } else {
-            check_solution(keys, door, payload)
-        };
-        Visit { checked, ip }
+        Visit {
+            checked: check_solution(keys, door, payload),
+            ip,
+        }
     }
 }
 
@@ -256,10 +253,6 @@ pub fn let_through(
         counts.add(door, refusal.kind());
         AppError::DoorRefused(refusal)
     };
-    let payload = payload.trim();
-    if payload.is_empty() {
-        return Err(refused(DoorRefusal::NotSolved));
-    }
     let solved = check_solution(keys, door, payload).map_err(refused)?;
     let address = address_key(ip);
     lock_address(conn, door, &address)?;
@@ -340,19 +333,12 @@ pub fn check_answer(
     door: Door,
     payload: &str,
 ) -> Result<(), AppError> {
-    let payload = payload.trim();
-    let refusal = if payload.is_empty() {
-        Some(DoorRefusal::NotSolved)
-    } else {
-        check_solution(keys, door, payload).err()
-    };
-    match refusal {
-        Some(refusal) => {
+    check_solution(keys, door, payload)
+        .map(|_| ())
+        .map_err(|refusal| {
             counts.add(door, refusal.kind());
-            Err(AppError::DoorRefused(refusal))
-        }
-        None => Ok(()),
-    }
+            AppError::DoorRefused(refusal)
+        })
 }
 
 /// Who the limit counts: an IPv4 address, or an IPv6 address's /64 (one
@@ -378,7 +364,13 @@ struct Solved {
     expires_at: DateTime<Utc>,
 }
 
+/// `payload` as the widget posts it, checked against `door`: empty (the
+/// widget did not run) is not solved.
 fn check_solution(keys: &DoorKeys, door: Door, payload: &str) -> Result<Solved, DoorRefusal> {
+    let payload = payload.trim();
+    if payload.is_empty() {
+        return Err(DoorRefusal::NotSolved);
+    }
     let decoded = STANDARD.decode(payload).map_err(|_| DoorRefusal::Invalid)?;
     let payload: Payload = serde_json::from_slice(&decoded).map_err(|_| DoorRefusal::Invalid)?;
     let parameters = &payload.challenge.parameters;
