@@ -1,10 +1,14 @@
-//! Row types: `Thing` is what a query reads, `NewThing` what an insert writes.
+//! Row types: `ThingRow` is what a query reads, `NewThing` what an insert
+//! writes. A row read for the layers above becomes its `domain` record, so
+//! nothing above the services knows a table.
 
 use chrono::{DateTime, Utc};
+use diesel::backend::Backend;
+use diesel::deserialize;
 use diesel::prelude::*;
 
 use super::schema::{customers, order_items, orders, payments, products, stock_history};
-use crate::domain::{Money, OrderId, OrderStatus, ProductId, SaleState};
+use crate::domain::{Order, OrderItem, Payment, Product, StockChange};
 
 #[derive(Debug, Clone, Queryable, Selectable, Identifiable)]
 #[diesel(table_name = customers)]
@@ -29,7 +33,7 @@ pub struct NewCustomer<'a> {
 
 #[derive(Debug, Clone, Queryable, Selectable, Identifiable)]
 #[diesel(table_name = products)]
-pub struct Product {
+pub struct ProductRow {
     pub id: i64,
     pub name: String,
     pub description: String,
@@ -51,28 +55,6 @@ pub struct Product {
     pub join_check_work: i32,
 }
 
-impl Product {
-    pub fn product_id(&self) -> ProductId {
-        ProductId(self.id)
-    }
-
-    pub fn price(&self) -> Money {
-        Money::from_cents(self.price_cents).unwrap_or_default()
-    }
-
-    pub fn sale_state(&self, now: DateTime<Utc>) -> SaleState {
-        if now < self.sale_starts_at {
-            SaleState::Upcoming
-        } else if self.sale_ends_at.is_some_and(|end| now >= end) {
-            SaleState::Ended
-        } else if self.stock == 0 {
-            SaleState::SoldOut
-        } else {
-            SaleState::Live
-        }
-    }
-}
-
 #[derive(Debug, Insertable)]
 #[diesel(table_name = products)]
 pub struct NewProduct<'a> {
@@ -91,7 +73,7 @@ pub struct NewProduct<'a> {
 
 #[derive(Debug, Clone, Queryable, Selectable, Identifiable)]
 #[diesel(table_name = orders)]
-pub struct Order {
+pub struct OrderRow {
     pub id: i64,
     pub customer_id: i64,
     pub status: String,
@@ -102,24 +84,9 @@ pub struct Order {
     pub gate_key: Option<String>,
 }
 
-impl Order {
-    pub fn order_id(&self) -> OrderId {
-        OrderId(self.id)
-    }
-
-    /// The CHECK constraint on `orders.status` makes an unknown value impossible.
-    pub fn status(&self) -> OrderStatus {
-        OrderStatus::parse(&self.status).expect("orders.status is constrained to known values")
-    }
-
-    pub fn total(&self) -> Money {
-        Money::from_cents(self.total_cents).unwrap_or_default()
-    }
-}
-
 #[derive(Debug, Clone, Queryable, Selectable, Identifiable)]
 #[diesel(table_name = order_items)]
-pub struct OrderItem {
+pub struct OrderItemRow {
     pub id: i64,
     pub order_id: i64,
     pub product_id: i64,
@@ -129,7 +96,7 @@ pub struct OrderItem {
 
 #[derive(Debug, Clone, Queryable, Selectable, Identifiable)]
 #[diesel(table_name = stock_history)]
-pub struct StockChange {
+pub struct StockChangeRow {
     pub id: i64,
     pub product_id: i64,
     pub order_id: Option<i64>,
@@ -153,7 +120,7 @@ pub struct NewStockChange<'a> {
 
 #[derive(Debug, Clone, Queryable, Selectable, Identifiable)]
 #[diesel(table_name = payments)]
-pub struct Payment {
+pub struct PaymentRow {
     pub id: i64,
     pub order_id: i64,
     pub outcome: String,
@@ -174,4 +141,174 @@ pub struct NewPayment<'a> {
     pub amount_cents: i64,
     pub card_last4: &'a str,
     pub attempt_key: &'a str,
+}
+
+/// A `domain` record is read straight from its row: it selects what its
+/// row type selects and is built from it, so the layers above query and
+/// load the record and never name the row.
+macro_rules! read_from_row {
+    ($($record:ty => $row:ty),* $(,)?) => {$(
+        impl<DB: Backend> Selectable<DB> for $record
+        where
+            $row: Selectable<DB>,
+        {
+            type SelectExpression = <$row as Selectable<DB>>::SelectExpression;
+
+            fn construct_selection() -> Self::SelectExpression {
+                <$row>::construct_selection()
+            }
+        }
+
+        impl<ST, DB: Backend> Queryable<ST, DB> for $record
+        where
+            $row: Queryable<ST, DB>,
+        {
+            type Row = <$row as Queryable<ST, DB>>::Row;
+
+            fn build(row: Self::Row) -> deserialize::Result<Self> {
+                <$row>::build(row).map(<$record>::from)
+            }
+        }
+    )*};
+}
+
+read_from_row! {
+    Product => ProductRow,
+    Order => OrderRow,
+    OrderItem => OrderItemRow,
+    StockChange => StockChangeRow,
+    Payment => PaymentRow,
+}
+
+impl From<ProductRow> for Product {
+    fn from(row: ProductRow) -> Product {
+        let ProductRow {
+            id,
+            name,
+            description,
+            price_cents,
+            stock,
+            initial_stock,
+            per_customer_limit,
+            sale_starts_at,
+            sale_ends_at,
+            created_at,
+            updated_at,
+            fence,
+            queue_mode,
+            queue_opens_at,
+            join_check_work,
+        } = row;
+        Product {
+            id,
+            name,
+            description,
+            price_cents,
+            stock,
+            initial_stock,
+            per_customer_limit,
+            sale_starts_at,
+            sale_ends_at,
+            created_at,
+            updated_at,
+            fence,
+            queue_mode,
+            queue_opens_at,
+            join_check_work,
+        }
+    }
+}
+
+impl From<OrderRow> for Order {
+    fn from(row: OrderRow) -> Order {
+        let OrderRow {
+            id,
+            customer_id,
+            status,
+            total_cents,
+            payment_deadline,
+            created_at,
+            updated_at,
+            gate_key,
+        } = row;
+        Order {
+            id,
+            customer_id,
+            status,
+            total_cents,
+            payment_deadline,
+            created_at,
+            updated_at,
+            gate_key,
+        }
+    }
+}
+
+impl From<OrderItemRow> for OrderItem {
+    fn from(row: OrderItemRow) -> OrderItem {
+        let OrderItemRow {
+            id,
+            order_id,
+            product_id,
+            quantity,
+            unit_price_cents,
+        } = row;
+        OrderItem {
+            id,
+            order_id,
+            product_id,
+            quantity,
+            unit_price_cents,
+        }
+    }
+}
+
+impl From<StockChangeRow> for StockChange {
+    fn from(row: StockChangeRow) -> StockChange {
+        let StockChangeRow {
+            id,
+            product_id,
+            order_id,
+            delta,
+            stock_after,
+            reason,
+            note,
+            created_at,
+        } = row;
+        StockChange {
+            id,
+            product_id,
+            order_id,
+            delta,
+            stock_after,
+            reason,
+            note,
+            created_at,
+        }
+    }
+}
+
+impl From<PaymentRow> for Payment {
+    fn from(row: PaymentRow) -> Payment {
+        let PaymentRow {
+            id,
+            order_id,
+            outcome,
+            amount_cents,
+            card_last4,
+            created_at,
+            attempt_key,
+            settled_at,
+        } = row;
+        Payment {
+            id,
+            order_id,
+            outcome,
+            amount_cents,
+            card_last4,
+            created_at,
+            attempt_key,
+            settled_at,
+        }
+    }
 }

@@ -1,5 +1,8 @@
-//! Types that are valid by construction: once a handler has parsed its form
-//! into these, the services never re-check shape, only business rules.
+//! The shop's own terms, below every other layer: types that are valid by
+//! construction (once a handler has parsed its form into these, the
+//! services never re-check shape, only business rules), and the records the
+//! shop reads back (`Product`, `Order` and what hangs off it), which
+//! `db::models` maps onto its rows.
 
 mod canonical_email;
 mod card_number;
@@ -8,7 +11,9 @@ pub mod draw;
 mod idempotency_key;
 mod ids;
 mod money;
+mod order;
 mod order_status;
+mod product;
 mod quantity;
 mod sale;
 mod text;
@@ -20,7 +25,9 @@ pub use credentials::{Email, Password};
 pub use idempotency_key::IdempotencyKey;
 pub use ids::{CustomerId, OrderId, ProductId};
 pub use money::Money;
+pub use order::{Order, OrderItem, Payment, StockChange};
 pub use order_status::{OrderStatus, StockReason, TransitionRefused};
+pub use product::Product;
 pub use quantity::Quantity;
 pub use sale::{Refusal, SaleState};
 pub use text::{check_plain_text, Lines};

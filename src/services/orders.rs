@@ -2,10 +2,11 @@
 
 use diesel::prelude::*;
 
-use crate::db::models::{Order, OrderItem, Payment, StockChange};
 use crate::db::schema::{customers, order_items, orders, payments, products, stock_history};
 use crate::db::{self, PgPool};
-use crate::domain::{CustomerId, OrderId, OrderStatus, ProductId};
+use crate::domain::{
+    CustomerId, Order, OrderId, OrderItem, OrderStatus, Payment, ProductId, StockChange,
+};
 use crate::error::AppError;
 
 #[derive(Debug, Clone)]

@@ -18,10 +18,10 @@ use tracing::Instrument;
 use super::mail::{self, Mail};
 use super::restore::{refused_transition, restore_order, set_status};
 use super::Shop;
-use crate::db::models::{NewPayment, Order};
+use crate::db::models::NewPayment;
 use crate::db::schema::{orders, payments};
 use crate::db::{self, PgConn};
-use crate::domain::{CardNumber, CustomerId, Money, OrderId, OrderStatus};
+use crate::domain::{CardNumber, CustomerId, Money, Order, OrderId, OrderStatus};
 use crate::error::AppError;
 use crate::payment::Charge;
 

@@ -23,10 +23,9 @@ use std::time::{Duration, Instant};
 
 use diesel::prelude::*;
 
-use crate::db::models::Product;
 use crate::db::schema::products;
 use crate::db::{self, PgPool};
-use crate::domain::ProductId;
+use crate::domain::{Product, ProductId};
 use crate::error::AppError;
 
 /// How long a copy is served before a reader refreshes it.

@@ -5,10 +5,12 @@ use diesel::prelude::*;
 use super::catalog::MAX_STOCK;
 use super::Shop;
 use crate::db::fence::change_stock;
-use crate::db::models::{NewStockChange, StockChange};
+use crate::db::models::NewStockChange;
 use crate::db::schema::{products, stock_history};
 use crate::db::{self, PgPool};
-use crate::domain::{check_plain_text, CustomerId, InvalidInput, Lines, ProductId, StockReason};
+use crate::domain::{
+    check_plain_text, CustomerId, InvalidInput, Lines, ProductId, StockChange, StockReason,
+};
 use crate::error::AppError;
 use crate::services::action_log::{self, ActionKind, AdminAction};
 use crate::services::stock_gate::resync_locked;

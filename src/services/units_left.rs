@@ -12,8 +12,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
-use crate::db::models::Product;
-use crate::domain::ProductId;
+use crate::domain::{Product, ProductId};
 use crate::gate::StockGate;
 use crate::services::sale_cache;
 

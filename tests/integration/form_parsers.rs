@@ -5,7 +5,7 @@
 use crate::helpers::hostile::{hostile_text, SCRIPT};
 use actix_web::ResponseError;
 use chrono::{DateTime, TimeZone, Utc};
-use flashsale::db::models::Product;
+use flashsale::domain::Product;
 use flashsale::domain::{CardNumber, Email, IdempotencyKey, Money, Password, ProductId, Quantity};
 use flashsale::error::AppError;
 use flashsale::services::catalog::{SaleSpec, MAX_STOCK};

@@ -2,11 +2,12 @@
 //! status polls and sold-out buys, each beside `/healthz`; and, last, the
 //! waiting-room joins and the time to a room's first pass.
 
+use super::customers::Customer;
 use super::first_pass::time_to_first_pass;
 use super::fixtures::{queue_sale, QUEUE_UNITS};
 use super::joins::join_waiting_room;
 use super::measure::{Bench, Yardstick};
-use super::wrk::{Customer, Requests};
+use super::wrk::Requests;
 use super::*;
 
 /// Joins per second the joins scenario has pairs for: past them a request

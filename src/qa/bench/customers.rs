@@ -11,8 +11,15 @@ use diesel::sql_types::{BigInt, Text};
 use futures::{StreamExt, TryStreamExt};
 use reqwest::cookie::{CookieStore, Jar};
 
-use super::wrk::Customer;
 use crate::qa::harness::Browser;
+
+/// A signed-in customer as a browser holds it: the cookie header and the
+/// CSRF token of that session's forms.
+#[derive(Debug, Clone)]
+pub(super) struct Customer {
+    pub cookie: String,
+    pub csrf: String,
+}
 
 const PASSWORD: &str = "bench-buyer-password";
 

@@ -12,9 +12,9 @@ use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Double, Nullable};
 use serde::Serialize;
 
+use super::customers::Customer;
 use super::fixtures::queue_sale_starting;
 use super::joins::join_waiting_room;
-use super::wrk::Customer;
 use crate::db::PgPool;
 
 /// The start to the first pass, for one room.

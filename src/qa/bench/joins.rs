@@ -3,7 +3,7 @@
 
 use futures::StreamExt;
 
-use super::wrk::Customer;
+use super::customers::Customer;
 
 /// Every customer joins `product`'s waiting room through the shop's form.
 pub(super) async fn join_waiting_room(

@@ -16,6 +16,7 @@ mod drop;
 mod first_pass;
 mod fixtures;
 mod joins;
+mod lua;
 mod machine;
 mod measure;
 mod pgbench;

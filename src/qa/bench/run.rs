@@ -8,13 +8,13 @@ use diesel::{Connection, PgConnection};
 
 use super::ceilings::PgbenchDb;
 use super::crowd::{crowd_runs, join_runs};
+use super::customers::Customer;
 use super::customers::{seed, sign_in_all};
 use super::fixtures::{pool, product, products, BOTTOMLESS, CATALOGUE};
 use super::machine::{machine, pg_settings};
 use super::measure::Bench;
 use super::sales::{sale_runs, People};
 use super::sign_in::{check_signed_in, sign_in_many};
-use super::wrk::Customer;
 use super::*;
 use crate::qa::harness::ScratchDb;
 

@@ -10,7 +10,23 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use super::wrk::{lua_string, Customer, SaleRequests, THREADS};
+use super::customers::Customer;
+use super::lua::lua_string;
+
+/// A sale and its crowd, by request: of every `MIX.len()` requests, the
+/// buys go to `products` in turn as `buyers` in turn, each buyer sending
+/// `buys_per_buyer` buys before the next takes over (a buyer comes back
+/// only once every other one has bought); the crowd's sold-out buys (of
+/// `sold_out`) and views of `page` go as `crowd` in turn.
+pub(super) struct SaleRequests<'a> {
+    pub products: Vec<i64>,
+    pub buyers: &'a [Customer],
+    pub buys_per_buyer: usize,
+    pub sold_out: i64,
+    pub page: String,
+    pub crowd: &'a [Customer],
+    pub tag: String,
+}
 
 /// The requests of one turn of the mix, in order.
 pub(super) const MIX: [Kind; 4] = [Kind::Buy, Kind::Page, Kind::Buy, Kind::SoldOut];
@@ -76,7 +92,11 @@ fn customers_from_file(
 /// Everything but `done()`: the tables, `setup`, `init`, `request` and
 /// `response` (answers counted by status).
 /// The customers go to files beside `script`.
-pub(super) fn sale_lua(sale: &SaleRequests<'_>, script: &Path) -> anyhow::Result<String> {
+pub(super) fn sale_lua(
+    sale: &SaleRequests<'_>,
+    script: &Path,
+    threads: usize,
+) -> anyhow::Result<String> {
     let mut out = String::new();
     let beside = |what: &str| script.with_extension(format!("{what}.tsv"));
     customers_from_file(&mut out, "buyers", sale.buyers, &beside("buyers"))?;
@@ -95,7 +115,7 @@ pub(super) fn sale_lua(sale: &SaleRequests<'_>, script: &Path) -> anyhow::Result
     }
     let _ = writeln!(
         out,
-        " }}\nlocal sold_out = {}\nlocal page = {}\nlocal tag = {}\nlocal per_buyer = {}\nlocal nthreads = {THREADS}",
+        " }}\nlocal sold_out = {}\nlocal page = {}\nlocal tag = {}\nlocal per_buyer = {}\nlocal nthreads = {threads}",
         lua_string(&format!("/products/{}/buy", sale.sold_out)),
         lua_string(&sale.page),
         lua_string(&sale.tag),

@@ -5,9 +5,11 @@
 //! buys and page views mixed in (`sale_script`). Every scenario sells
 //! products made for it, so its buyers hold nothing of them yet.
 
+use super::customers::Customer;
 use super::fixtures::{product, products, BOTTOMLESS, SPREAD_PRODUCTS};
 use super::measure::{Bench, Yardstick};
-use super::wrk::{Customer, Requests, SaleRequests};
+use super::sale_script::SaleRequests;
+use super::wrk::Requests;
 use super::*;
 use crate::db::PgPool;
 

@@ -24,7 +24,7 @@ use rand::rngs::OsRng;
 use rand::RngCore;
 use sha2::{Digest, Sha256};
 
-use super::wrk::Customer;
+use super::customers::Customer;
 use crate::web::session_cookie::COOKIE_NAME;
 
 /// The cookie's entry names, as `web::session` writes them after its

@@ -8,15 +8,10 @@ use std::path::Path;
 
 use anyhow::{bail, Context};
 
+use super::customers::Customer;
+use super::lua::lua_string;
+use super::sale_script::{sale_lua, SaleRequests};
 use crate::qa::Latency;
-
-/// A signed-in customer as a browser holds it: the cookie header and the
-/// CSRF token of that session's forms.
-#[derive(Debug, Clone)]
-pub(super) struct Customer {
-    pub cookie: String,
-    pub csrf: String,
-}
 
 pub(super) enum Requests<'a> {
     /// wrk's built-in request loop (no Lua per request): the generator at
@@ -46,21 +41,6 @@ pub(super) enum Requests<'a> {
     },
     /// A sale with its crowd mixed in (see `sale_script`).
     Sale(SaleRequests<'a>),
-}
-
-/// A sale and its crowd, by request: of every `MIX.len()` requests, the
-/// buys go to `products` in turn as `buyers` in turn, each buyer sending
-/// `buys_per_buyer` buys before the next takes over (a buyer comes back
-/// only once every other one has bought); the crowd's sold-out buys (of
-/// `sold_out`) and views of `page` go as `crowd` in turn.
-pub(super) struct SaleRequests<'a> {
-    pub products: Vec<i64>,
-    pub buyers: &'a [Customer],
-    pub buys_per_buyer: usize,
-    pub sold_out: i64,
-    pub page: String,
-    pub crowd: &'a [Customer],
-    pub tag: String,
 }
 
 /// What wrk saw in one run.
@@ -94,7 +74,7 @@ pub(super) async fn wrk(
     script: &Path,
 ) -> anyhow::Result<WrkRun> {
     let text = match requests {
-        Requests::Sale(sale) => super::sale_script::sale_lua(sale, script)? + &done_lua(),
+        Requests::Sale(sale) => sale_lua(sale, script, THREADS)? + &done_lua(),
         _ => lua(requests),
     };
     std::fs::write(script, text)?;
@@ -160,26 +140,6 @@ fn parse(text: &str) -> anyhow::Result<WrkRun> {
         bail!("no summary from the script's done()");
     }
     Ok(run)
-}
-
-/// `"..."` with everything Lua could misread escaped.
-pub(super) fn lua_string(text: &str) -> String {
-    let mut out = String::with_capacity(text.len() + 2);
-    out.push('"');
-    for byte in text.bytes() {
-        match byte {
-            b'"' | b'\\' => {
-                out.push('\\');
-                out.push(byte as char);
-            }
-            0x20..=0x7e => out.push(byte as char),
-            _ => {
-                let _ = write!(out, "\\{byte:03}");
-            }
-        }
-    }
-    out.push('"');
-    out
 }
 
 fn lua(requests: &Requests<'_>) -> String {

@@ -3,8 +3,7 @@
 use chrono::{DateTime, Utc};
 
 use super::SaleTerms;
-use crate::db::models::Product;
-use crate::domain::Money;
+use crate::domain::{Money, Product};
 
 pub(super) fn audit_time(at: Option<DateTime<Utc>>) -> String {
     at.map_or("none".to_string(), |at| {

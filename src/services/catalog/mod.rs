@@ -6,10 +6,10 @@ use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 
 use crate::config::MAX_CHECK_WORK;
-use crate::db::models::{NewProduct, Product};
+use crate::db::models::NewProduct;
 use crate::db::schema::products;
 use crate::db::{self, PgPool};
-use crate::domain::{check_plain_text, CustomerId, InvalidInput, Lines, Money, ProductId};
+use crate::domain::{check_plain_text, CustomerId, InvalidInput, Lines, Money, Product, ProductId};
 use crate::error::AppError;
 use crate::services::action_log::{self, ActionKind, AdminAction};
 use crate::services::{sale_cache, Shop};

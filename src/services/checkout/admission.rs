@@ -10,13 +10,21 @@ use diesel::prelude::*;
 use super::outcome::Line;
 use super::rules::refusal_for;
 use crate::db;
-use crate::db::models::Product;
 use crate::db::schema::products;
-use crate::domain::{CustomerId, ProductId, Refusal};
+use crate::domain::{CustomerId, Product, ProductId, Refusal};
 use crate::error::AppError;
 use crate::gate::{Admission, AnswerRecord, StockGate};
 use crate::services::stock_gate::{give_back_all, seed_if_absent};
 use crate::services::{confirmation, Shop};
+
+/// A new admission's name at the gate. Random from the thread's CSPRNG, not
+/// one system call per buyer: it needs to be unique, not secret.
+pub(super) fn new_admission_key() -> String {
+    uuid::Builder::from_random_bytes(rand::random())
+        .into_uuid()
+        .simple()
+        .to_string()
+}
 
 /// Admits every line at the gate, or none: a refused line hands back the
 /// lines admitted before it, all under the admission `key`. Returns the

@@ -42,9 +42,8 @@ use super::sell::{
     refused_or_failed, sell_at_once, serve_batch, Answer, BatchError, Checked, Tally,
 };
 use crate::db::holdings::{self, Holder};
-use crate::db::models::Product;
 use crate::db::{self, fence, schema::products, PgConn};
-use crate::domain::{CustomerId, ProductId};
+use crate::domain::{CustomerId, Product, ProductId};
 use crate::error::AppError;
 use crate::lock::{HeldLocks, Lease};
 use crate::metrics;

@@ -16,11 +16,16 @@
 //! the order's own transaction checks the buyer's pass against the locked
 //! product row and uses it (`rules`, `order_rows`).
 //!
-//! Within this module calls go one way: `pass` -> `mod` -> `admission`,
-//! `batch`, `lone`; `batch` -> `group` -> `sell` (and `batch` -> `sell` for
-//! a batch served alone); all of them -> `rules`, `order_rows`, `outcome`.
+//! A purchase's idempotency key, from its admission at the gate to its
+//! answer, is `answer_key`'s; the order's transaction names the order on it.
+//!
+//! Within this module calls go one way: `pass` -> `mod` -> `answer_key`,
+//! `admission`, `batch`, `lone`; `answer_key` -> `admission`; `batch` ->
+//! `group` -> `sell` (and `batch` -> `sell` for a batch served alone); all
+//! of them -> `rules`, `order_rows`, `outcome`.
 
 mod admission;
+mod answer_key;
 mod batch;
 mod group;
 mod lone;
@@ -33,6 +38,7 @@ mod sell;
 use chrono::Utc;
 use tracing::Instrument;
 
+pub use answer_key::{keeps_answers_at_gate, AnswerKey};
 // A batch is reachable on its own so tests can queue buyers that no form
 // would produce (an account that does not exist).
 pub use batch::{buy_in_batch, Combiner};
@@ -42,58 +48,14 @@ pub use pass::purchase_with_pass;
 
 use std::time::Duration;
 
-use crate::domain::{CustomerId, IdempotencyKey, OrderId, ProductId};
+use crate::domain::{CustomerId, ProductId};
 use crate::error::AppError;
-use crate::gate::{AnswerRecord, StockGate};
-use crate::services::idempotency::{key_use, order_named, KeyUse};
+use crate::gate::StockGate;
 use crate::services::stock_gate::give_back_all;
 use crate::services::Shop;
-use admission::{
-    admit_all, admit_keyed, refusal_before_locking, unconfirmed_for_a_limit, KeyedAdmission,
-};
+use admission::{admit_all, new_admission_key, refusal_before_locking, unconfirmed_for_a_limit};
+use answer_key::{admit_under_key, resolve_key, settle_at_gate, Settling};
 use lone::buy_alone;
-
-/// The idempotency key a purchase answers under, and who holds it.
-#[derive(Debug, Clone)]
-pub enum AnswerKey {
-    /// Claimed in Postgres before the purchase (a cart, or the gate off):
-    /// the order is named on that claim in its own transaction.
-    Claimed(IdempotencyKey),
-    /// Kept by the stock gate with the request's fingerprint: a refusal is
-    /// recorded there, where it is decided, and the order's transaction
-    /// writes the key's row. Only for one product (one gate slot).
-    AtGate {
-        key: IdempotencyKey,
-        fingerprint: String,
-    },
-}
-
-impl AnswerKey {
-    fn key(&self) -> &IdempotencyKey {
-        match self {
-            AnswerKey::Claimed(key) | AnswerKey::AtGate { key, .. } => key,
-        }
-    }
-
-    fn row(&self) -> KeyRow {
-        match self {
-            AnswerKey::Claimed(key) => KeyRow {
-                key: key.as_str().to_string(),
-                fingerprint: None,
-            },
-            AnswerKey::AtGate { key, fingerprint } => KeyRow {
-                key: key.as_str().to_string(),
-                fingerprint: Some(fingerprint.clone()),
-            },
-        }
-    }
-}
-
-/// Whether a one-product purchase's key can be kept at the gate (so a
-/// refusal costs no Postgres write at all).
-pub fn keeps_answers_at_gate(shop: &Shop) -> bool {
-    shop.gate.is_some()
-}
 
 /// Buys `lines` (one order, all lines or none) for `customer`. The order is
 /// named on `answer_key` in the order's own transaction, so a replay finds it.
@@ -146,15 +108,6 @@ fn check_lines(
         )));
     }
     Ok(())
-}
-
-/// A new admission's name at the gate. Random from the thread's CSPRNG, not
-/// one system call per buyer: it needs to be unique, not secret.
-fn admission_key() -> String {
-    uuid::Builder::from_random_bytes(rand::random())
-        .into_uuid()
-        .simple()
-        .to_string()
 }
 
 /// How a purchase got past the gate.
@@ -250,9 +203,13 @@ async fn admit(
         });
     };
     if let (Some(AnswerKey::AtGate { key, fingerprint }), [line]) = (answer_key, lines) {
-        return admit_under_key(shop, gate, customer, line, key, fingerprint).await;
+        return Ok(
+            admit_under_key(shop, gate, customer, line, key, fingerprint)
+                .await?
+                .map(Admitted::Gate),
+        );
     }
-    let admission = admission_key();
+    let admission = new_admission_key();
     Ok(
         match admit_all(shop, gate, customer, lines, admission).await? {
             Ok(admission) => Ok(Admitted::Gate(admission)),
@@ -261,125 +218,10 @@ async fn admit(
     )
 }
 
-/// How often a repeat looks again at a request still in flight under its key.
-const POLL: Duration = Duration::from_millis(25);
-
-/// The gate's answer for a purchase whose key it keeps. A repeat of a
-/// request still in flight waits for it, about as long as that one can take
-/// to get its lock; one whose first request can no longer commit (older than
-/// any purchase runs) and bought nothing is taken over.
-async fn admit_under_key(
-    shop: &Shop,
-    gate: &StockGate,
-    customer: CustomerId,
-    line: &Line,
-    key: &IdempotencyKey,
-    fingerprint: &str,
-) -> Result<Result<Admitted, PurchaseOutcome>, AppError> {
-    let record = AnswerRecord {
-        key: key.as_str(),
-        fingerprint,
-        refusal_retention: shop.settings.refusal_retention,
-    };
-    let patience = tokio::time::Instant::now() + shop.settings.lock_wait * 2;
-    loop {
-        let admission = admission_key();
-        match admit_keyed(shop, gate, customer, line, &admission, &record).await? {
-            KeyedAdmission::Admitted => return Ok(Ok(Admitted::Gate(admission))),
-            KeyedAdmission::Refused(refusal) => return Ok(Err(PurchaseOutcome::Refused(refusal))),
-            KeyedAdmission::RefusedBefore(refusal) => {
-                return Ok(Err(PurchaseOutcome::RefusedBefore(refusal)))
-            }
-            KeyedAdmission::AdmittedBefore { admission, age } => {
-                if let Some(order) = order_named(&shop.bookkeeping, customer, key).await? {
-                    return Ok(Err(PurchaseOutcome::AlreadyOrdered(order)));
-                }
-                if age > shop.settings.longest_purchase() {
-                    // No request can still commit under it, and none did:
-                    // its units come back (unless a resync already counted
-                    // them back) and the key is free for this one.
-                    give_back_all(gate, &admission, &[line.product]).await;
-                    gate.forget_admission(line.product, customer, key.as_str(), &admission)
-                        .await?;
-                } else if tokio::time::Instant::now() < patience {
-                    tokio::time::sleep(POLL).await;
-                } else {
-                    return Err(AppError::KeyInProgress);
-                }
-            }
-        }
-    }
-}
-
-/// What the key says when the purchase could not tell: after a COMMIT whose
-/// answer was lost, the key's row says whether the order landed (it is
-/// written in the order's transaction); a key an earlier order took names
-/// that order, which is the answer to this repeat.
-async fn resolve_key(
-    shop: &Shop,
-    customer: CustomerId,
-    answer_key: Option<&AnswerKey>,
-    result: Result<PurchaseOutcome, AppError>,
-) -> Result<PurchaseOutcome, AppError> {
-    let Some(answer_key) = answer_key else {
-        return result;
-    };
-    match result {
-        Err(AppError::KeyTaken) => {
-            let used = key_use(&shop.bookkeeping, customer, answer_key.key()).await?;
-            match (used, answer_key) {
-                // The key was used for another request (another product, say).
-                (Some(used), AnswerKey::AtGate { fingerprint, .. })
-                    if &used.fingerprint != fingerprint =>
-                {
-                    Err(AppError::KeyReused)
-                }
-                (
-                    Some(KeyUse {
-                        order: Some(order), ..
-                    }),
-                    _,
-                ) => Ok(PurchaseOutcome::AlreadyOrdered(order)),
-                _ => Err(AppError::KeyInProgress),
-            }
-        }
-        Err(AppError::OutcomeUnknown(reason)) => {
-            match order_after_uncertain_commit(shop, customer, answer_key.key()).await {
-                Some(Some(order)) => Ok(PurchaseOutcome::Purchased(order)),
-                // Provably nothing committed.
-                Some(None) => Err(AppError::Unavailable(reason)),
-                None => Err(AppError::OutcomeUnknown(reason)),
-            }
-        }
-        other => other,
-    }
-}
-
-/// The order the key names after a COMMIT lost its answer: `Some(Some)`, none
-/// (`Some(None)`: nothing was bought), or `None` when the database does not
-/// answer either, and nobody can tell yet.
-async fn order_after_uncertain_commit(
-    shop: &Shop,
-    customer: CustomerId,
-    key: &IdempotencyKey,
-) -> Option<Option<OrderId>> {
-    for attempt in 0..3 {
-        if attempt > 0 {
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-        match order_named(&shop.bookkeeping, customer, key).await {
-            Ok(order) => return Some(order),
-            Err(error) => tracing::warn!(%error, "looking up an uncertain purchase"),
-        }
-    }
-    None
-}
-
 /// Whatever kept the order from being written hands the admitted units back,
-/// and the key's record at the gate becomes the answer (a refusal) or goes
-/// (nothing happened, so the same form may be sent again). An outcome still
-/// unknown does neither: the order may stand, and the record keeps a resend
-/// from buying again until the database can say.
+/// and the key's record at the gate is settled (`answer_key::settle_at_gate`).
+/// An outcome still unknown does neither: the order may stand, and the record
+/// keeps a resend from buying again until the database can say.
 async fn hand_back(
     gate: &StockGate,
     customer: CustomerId,
@@ -396,28 +238,14 @@ async fn hand_back(
         return;
     }
     give_back_all(gate, admission, products).await;
-    let (Some(AnswerKey::AtGate { key, fingerprint }), [product]) = (answer_key, products) else {
-        return;
-    };
-    let kept = match result {
-        Ok(PurchaseOutcome::Refused(refusal)) => {
-            let record = AnswerRecord {
-                key: key.as_str(),
-                fingerprint,
-                refusal_retention,
-            };
-            gate.record_refusal(*product, customer, &record, admission, refusal)
-                .await
-                .map(|_| ())
-        }
-        // The order a repeat found stands under its own admission.
-        Ok(PurchaseOutcome::AlreadyOrdered(_) | PurchaseOutcome::RefusedBefore(_)) => Ok(()),
-        _ => gate
-            .forget_admission(*product, customer, key.as_str(), admission)
-            .await
-            .map(|_| ()),
-    };
-    if let Err(error) = kept {
-        tracing::warn!(%error, %product, "could not update a purchase's answer record at the gate");
+    if let (Some(answer_key), [product]) = (answer_key, products) {
+        let settled = Settling {
+            gate,
+            customer,
+            product: *product,
+            admission,
+            refusal_retention,
+        };
+        settle_at_gate(&settled, answer_key, result).await;
     }
 }

@@ -7,9 +7,8 @@
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 
-use crate::db::models::Product;
 use crate::db::PgConn;
-use crate::domain::{CustomerId, Money, OrderId, OrderStatus, Quantity, StockReason};
+use crate::domain::{CustomerId, Money, OrderId, OrderStatus, Product, Quantity, StockReason};
 use crate::error::AppError;
 
 /// One buyer of one product in a batch: what they asked for, and the keys

@@ -11,9 +11,8 @@ use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 
 use crate::db::holdings::{self, Holder};
-use crate::db::models::Product;
 use crate::db::PgConn;
-use crate::domain::{CustomerId, ProductId, Quantity, Refusal, SaleState};
+use crate::domain::{CustomerId, Product, ProductId, Quantity, Refusal, SaleState};
 use crate::error::{AppError, PassRefusal};
 use crate::services::waiting_room::{lock_open_passes, OpenPass};
 

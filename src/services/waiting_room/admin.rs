@@ -7,10 +7,9 @@ use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Bool, Nullable, Timestamptz};
 
-use crate::db::models::Product;
 use crate::db::schema::{admin_actions, customers, products};
 use crate::db::{self, PgConn};
-use crate::domain::{CustomerId, ProductId, QueueState};
+use crate::domain::{CustomerId, Product, ProductId, QueueState};
 use crate::error::AppError;
 use crate::services::action_log::{self, ActionKind, AdminAction};
 use crate::services::catalog::queue_opening;

@@ -4,8 +4,7 @@
 
 use chrono::{DateTime, Utc};
 
-use crate::db::models::Product;
-use crate::domain::ProductId;
+use crate::domain::{Product, ProductId};
 use crate::error::AppError;
 use crate::services::catalog::queue_opening;
 use crate::services::Shop;

@@ -4,8 +4,7 @@ use askama::Template;
 use chrono::{DateTime, Utc};
 
 use super::Nav;
-use crate::db::models::Product;
-use crate::domain::SaleState;
+use crate::domain::{Product, SaleState};
 
 /// One cart line as the cart page shows it.
 pub struct CartLine {

@@ -4,8 +4,7 @@
 use askama::Template;
 
 use super::Nav;
-use crate::db::models::Order;
-use crate::domain::OrderStatus;
+use crate::domain::{Order, OrderStatus};
 use crate::services::orders::{OrderDetail, OrderSummary};
 use crate::services::payment::CARD_TRIES;
 use crate::web::format::{iso, money, timestamp};

@@ -3,9 +3,7 @@
 
 use chrono::{DateTime, Utc};
 
-use crate::db::models::Product;
-use crate::domain::Quantity;
-use crate::domain::SaleState;
+use crate::domain::{Product, Quantity, SaleState};
 use crate::web::format::{iso, timestamp};
 
 /// A product as the shop pages show it.

@@ -20,7 +20,7 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
 
-use super::super::wrk::Customer;
+use super::super::customers::Customer;
 use crate::qa::{new_histogram, record, summarize, Latency};
 
 /// What a request was, for sorting the log afterwards.

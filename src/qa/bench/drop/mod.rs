@@ -22,11 +22,12 @@ use diesel::{Connection, PgConnection};
 use serde::Serialize;
 
 use super::customers::seed;
+use super::customers::Customer;
 use super::machine::machine;
 use super::probe::{load_average, wait_until_up, Cpu};
 use super::process::{forget_redis_keys, ShopProcess};
 use super::sign_in::{check_signed_in, sign_in_many};
-use super::wrk::{wrk, Customer, Requests};
+use super::wrk::{wrk, Requests};
 use super::CpuShare;
 use crate::db::PgPool;
 use crate::domain::Money;

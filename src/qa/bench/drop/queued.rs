@@ -16,9 +16,9 @@ use serde::Serialize;
 use super::crowd::{by_status, latency_of, Crowd, Event, Kind, Request};
 use super::database::{check_sale, SaleChecked, Transactions};
 use super::{CpuWindow, Shop};
+use crate::qa::bench::customers::Customer;
 use crate::qa::bench::fixtures::queue_sale_starting;
 use crate::qa::bench::probe::STATS_SETTLE;
-use crate::qa::bench::wrk::Customer;
 use crate::qa::bench::CpuShare;
 use crate::qa::Latency;
 

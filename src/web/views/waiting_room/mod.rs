@@ -9,10 +9,8 @@ use chrono::{DateTime, SecondsFormat, Utc};
 
 use super::sale::SaleView;
 use super::Nav;
-use crate::db::models::Product;
 use crate::domain::draw::PassState;
-use crate::domain::Quantity;
-use crate::domain::{QueueState, SaleState, Standing};
+use crate::domain::{Product, Quantity, QueueState, SaleState, Standing};
 use crate::services::waiting_room::{QueueSale, QueueStatus, WaitEstimate};
 use crate::web::format::timestamp;
 
