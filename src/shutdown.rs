@@ -16,6 +16,9 @@
 //! 4. The background jobs are told to stop and each finishes the run it is
 //!    in; then the process exits 0.
 //!
+//! A second SIGTERM or SIGINT during any of it ends the process at once
+//! (status 143): the operator has chosen not to wait.
+//!
 //! Why tracked tasks: actix runs each worker on its own runtime and drops
 //! that runtime, with every task spawned on it, once the worker's last
 //! connection has closed. A purchase runs on a task of its own so that a

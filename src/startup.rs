@@ -124,6 +124,18 @@ impl Application {
                 drain_secs = drain.as_secs_f64(),
                 "stopping: /readyz answers 503 while draining"
             );
+            // An operator who sends a second signal wants the process gone
+            // now: what the stop would have finished is left to the same
+            // recovery as after a kill -9 (leases, reconcile, keys).
+            tokio::spawn(async {
+                if let Ok(signal) = shutdown::terminate_or_interrupt().await {
+                    tracing::warn!(
+                        signal,
+                        "second signal: exiting at once, without finishing the stop"
+                    );
+                    std::process::exit(FORCED_EXIT);
+                }
+            });
             tokio::time::sleep(drain).await;
             // No new connections; those open go on, each closed after its
             // answer (see `close_while_draining`).
@@ -146,6 +158,10 @@ impl Application {
         Ok(())
     }
 }
+
+/// The exit status of a process stopped by a second signal, as a shell
+/// reports a process ended by SIGTERM (128 + 15).
+pub const FORCED_EXIT: i32 = 143;
 
 fn serve(listener: TcpListener, shop: Shop, stopping: Stopping) -> anyhow::Result<Server> {
     let shutdown_timeout = shop.settings.shutdown_timeout;

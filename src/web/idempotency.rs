@@ -9,8 +9,10 @@ use actix_web::body::to_bytes;
 use actix_web::http::{header, StatusCode};
 use actix_web::{HttpRequest, HttpResponse, ResponseError};
 
+use super::see_other;
 use crate::domain::{CustomerId, IdempotencyKey};
 use crate::error::AppError;
+use crate::services::checkout::{keeps_answers_at_gate, AnswerKey, PurchaseOutcome};
 use crate::services::idempotency::{
     claim, fingerprint, legacy_fingerprint, release, save, take_over_abandoned, Abandoned, Claim,
     SavedResponse,
@@ -45,7 +47,7 @@ pub struct Intent<'a> {
 impl Intent<'_> {
     /// The key the request carries (form field first, then header), parsed,
     /// with the keyed fingerprint of what it asks for.
-    pub fn key(&self, shop: &Shop) -> Result<Option<(IdempotencyKey, String)>, AppError> {
+    fn key(&self, shop: &Shop) -> Result<Option<(IdempotencyKey, String)>, AppError> {
         let Some(raw) = self.raw_key() else {
             return Ok(None);
         };
@@ -77,12 +79,49 @@ fn request_text(intent: &Intent<'_>) -> String {
 }
 
 /// Marks `response` as a repeat's answer.
-pub fn replayed(mut response: HttpResponse) -> HttpResponse {
+fn replayed(mut response: HttpResponse) -> HttpResponse {
     response.headers_mut().insert(
         header::HeaderName::from_static("idempotent-replayed"),
         header::HeaderValue::from_static("true"),
     );
     response
+}
+
+/// Runs a one-product purchase at most once per key, wherever checkout
+/// keeps a purchase's answer. At the stock gate, the key goes with the
+/// purchase: a refusal is recorded where it is decided and costs no
+/// database write, and a repeat is answered from the gate (or from the
+/// order the key names). Without the gate, the key is claimed here like any
+/// other keyed request's. `buy` gets the key as parsed (a malformed one is
+/// its 4xx) and answers with the purchase's outcome.
+pub async fn purchase_once<F, Fut>(
+    shop: &Shop,
+    customer: CustomerId,
+    intent: Intent<'_>,
+    buy: F,
+) -> Result<HttpResponse, AppError>
+where
+    F: FnOnce(Result<Option<AnswerKey>, AppError>) -> Fut,
+    Fut: Future<Output = Result<PurchaseOutcome, AppError>>,
+{
+    let order_page = |order| see_other(&format!("/orders/{order}"));
+    if !keeps_answers_at_gate(shop) {
+        return once(shop, customer, intent, |key| async move {
+            let order = buy(Ok(key.map(AnswerKey::Claimed))).await?.into_result()?;
+            Ok(answer_kept(order_page(order)))
+        })
+        .await;
+    }
+    let answer_key = intent
+        .key(shop)
+        .map(|key| key.map(|(key, fingerprint)| AnswerKey::AtGate { key, fingerprint }));
+    let outcome = buy(answer_key).await;
+    let replay = matches!(&outcome, Ok(outcome) if outcome.is_replay());
+    let response = match outcome.and_then(PurchaseOutcome::into_result) {
+        Ok(order) => order_page(order),
+        Err(error) => error.error_response(),
+    };
+    Ok(if replay { replayed(response) } else { response })
 }
 
 pub async fn once<F, Fut>(

@@ -3,25 +3,23 @@ use std::future::Future;
 use crate::web::session_cookie::{Session, SessionStatus};
 use actix_web::http::header::{self, HeaderValue};
 use actix_web::http::StatusCode;
-use actix_web::{get, post, route, web, HttpRequest, HttpResponse, ResponseError};
+use actix_web::{get, post, route, web, HttpRequest, HttpResponse};
 use chrono::Utc;
 
 use super::forms::{parse_product_id, BuyForm};
-use super::idempotency::{answer_kept, once, replayed, Intent};
+use super::html;
+use super::idempotency::{purchase_once, Intent};
 use super::session::{verify_csrf, SignedIn};
 use super::views::sale::SaleView;
 use super::views::shop::{ProductPage, SaleListPage};
 use super::views::waiting_room::{rfc3339, ProductQueue};
 use super::views::{render, Nav};
 use super::waiting_room::standing;
-use super::{html, see_other};
 use crate::domain::{OrderId, SaleState};
 use crate::error::AppError;
 use crate::metrics;
 use crate::services::catalog::{sale_on_show, sales_on_show};
-use crate::services::checkout::{
-    keeps_answers_at_gate, purchase_with_pass, AnswerKey, Line, PurchaseOutcome,
-};
+use crate::services::checkout::{purchase_with_pass, Line, PurchaseOutcome};
 use crate::services::{confirmation, Shop};
 
 pub fn routes(cfg: &mut web::ServiceConfig) {
@@ -122,36 +120,17 @@ pub async fn buy(
         },
         names_order: true,
     };
-    if keeps_answers_at_gate(&shop) {
-        // The gate keeps the key's answer: a refusal costs no database write,
-        // and a repeat is answered from the gate (or the order it names).
-        let attempt = async {
-            let line = Line {
-                product: parse_product_id(&path)?,
-                quantity: form.quantity()?,
-            };
-            let answer_key = intent
-                .key(&shop)?
-                .map(|(key, fingerprint)| AnswerKey::AtGate { key, fingerprint });
-            purchase_with_pass(&shop, account.id, line, answer_key, pass.clone()).await
-        };
-        let outcome = counted(attempt.await);
-        let replay = matches!(&outcome, Ok(outcome) if outcome.is_replay());
-        let response = match outcome.and_then(PurchaseOutcome::into_result) {
-            Ok(order) => see_other(&format!("/orders/{order}")),
-            Err(error) => error.error_response(),
-        };
-        return Ok(if replay { replayed(response) } else { response });
-    }
-    once(&shop, account.id, intent, |key| async {
-        let order = counted_purchase(async {
-            let product = parse_product_id(&path)?;
-            let quantity = form.quantity()?;
-            let key = key.map(AnswerKey::Claimed);
-            purchase_with_pass(&shop, account.id, Line { product, quantity }, key, pass).await
-        })
-        .await?;
-        Ok(answer_kept(see_other(&format!("/orders/{order}"))))
+    purchase_once(&shop, account.id, intent, |answer_key| async {
+        counted(
+            async {
+                let line = Line {
+                    product: parse_product_id(&path)?,
+                    quantity: form.quantity()?,
+                };
+                purchase_with_pass(&shop, account.id, line, answer_key?, pass).await
+            }
+            .await,
+        )
     })
     .await
 }

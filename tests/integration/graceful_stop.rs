@@ -128,6 +128,50 @@ async fn sigterm_fails_readyz_at_once_serves_through_the_drain_then_exits_zero()
     assert!(served_during_drain >= 5);
 }
 
+/// An operator who does not want to wait sends the signal again: the
+/// process exits at once, in the middle of a long drain, with 143.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_sigterm_ends_the_stop_at_once() {
+    let db = TestDb::new();
+    let env = [("DRAIN_SECONDS", "30"), ("SHUTDOWN_TIMEOUT_SECS", "30")];
+    let mut server = start_server_process_from(
+        &server_binary(),
+        &db.url,
+        &unique_prefix(),
+        &"ab".repeat(64),
+        &env,
+    );
+    let probe = probe_client();
+    let base = server.address.clone();
+    assert_eq!(
+        status_and_body(&probe, format!("{base}/readyz")).await,
+        (StatusCode::OK, "ready".to_string())
+    );
+    sigterm(&server);
+    // The first signal was taken: the instance is draining, not gone.
+    let signalled = Instant::now();
+    loop {
+        let (status, body) = status_and_body(&probe, format!("{base}/readyz")).await;
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            assert!(body.contains("draining"), "{body}");
+            break;
+        }
+        assert!(
+            signalled.elapsed() < Duration::from_secs(2),
+            "/readyz still {status}"
+        );
+    }
+    assert!(
+        server.guard.0.try_wait().unwrap().is_none(),
+        "exited on the first signal"
+    );
+
+    sigterm(&server);
+    let (status, took) = exit_of(&mut server, Duration::from_secs(5)).await;
+    assert_eq!(status.code(), Some(143), "exit status {status}");
+    assert!(took < Duration::from_secs(5), "took {took:?}, not at once");
+}
+
 /// Buys waiting for the product's lock when SIGTERM arrives are still
 /// waiting when the drain ends and the instance stops accepting; the lock
 /// is let go only then, and every one of them must be answered, its order
