@@ -193,22 +193,49 @@ pub async fn tracked_ended(timeout: Duration) -> usize {
     }
 }
 
-/// Resolves on the first SIGTERM or SIGINT (Ctrl-C).
-pub async fn terminate_or_interrupt() -> std::io::Result<&'static str> {
+/// SIGTERM and SIGINT (Ctrl-C), listened to from before the first arrives
+/// until the process ends. Once tokio has caught a signal its default
+/// action is gone, and one that arrives while no stream listens is
+/// dropped: so the streams that start the stop are the ones that catch
+/// the second signal, never new ones made after the first.
+pub struct StopSignals {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        let mut term = signal(SignalKind::terminate())?;
-        let mut int = signal(SignalKind::interrupt())?;
-        Ok(tokio::select! {
-            _ = term.recv() => "SIGTERM",
-            _ = int.recv() => "SIGINT",
-        })
+    term: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    int: tokio::signal::unix::Signal,
+}
+
+impl StopSignals {
+    /// Must run inside the runtime.
+    pub fn listen() -> std::io::Result<StopSignals> {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            Ok(StopSignals {
+                term: signal(SignalKind::terminate())?,
+                int: signal(SignalKind::interrupt())?,
+            })
+        }
+        #[cfg(not(unix))]
+        Ok(StopSignals {})
     }
-    #[cfg(not(unix))]
-    {
-        tokio::signal::ctrl_c().await?;
-        Ok("Ctrl-C")
+
+    /// The next signal's name.
+    pub async fn next(&mut self) -> &'static str {
+        #[cfg(unix)]
+        {
+            tokio::select! {
+                _ = self.term.recv() => "SIGTERM",
+                _ = self.int.recv() => "SIGINT",
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            match tokio::signal::ctrl_c().await {
+                Ok(()) => "Ctrl-C",
+                Err(_) => std::future::pending().await,
+            }
+        }
     }
 }
 

@@ -108,16 +108,20 @@ impl Application {
         let stopping = self.stopping.clone();
         let drain = self.shop.settings.drain;
         let timeout = self.shop.settings.shutdown_timeout;
+        let signals = match shutdown::StopSignals::listen() {
+            Ok(signals) => Some(signals),
+            Err(error) => {
+                // Without a handler the signal's default action ends the
+                // process at once, as before this stop existed.
+                tracing::error!(%error, "cannot listen for SIGTERM; a stop will not be graceful");
+                None
+            }
+        };
         tokio::spawn(async move {
-            let signal = match shutdown::terminate_or_interrupt().await {
-                Ok(signal) => signal,
-                Err(error) => {
-                    // Without a handler the signal's default action ends
-                    // the process at once, as before this stop existed.
-                    tracing::error!(%error, "cannot listen for SIGTERM; a stop will not be graceful");
-                    return;
-                }
+            let Some(mut signals) = signals else {
+                return;
             };
+            let signal = signals.next().await;
             stopping.start_draining();
             tracing::info!(
                 signal,
@@ -127,14 +131,13 @@ impl Application {
             // An operator who sends a second signal wants the process gone
             // now: what the stop would have finished is left to the same
             // recovery as after a kill -9 (leases, reconcile, keys).
-            tokio::spawn(async {
-                if let Ok(signal) = shutdown::terminate_or_interrupt().await {
-                    tracing::warn!(
-                        signal,
-                        "second signal: exiting at once, without finishing the stop"
-                    );
-                    std::process::exit(FORCED_EXIT);
-                }
+            tokio::spawn(async move {
+                let signal = signals.next().await;
+                tracing::warn!(
+                    signal,
+                    "second signal: exiting at once, without finishing the stop"
+                );
+                std::process::exit(FORCED_EXIT);
             });
             tokio::time::sleep(drain).await;
             // No new connections; those open go on, each closed after its
