@@ -1,7 +1,8 @@
 //! Why a form field or path segment does not parse into its domain type (or
 //! a sale's terms break their rules). Each reason carries what its sentence
-//! cites; `web::words` says it to a person. The `Display` here is for logs
-//! and the command line.
+//! cites; `web::words` says it to a person. The `Display` here is for logs,
+//! and for the draw's values (seed, commitments, tickets) the command line
+//! and serde, which read them outside any page.
 
 /// Which of the shop's ids a path or form named.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,9 +79,9 @@ pub enum InvalidInput {
     NotAPrice { raw: String },
     #[error("no {kind:?} id {raw:?}")]
     NoSuchId { kind: IdKind, raw: String },
-    #[error("a {} is 64 hex digits (32 bytes); got {raw:?}", what.name())]
+    #[error("A {} is 64 hex digits (32 bytes); got “{raw}”.", what.name())]
     NotHex32 { what: HexValue, raw: String },
-    #[error("a ticket is {len} characters of 0-9 and A-Z without I, L, O or U; got {raw:?}")]
+    #[error("A ticket is {len} characters of 0-9 and A-Z without I, L, O or U; got “{raw}”.")]
     NotATicket { len: usize, raw: String },
     #[error("{field:?} {raw:?} is not a date and time")]
     NotATime { field: TimeField, raw: String },

@@ -233,7 +233,7 @@ fn sale_form(
         nav: Nav::from_session(session),
         sale,
         fields,
-        error: error.map(|e| e.to_string()),
+        error: error.as_ref().map(super::error::in_words),
         saved,
     };
     Ok(html(status, render(&page)?))

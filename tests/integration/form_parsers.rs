@@ -28,7 +28,7 @@ fn error_page(error: AppError) -> String {
 /// What a refusal says must be short and safe to show: whatever it echoes of
 /// the input is cut, and markup in it arrives escaped.
 fn assert_safe_message(error: AppError) {
-    let message = error.to_string();
+    let message = flashsale::web::error::in_words(&error);
     assert!(
         message.chars().count() <= 300,
         "message echoes too much: {message:?}"
