@@ -226,9 +226,28 @@ pub async fn main() -> ExitCode {
     match run(cli.command).await {
         Ok(code) => code,
         Err(error) => {
-            eprintln!("flashsale: {error:#}");
+            eprintln!("flashsale: {}", said(&error));
             ExitCode::FAILURE
         }
+    }
+}
+
+/// What the command line says went wrong: a refusal of the shop's rules
+/// or of a value typed in, in the words the shop's pages use for it
+/// (`web::error::in_words`); anything else as the error chain.
+fn said(error: &anyhow::Error) -> String {
+    use crate::error::AppError;
+    if let Some(input) = error.downcast_ref::<crate::domain::InvalidInput>() {
+        return crate::web::error::in_words(&input.clone().into());
+    }
+    match error.downcast_ref::<AppError>() {
+        Some(
+            refused @ (AppError::Invalid(_)
+            | AppError::NotFound(_)
+            | AppError::Forbidden(_)
+            | AppError::Conflict(_)),
+        ) => crate::web::error::in_words(refused),
+        _ => format!("{error:#}"),
     }
 }
 

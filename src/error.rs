@@ -2,17 +2,19 @@
 //! shop; `web::error` decides how a person is told, `db::error` how Diesel's
 //! errors become one of these.
 
-use crate::domain::{InvalidInput, ProductId, Refusal};
+use chrono::{DateTime, Utc};
+
+use crate::domain::{IdKind, InvalidInput, OrderId, OrderStatus, ProductId, Refusal};
 
 #[derive(Debug, thiserror::Error)]
 pub enum AppError {
     /// The request's content does not parse: nothing was attempted.
-    #[error("{0}")]
-    Invalid(String),
-    #[error("{0}")]
-    NotFound(String),
-    #[error("{0}")]
-    Forbidden(String),
+    #[error("invalid: {0}")]
+    Invalid(Invalid),
+    #[error("not found: {0:?}")]
+    NotFound(Missing),
+    #[error("forbidden: {0:?}")]
+    Forbidden(NotAllowed),
     /// A stranger asked for what needs an account. `return_to` is the
     /// shop's own path to come back to after signing in (already checked
     /// to be local); `to_act`: the request would have changed something (a
@@ -36,11 +38,8 @@ pub enum AppError {
     #[error("door refused: {}", .0.kind())]
     DoorRefused(DoorRefusal),
     /// A well-formed request that the shop's rules refuse (already paid, ...).
-    #[error("{message}")]
-    Conflict {
-        title: &'static str,
-        message: String,
-    },
+    #[error("conflict: {0:?}")]
+    Conflict(Conflict),
     /// The request's idempotency key was already used for a different request.
     #[error("idempotency key reused for a different request")]
     KeyReused,
@@ -78,13 +77,6 @@ pub enum AppError {
 }
 
 impl AppError {
-    pub fn conflict(title: &'static str, message: impl Into<String>) -> AppError {
-        AppError::Conflict {
-            title,
-            message: message.into(),
-        }
-    }
-
     /// The same error for every buyer of a batch (or of a transaction) that
     /// failed as a whole: what they must hear alike is kept, the rest is
     /// internal.
@@ -172,6 +164,182 @@ impl DoorRefusal {
 
 impl From<InvalidInput> for AppError {
     fn from(error: InvalidInput) -> Self {
-        AppError::Invalid(error.0)
+        AppError::Invalid(Invalid::Input(error))
     }
+}
+
+impl From<Conflict> for AppError {
+    fn from(conflict: Conflict) -> Self {
+        AppError::Conflict(conflict)
+    }
+}
+
+/// Why a request's content was refused before anything was attempted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Invalid {
+    /// A field that does not parse, or a sale's terms that break their rules.
+    #[error(transparent)]
+    Input(InvalidInput),
+    /// An adjustment would take a sale's stock (`stock` now) above `max`.
+    #[error("stock above {max} (now {stock})")]
+    StockAboveMax { max: i32, stock: i32 },
+    /// More units than the buyer's waiting-room pass covers.
+    #[error("quantity beyond the pass's {units} units")]
+    BeyondPass { units: i32 },
+    /// An order with no line, or a product on two lines.
+    #[error("an order needs each product once")]
+    LinesNotDistinct,
+    /// A cart already holds `max` different products.
+    #[error("cart holds at most {max} products")]
+    CartFull { max: usize },
+    /// Checkout of an empty cart.
+    #[error("empty cart")]
+    CartEmpty,
+    /// The query string did not parse (actix's reason).
+    #[error("unreadable query: {0}")]
+    UnreadableQuery(String),
+}
+
+/// What a request named that does not exist (or is not the asker's).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Missing {
+    Product(ProductId),
+    /// An admin's sale page or action on a sale that does not exist.
+    Sale(ProductId),
+    Order(OrderId),
+    /// The signed-in customer has no order with this id.
+    YourOrder(OrderId),
+    /// An id in the path that names nothing (`raw`, at most 40 characters).
+    Id {
+        kind: IdKind,
+        raw: String,
+    },
+    /// A product without a published draw.
+    Draw(ProductId),
+    /// The sale `name` has no waiting room (so no bot check to join one).
+    RoomToJoin {
+        name: String,
+    },
+    /// A product not sold through a waiting room, asked for its room's page.
+    WaitingRoom(ProductId),
+    /// A row Diesel did not find.
+    Row,
+    Page,
+    File,
+    CartLine,
+}
+
+/// Why a signed-in (or signing-in) person may not do this.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotAllowed {
+    /// Email and password do not match an account (or no account could
+    /// have this password).
+    WrongCredentials,
+    AdminsOnly,
+}
+
+/// A well-formed request that the shop's rules refuse; each carries what
+/// the person who asked is told.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Conflict {
+    /// An admin's sale edit would change what a published draw fixed.
+    DrawPublished {
+        frozen_at: DateTime<Utc>,
+        change: FrozenTerm,
+    },
+    /// An admin's sale edit would strand the `people` in its waiting room.
+    CustomersWaiting {
+        people: i64,
+        edit: StrandingEdit,
+    },
+    /// Removing `removing` units from a sale with `stock`.
+    StockTooLow {
+        stock: i32,
+        removing: i32,
+    },
+    /// Removing units that `promised` of the `stock` open passes cover.
+    StockPromised {
+        promised: i32,
+        stock: i32,
+    },
+    /// Sign-up with an address that has an account already.
+    EmailTaken {
+        email: String,
+    },
+    /// Confirming an address another account has confirmed.
+    AddressConfirmedElsewhere {
+        email: String,
+    },
+    /// Cancelling an order whose payment is still being confirmed.
+    CancelWhilePaymentPending(OrderId),
+    /// Paying an order whose earlier payment is still being confirmed.
+    PaymentPending(OrderId),
+    PaymentWindowClosed(OrderId),
+    /// The order's cards were declined `declined` times: it is being cancelled.
+    CardsDeclined {
+        order: OrderId,
+        declined: i64,
+    },
+    /// A move the order's state machine refuses.
+    Transition {
+        order: OrderId,
+        from: OrderStatus,
+        to: OrderStatus,
+    },
+    /// A plain purchase of a sale sold through its waiting room.
+    SaleHasWaitingRoom {
+        name: String,
+    },
+    WaitingRoomNotOpen {
+        name: String,
+        opens_at: DateTime<Utc>,
+    },
+    WaitingRoomClosed {
+        name: String,
+    },
+    WaitingRoomSoldOut {
+        name: String,
+    },
+    /// Joining the waiting room of a sale that has none.
+    NoWaitingRoom {
+        name: String,
+    },
+    /// Pausing or resuming admission of a sale not in queue mode.
+    AdmissionNotQueueMode(ProductId),
+    /// Pausing or resuming admission while there is none.
+    AdmissionUnchanged {
+        sale: ProductId,
+        why: NoAdmission,
+    },
+}
+
+/// What a published draw fixes about its sale.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FrozenTerm {
+    QueueMode,
+    Start,
+    Opening,
+    Limit,
+}
+
+/// An edit that would strand customers already in a waiting room.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StrandingEdit {
+    LeaveQueueMode,
+    /// Open later than `first_joined`.
+    OpenLater {
+        first_joined: DateTime<Utc>,
+    },
+    /// Start at or before `last_joined`.
+    StartTooEarly {
+        last_joined: DateTime<Utc>,
+    },
+}
+
+/// Why a waiting room has no admission to pause or resume.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoAdmission {
+    Ended,
+    NotRunningYet { opens_at: DateTime<Utc> },
+    NotAdmittingYet { starts_at: DateTime<Utc> },
 }

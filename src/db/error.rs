@@ -4,7 +4,7 @@
 
 use diesel::result::{DatabaseErrorKind, Error as DieselError};
 
-use crate::error::AppError;
+use crate::error::{AppError, Missing};
 
 /// The server closed the connection, or it could not be written to.
 /// What Postgres says while it shuts down, crashes or restarts (SQLSTATE
@@ -35,7 +35,7 @@ fn connection_lost(error: &DieselError) -> bool {
 impl From<DieselError> for AppError {
     fn from(error: DieselError) -> Self {
         match &error {
-            DieselError::NotFound => AppError::NotFound("We could not find that.".into()),
+            DieselError::NotFound => AppError::NotFound(Missing::Row),
             DieselError::DatabaseError(_, info) if connection_lost(&error) => {
                 AppError::Unavailable(format!("database: {}", info.message()))
             }

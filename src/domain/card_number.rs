@@ -9,9 +9,7 @@ pub struct CardNumber(String);
 impl CardNumber {
     pub fn parse(raw: &str) -> Result<CardNumber, InvalidInput> {
         let digits: String = raw.chars().filter(|c| !matches!(c, ' ' | '-')).collect();
-        let refuse = || {
-            InvalidInput("Enter the card number as printed on the card (12 to 19 digits).".into())
-        };
+        let refuse = || InvalidInput::CardNumberShape;
         if !(12..=19).contains(&digits.len()) || !digits.bytes().all(|b| b.is_ascii_digit()) {
             return Err(refuse());
         }
@@ -33,9 +31,7 @@ impl CardNumber {
             })
             .sum();
         if !luhn_sum.is_multiple_of(10) {
-            return Err(InvalidInput(
-                "That card number has a typo (its check digit does not match).".into(),
-            ));
+            return Err(InvalidInput::CardCheckDigit);
         }
         Ok(CardNumber(digits))
     }

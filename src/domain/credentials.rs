@@ -20,9 +20,7 @@ impl Email {
             || email.len() > 254
             || email.chars().any(|c| c.is_whitespace() || c.is_control())
         {
-            return Err(InvalidInput(
-                "Enter an email address like name@example.com.".into(),
-            ));
+            return Err(InvalidInput::NotAnEmail);
         }
         Ok(Email(email))
     }
@@ -37,19 +35,15 @@ pub struct Password(String);
 
 impl Password {
     pub const MIN_LEN: usize = 8;
+    pub const MAX_LEN: usize = 256;
 
     pub fn parse(raw: &str) -> Result<Password, InvalidInput> {
         let length = raw.chars().count();
         if length < Self::MIN_LEN {
-            return Err(InvalidInput(format!(
-                "Choose a password of at least {} characters.",
-                Self::MIN_LEN
-            )));
+            return Err(InvalidInput::PasswordTooShort { min: Self::MIN_LEN });
         }
-        if length > 256 {
-            return Err(InvalidInput(
-                "That password is too long (256 characters at most).".into(),
-            ));
+        if length > Self::MAX_LEN {
+            return Err(InvalidInput::PasswordTooLong { max: Self::MAX_LEN });
         }
         Ok(Password(raw.to_owned()))
     }

@@ -9,20 +9,13 @@ impl IdempotencyKey {
 
     pub fn parse(raw: &str) -> Result<IdempotencyKey, InvalidInput> {
         if raw.is_empty() {
-            return Err(InvalidInput(
-                "The request's idempotency key is empty; reload the page and try again.".into(),
-            ));
+            return Err(InvalidInput::KeyEmpty);
         }
         if raw.len() > Self::MAX_LEN {
-            return Err(InvalidInput(format!(
-                "The request's idempotency key is longer than {} characters.",
-                Self::MAX_LEN
-            )));
+            return Err(InvalidInput::KeyTooLong { max: Self::MAX_LEN });
         }
         if raw.chars().any(|c| c.is_control()) {
-            return Err(InvalidInput(
-                "The request's idempotency key contains control characters.".into(),
-            ));
+            return Err(InvalidInput::KeyControlCharacters);
         }
         Ok(IdempotencyKey(raw.to_string()))
     }

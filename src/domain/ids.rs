@@ -1,10 +1,10 @@
 use std::fmt;
 use std::str::FromStr;
 
-use super::InvalidInput;
+use super::{echo, IdKind, InvalidInput};
 
 macro_rules! id_type {
-    ($name:ident, $what:literal) => {
+    ($name:ident, $kind:ident) => {
         #[derive(
             Debug,
             Clone,
@@ -39,19 +39,19 @@ macro_rules! id_type {
             fn from_str(raw: &str) -> Result<Self, Self::Err> {
                 match raw.parse::<i64>() {
                     Ok(id) if id > 0 && raw.bytes().all(|b| b.is_ascii_digit()) => Ok($name(id)),
-                    _ => Err(InvalidInput(format!(
-                        concat!("There is no ", $what, " with id “{}”."),
-                        raw.chars().take(40).collect::<String>()
-                    ))),
+                    _ => Err(InvalidInput::NoSuchId {
+                        kind: IdKind::$kind,
+                        raw: echo(raw),
+                    }),
                 }
             }
         }
     };
 }
 
-id_type!(ProductId, "product");
-id_type!(OrderId, "order");
-id_type!(CustomerId, "account");
+id_type!(ProductId, Product);
+id_type!(OrderId, Order);
+id_type!(CustomerId, Account);
 
 #[cfg(test)]
 mod tests {

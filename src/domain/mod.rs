@@ -10,6 +10,7 @@ mod credentials;
 pub mod draw;
 mod idempotency_key;
 mod ids;
+mod invalid_input;
 mod money;
 mod order;
 mod order_status;
@@ -24,6 +25,7 @@ pub use card_number::CardNumber;
 pub use credentials::{Email, Password};
 pub use idempotency_key::IdempotencyKey;
 pub use ids::{CustomerId, OrderId, ProductId};
+pub use invalid_input::{echo, HexValue, IdKind, InvalidInput, NumberField, TextField, TimeField};
 pub use money::Money;
 pub use order::{Order, OrderItem, Payment, StockChange};
 pub use order_status::{OrderStatus, StockReason, TransitionRefused};
@@ -32,11 +34,6 @@ pub use quantity::Quantity;
 pub use sale::{Refusal, SaleState};
 pub use text::{check_plain_text, Lines};
 pub use waiting_room::{PassRef, PassRow, Place, QueueState, Standing, PASS_GRACE};
-
-/// A form field or path segment that does not parse into its domain type.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct InvalidInput(pub String);
 
 /// Who a signed-in account is: it decides which pages it may see.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

@@ -1,6 +1,6 @@
 use std::fmt;
 
-use super::InvalidInput;
+use super::{echo, InvalidInput};
 
 /// An amount in the shop's currency, kept in integer minor units (cents) so
 /// sums are exact.
@@ -14,7 +14,7 @@ impl Money {
 
     pub fn from_cents(cents: i64) -> Result<Money, InvalidInput> {
         if cents < 0 {
-            return Err(InvalidInput("A price cannot be negative.".into()));
+            return Err(InvalidInput::NegativePrice);
         }
         Ok(Money { cents })
     }
@@ -32,12 +32,7 @@ impl Money {
     /// Parses what a person types in a price field: "12", "12.5", "12.50",
     /// and prices as the shop prints them ("$1,234.50").
     pub fn parse_decimal(raw: &str) -> Result<Money, InvalidInput> {
-        let refuse = || {
-            InvalidInput(format!(
-                "“{}” is not a price: write it like 12.50.",
-                raw.chars().take(40).collect::<String>()
-            ))
-        };
+        let refuse = || InvalidInput::NotAPrice { raw: echo(raw) };
         let trimmed = raw.trim();
         let trimmed = trimmed.strip_prefix('$').unwrap_or(trimmed);
         let (grouped_whole, fraction) = match trimmed.split_once('.') {

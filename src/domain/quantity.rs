@@ -1,4 +1,4 @@
-use super::InvalidInput;
+use super::{echo, InvalidInput};
 
 /// How many units one order line takes: at least one, and small enough that a
 /// typo cannot ask for the whole warehouse.
@@ -12,26 +12,19 @@ impl Quantity {
         if (1..=Self::MAX).contains(&units) {
             Ok(Quantity(units))
         } else {
-            Err(InvalidInput(format!(
-                "Choose a quantity between 1 and {}.",
-                Self::MAX
-            )))
+            Err(InvalidInput::QuantityOutOfBounds { max: Self::MAX })
         }
     }
 
     pub fn parse(raw: &str) -> Result<Quantity, InvalidInput> {
         let raw = raw.trim();
         if raw.is_empty() || raw.len() > 6 || !raw.bytes().all(|b| b.is_ascii_digit()) {
-            return Err(InvalidInput(format!(
-                "“{}” is not a quantity: choose a whole number between 1 and {}.",
-                raw.chars().take(40).collect::<String>(),
-                Self::MAX
-            )));
+            return Err(InvalidInput::NotAQuantity {
+                raw: echo(raw),
+                max: Self::MAX,
+            });
         }
-        Quantity::new(
-            raw.parse()
-                .map_err(|_| InvalidInput("Quantity is out of range.".into()))?,
-        )
+        Quantity::new(raw.parse().map_err(|_| InvalidInput::QuantityOverflow)?)
     }
 
     pub fn get(self) -> i32 {

@@ -13,7 +13,7 @@ use crate::db::models::{Customer, NewCustomer};
 use crate::db::schema::customers;
 use crate::db::{self, PgConn, PgPool};
 use crate::domain::{canonical_email, CustomerId, Email, InvalidInput, Password, Role};
-use crate::error::AppError;
+use crate::error::{AppError, Conflict, NotAllowed};
 use crate::services::door::{self, Door};
 use crate::services::{confirmation, throttle, Shop};
 
@@ -111,13 +111,10 @@ fn insert_account(
             Ok(customer.into())
         }
         Err(DieselError::DatabaseError(DatabaseErrorKind::UniqueViolation, _)) => {
-            Err(AppError::conflict(
-                "Email already registered",
-                format!(
-                    "An account for {} already exists. Sign in instead, or use another address.",
-                    email.as_str()
-                ),
-            ))
+            Err(Conflict::EmailTaken {
+                email: email.as_str().to_string(),
+            }
+            .into())
         }
         Err(other) => Err(other.into()),
     }
@@ -160,9 +157,7 @@ pub async fn sign_in(
 }
 
 fn refused() -> AppError {
-    AppError::Forbidden(
-        "That email and password do not match an account. Check them and try again.".into(),
-    )
+    AppError::Forbidden(NotAllowed::WrongCredentials)
 }
 
 async fn check_password(

@@ -45,18 +45,6 @@ impl ActionKind {
         }
     }
 
-    pub fn label(self) -> &'static str {
-        match self {
-            ActionKind::Refund => "Refund",
-            ActionKind::StockAdjust => "Stock adjustment",
-            ActionKind::GateResync => "Gate resync",
-            ActionKind::SaleCreate => "Sale created",
-            ActionKind::SaleEdit => "Sale edited",
-            ActionKind::QueuePause => "Waiting room paused",
-            ActionKind::QueueResume => "Waiting room resumed",
-        }
-    }
-
     pub fn parse(raw: &str) -> Option<ActionKind> {
         Self::ALL.into_iter().find(|kind| kind.as_str() == raw)
     }

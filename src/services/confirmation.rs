@@ -13,7 +13,7 @@ use super::Shop;
 use crate::db::schema::{customers, mail_outbox};
 use crate::db::{self, PgConn};
 use crate::domain::{canonical_address, CustomerId};
-use crate::error::AppError;
+use crate::error::{AppError, Conflict};
 
 /// At most one new link per this long per account.
 pub const RESEND_PAUSE: chrono::Duration = chrono::Duration::minutes(5);
@@ -244,10 +244,7 @@ pub async fn confirm_as_operator(pool: &crate::db::PgPool, email: &str) -> Resul
         match updated {
             Ok(_) => Ok(()),
             Err(DieselError::DatabaseError(DatabaseErrorKind::UniqueViolation, _)) => {
-                Err(AppError::conflict(
-                    "Address already confirmed",
-                    format!("Another account of {email} is confirmed already."),
-                ))
+                Err(Conflict::AddressConfirmedElsewhere { email }.into())
             }
             Err(other) => Err(other.into()),
         }

@@ -37,7 +37,7 @@ use crate::config::DoorSettings;
 use crate::db::schema::{customers, door_counts, door_passes, spent_challenges};
 use crate::db::{self, PgConn};
 use crate::domain::{CustomerId, ProductId};
-use crate::error::{AppError, DoorRefusal};
+use crate::error::{AppError, DoorRefusal, Missing};
 use crate::services::Shop;
 
 /// PBKDF2 rounds per try. With `work` tries on average this is what a
@@ -99,14 +99,13 @@ pub async fn challenge_for(shop: &Shop, door: Door) -> Result<String, AppError> 
         Door::SignUp => shop.settings.security.door.signup_work,
         Door::Join(product) => {
             let shelf = shop.sale_cache.shelf(&shop.pool).await?;
-            let sale = shelf.product(product).ok_or_else(|| {
-                AppError::NotFound(format!("There is no product with id {product}."))
-            })?;
+            let sale = shelf
+                .product(product)
+                .ok_or_else(|| AppError::NotFound(Missing::Product(product)))?;
             if !sale.queue_mode {
-                return Err(AppError::NotFound(format!(
-                    "{} has no waiting room to join.",
-                    sale.name
-                )));
+                return Err(AppError::NotFound(Missing::RoomToJoin {
+                    name: sale.name.clone(),
+                }));
             }
             sale.join_check_work
         }

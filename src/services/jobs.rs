@@ -75,7 +75,7 @@ pub async fn run_once(shop: &Shop) -> Result<JobReport, AppError> {
         match restore_order(shop, OrderId(order), OrderStatus::Expired, None).await {
             Ok(true) => report.expired += 1,
             // Expired, paid or declined meanwhile by someone else: nothing to do.
-            Ok(false) | Err(AppError::Conflict { .. }) => report.skipped += 1,
+            Ok(false) | Err(AppError::Conflict(_)) => report.skipped += 1,
             Err(error) => {
                 tracing::warn!(order, %error, "could not expire order; will retry");
                 report.failed += 1;

@@ -7,7 +7,7 @@ use crate::db::{self, PgPool};
 use crate::domain::{
     CustomerId, Order, OrderId, OrderItem, OrderStatus, Payment, ProductId, StockChange,
 };
-use crate::error::AppError;
+use crate::error::{AppError, Missing};
 
 #[derive(Debug, Clone)]
 pub struct OrderLine {
@@ -32,7 +32,7 @@ pub async fn order_detail(
     owner: Option<CustomerId>,
 ) -> Result<OrderDetail, AppError> {
     db::run(pool, move |conn| {
-        let not_found = || AppError::NotFound(format!("You have no order {order}."));
+        let not_found = || AppError::NotFound(Missing::YourOrder(order));
         let (found, customer_email): (Order, String) = orders::table
             .inner_join(customers::table)
             .filter(orders::id.eq(order.get()))

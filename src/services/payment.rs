@@ -22,7 +22,7 @@ use crate::db::models::NewPayment;
 use crate::db::schema::{orders, payments};
 use crate::db::{self, PgConn};
 use crate::domain::{CardNumber, CustomerId, Money, Order, OrderId, OrderStatus};
-use crate::error::AppError;
+use crate::error::{AppError, Conflict, Missing};
 use crate::payment::Charge;
 
 /// Declined cards an order takes before its units go back: one typo must
@@ -35,8 +35,15 @@ pub enum PaymentOutcome {
     Paid,
     /// Declined; with `tries_left` > 0 the order still holds its units and
     /// may be paid with another card, at 0 its units are going back.
+    /// `reason` is the provider's, as it gave it.
     Declined {
         reason: String,
+        tries_left: i64,
+    },
+    /// The charge reached the provider after the settling job had voided
+    /// it (this request was paused or slow): nothing was charged and
+    /// nothing restored, so the order may be paid again.
+    Voided {
         tries_left: i64,
     },
     /// The provider has not answered yet (or its answer was lost): the
@@ -109,16 +116,13 @@ fn record_attempt(
         .first(conn)
         .optional()?
         .filter(|o| o.customer_id == customer.get())
-        .ok_or_else(|| AppError::NotFound(format!("You have no order {order}.")))?;
+        .ok_or_else(|| AppError::NotFound(Missing::YourOrder(order)))?;
     current
         .status()
         .transition(OrderStatus::Paid)
         .map_err(|refused| refused_transition(order, refused.from, OrderStatus::Paid))?;
     if Utc::now() >= current.payment_deadline {
-        return Err(AppError::conflict(
-            "Payment window closed",
-            format!("The time to pay for order {order} has run out, so its units may already belong to someone else. You were not charged."),
-        ));
+        return Err(Conflict::PaymentWindowClosed(order).into());
     }
     let declined: i64 = payments::table
         .filter(payments::order_id.eq(order.get()))
@@ -129,10 +133,7 @@ fn record_attempt(
     // (the lock was busy), and a charge approved after that restore would
     // pay for units already back on sale.
     if declined >= CARD_TRIES {
-        return Err(AppError::conflict(
-            "Payment declined",
-            format!("The cards for order {order} were declined {declined} times, so the order is being cancelled and its units returned; this payment was not sent and you were not charged. Buy again to pay with another card."),
-        ));
+        return Err(Conflict::CardsDeclined { order, declined }.into());
     }
     let pending: i64 = payments::table
         .filter(payments::order_id.eq(order.get()))
@@ -140,10 +141,7 @@ fn record_attempt(
         .count()
         .get_result(conn)?;
     if pending > 0 {
-        return Err(AppError::conflict(
-            "Payment being confirmed",
-            format!("A payment for order {order} is still being confirmed with the card's bank, so this one was not sent. Reload the order in a minute to see the result; you were not charged twice."),
-        ));
+        return Err(Conflict::PaymentPending(order).into());
     }
     let key = uuid::Uuid::new_v4().to_string();
     diesel::insert_into(payments::table)
@@ -239,8 +237,7 @@ async fn settle(
         }
         // Its charge came after the settling job had voided it (this request
         // was paused or slow): nothing is restored, the order may be paid again.
-        Charge::Voided => Ok(PaymentOutcome::Declined {
-            reason: "This payment took too long to reach the card's bank and was cancelled before any charge: you were not charged. You can pay again.".into(),
+        Charge::Voided => Ok(PaymentOutcome::Voided {
             tries_left: (CARD_TRIES - declines).max(0),
         }),
     }
@@ -259,7 +256,7 @@ pub async fn give_up(shop: &Shop, customer: CustomerId, order: OrderId) -> Resul
             .optional()?)
     })
     .await?;
-    let status = status.ok_or_else(|| AppError::NotFound(format!("You have no order {order}.")))?;
+    let status = status.ok_or_else(|| AppError::NotFound(Missing::YourOrder(order)))?;
     if status == OrderStatus::PaymentFailed.as_str() {
         return Ok(());
     }
@@ -290,7 +287,7 @@ async fn restore_declined(shop: &Shop, order: OrderId) {
 /// retry would only sleep and be refused again. Anything else (a busy
 /// lock, Redis or Postgres away for a moment) may pass on a later try.
 fn worth_retrying(error: &AppError) -> bool {
-    !matches!(error, AppError::Conflict { .. })
+    !matches!(error, AppError::Conflict(_))
 }
 
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -327,7 +324,9 @@ pub async fn settle_pending(shop: &Shop) -> Result<SettleReport, AppError> {
         match shop.payment_provider.void_unless_decided(&attempt).await {
             Ok(Some(charge)) => match settle(shop, order, attempt, charge).await? {
                 PaymentOutcome::Paid => report.paid += 1,
-                PaymentOutcome::Declined { .. } | PaymentOutcome::Pending => report.declined += 1,
+                PaymentOutcome::Declined { .. }
+                | PaymentOutcome::Voided { .. }
+                | PaymentOutcome::Pending => report.declined += 1,
             },
             Ok(None) => {
                 // Void at the provider, so never charged: the order may
@@ -389,7 +388,7 @@ mod tests {
             OrderStatus::PaymentFailed,
             OrderStatus::PaymentFailed,
         );
-        assert!(matches!(refused, AppError::Conflict { .. }), "{refused:?}");
+        assert!(matches!(refused, AppError::Conflict(_)), "{refused:?}");
         assert!(!worth_retrying(&refused));
         assert!(worth_retrying(&AppError::Busy));
         assert!(worth_retrying(&AppError::Unavailable("redis".into())));

@@ -14,7 +14,7 @@ use crate::db::models::NewStockChange;
 use crate::db::schema::{order_items, orders, payments, products, stock_history};
 use crate::db::{self, holdings, PgConn};
 use crate::domain::{CustomerId, Order, OrderId, OrderItem, OrderStatus, ProductId};
-use crate::error::AppError;
+use crate::error::{AppError, Conflict, Missing};
 use crate::lock::Lease;
 use crate::metrics;
 use crate::services::action_log::{self, AdminAction};
@@ -69,10 +69,7 @@ pub async fn restore_order(
                     // restore never meets one: a new charge waits for the
                     // last one's answer).
                     if to == OrderStatus::PaymentFailed && payment_unanswered(conn, order)? {
-                        return Err(AppError::conflict(
-                            "Payment being confirmed",
-                            format!("A payment for order {order} is still being confirmed with the card's bank, so the order was not cancelled. Reload the order in a minute to see the result."),
-                        ));
+                        return Err(Conflict::CancelWhilePaymentPending(order).into());
                     }
                     current
                         .status()
@@ -143,7 +140,7 @@ pub async fn order_items_of(shop: &Shop, order: OrderId) -> Result<Vec<OrderItem
     })
     .await?;
     if items.is_empty() {
-        return Err(AppError::NotFound(format!("There is no order {order}.")));
+        return Err(AppError::NotFound(Missing::Order(order)));
     }
     Ok(items)
 }
@@ -168,18 +165,9 @@ pub fn set_status(conn: &mut PgConn, order: OrderId, to: OrderStatus) -> Result<
     Ok(())
 }
 
-/// Plain words for a move the state machine refuses.
+/// A move the state machine refuses.
 pub fn refused_transition(order: OrderId, from: OrderStatus, to: OrderStatus) -> AppError {
-    use OrderStatus::*;
-    let message = match (from, to) {
-        (Refunded, Refunded) => format!("Order {order} has already been refunded; nothing was changed."),
-        (_, Refunded) => format!("Order {order} is {}: only a paid order can be refunded.", from.label().to_lowercase()),
-        (Paid, Paid) => format!("Order {order} is already paid; you were not charged again."),
-        (Expired, _) => format!("The payment window of order {order} has closed and its units were released."),
-        (PaymentFailed, _) => format!("Order {order} was cancelled (its payment was declined or given up) and its units were released; please place a new order."),
-        _ => format!("Order {order} is {} and cannot become {}.", from.label().to_lowercase(), to.label().to_lowercase()),
-    };
-    AppError::conflict("This order cannot change that way", message)
+    Conflict::Transition { order, from, to }.into()
 }
 
 fn payment_unanswered(conn: &mut PgConn, order: OrderId) -> Result<bool, AppError> {

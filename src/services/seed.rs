@@ -40,7 +40,7 @@ pub async fn seed_demo(pool: &PgPool) -> Result<Vec<String>, AppError> {
         )
         .await
         {
-            Ok(_) | Err(AppError::Conflict { .. }) => {
+            Ok(_) | Err(AppError::Conflict(_)) => {
                 report.push(format!("customer {email} / {DEMO_CUSTOMER_PASSWORD}"))
             }
             Err(other) => return Err(other),

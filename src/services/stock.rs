@@ -11,7 +11,7 @@ use crate::db::{self, PgPool};
 use crate::domain::{
     check_plain_text, CustomerId, InvalidInput, Lines, ProductId, StockChange, StockReason,
 };
-use crate::error::AppError;
+use crate::error::{AppError, Conflict, Invalid, Missing};
 use crate::services::action_log::{self, ActionKind, AdminAction};
 use crate::services::stock_gate::resync_locked;
 
@@ -31,19 +31,15 @@ impl Adjustment {
             .parse()
             .ok()
             .filter(|d: &i32| *d != 0 && d.unsigned_abs() <= MAX_STOCK as u32)
-            .ok_or_else(|| {
-                InvalidInput(format!(
-                    "“{}” is not a stock change: write a whole number of units such as 5 or -3 (not 0).",
-                    delta.chars().take(40).collect::<String>()
-                ))
+            .ok_or_else(|| InvalidInput::NotAStockChange {
+                raw: crate::domain::echo(delta),
             })?;
         let note = note.trim();
-        check_plain_text(note, "reason", Lines::One)?;
-        if note.is_empty() || note.chars().count() > 500 {
-            return Err(InvalidInput(
-                "Say why the stock changes (1 to 500 characters): it is kept in the stock history."
-                    .into(),
-            ));
+        check_plain_text(note, crate::domain::TextField::StockNote, Lines::One)?;
+        if note.is_empty() || note.chars().count() > MAX_NOTE_CHARS {
+            return Err(InvalidInput::StockNoteLength {
+                max: MAX_NOTE_CHARS,
+            });
         }
         Ok(Adjustment {
             delta,
@@ -51,6 +47,9 @@ impl Adjustment {
         })
     }
 }
+
+/// The longest reason an adjustment may give, in characters.
+pub const MAX_NOTE_CHARS: usize = 500;
 
 /// Applies `adjustment` under the same Redis lock and row lock as a sale, so
 /// a removal can never take units a buyer is being handed at that moment.
@@ -76,38 +75,29 @@ pub async fn adjust_stock(
                         .select(products::stock)
                         .first(conn)
                         .optional()?
-                        .ok_or_else(|| {
-                            AppError::NotFound(format!("There is no product with id {product}."))
-                        })?;
+                        .ok_or_else(|| AppError::NotFound(Missing::Product(product)))?;
                     let stock_after = stock + adjustment.delta;
                     if stock_after < 0 {
                         // Units already sold or reserved are not in `stock`, so
                         // this also keeps an adjustment from undoing a sale.
-                        return Err(AppError::conflict(
-                            "Not enough stock to remove",
-                            format!(
-                                "Only {stock} units are in stock, so {} cannot be removed. Units already sold or awaiting payment cannot be taken back. Nothing was changed.",
-                                -adjustment.delta
-                            ),
-                        ));
+                        return Err(Conflict::StockTooLow {
+                            stock,
+                            removing: -adjustment.delta,
+                        }
+                        .into());
                     }
                     // Units a waiting room's open passes cover were promised
                     // to their holders: the issuer reads the stock under this
                     // row's lock too, so this count is exact.
                     let promised = units_under_open_passes(conn, product)?;
                     if adjustment.delta < 0 && stock_after < promised {
-                        return Err(AppError::conflict(
-                            "Units are promised to waiting customers",
-                            format!(
-                                "{promised} of the {stock} units in stock are held by waiting-room passes that customers may use now, so at most {} can be removed. Pause admission and wait for those passes to be used or to run out, then try again. Nothing was changed.",
-                                (stock - promised).max(0)
-                            ),
-                        ));
+                        return Err(Conflict::StockPromised { promised, stock }.into());
                     }
                     if stock_after > MAX_STOCK {
-                        return Err(AppError::Invalid(format!(
-                            "A sale holds at most 10,000,000 units; it has {stock} now. Nothing was changed."
-                        )));
+                        return Err(AppError::Invalid(Invalid::StockAboveMax {
+                            max: MAX_STOCK,
+                            stock,
+                        }));
                     }
                     change_stock(conn, &lease, product, adjustment.delta)?;
                     diesel::insert_into(stock_history::table)

@@ -233,7 +233,7 @@ fn sale_form(
         nav: Nav::from_session(session),
         sale,
         fields,
-        error: error.map(|e| e.to_string()),
+        error: error.as_ref().map(super::error::in_words),
         saved,
     };
     Ok(html(status, render(&page)?))
@@ -320,7 +320,7 @@ pub async fn edit_sale(
         ))),
         // A refusal the queue's state makes (the draw is published, customers
         // are waiting) comes back on the form too, as typed.
-        Err(error @ (AppError::Invalid(_) | AppError::Conflict { .. })) => {
+        Err(error @ (AppError::Invalid(_) | AppError::Conflict(_))) => {
             let product = find_product(&shop.pool, id).await?;
             let sale = SaleView::new(&product, Utc::now());
             sale_form(&session, Some(sale), fields, Some(error), false)

@@ -147,8 +147,6 @@ pub async fn hashed(file: web::Path<String>) -> Result<HttpResponse, AppError> {
     } else if other_build(".js") {
         Ok(JS.response(BRIEFLY_NO_STORE))
     } else {
-        Err(AppError::NotFound(
-            "There is no file at this address.".into(),
-        ))
+        Err(AppError::NotFound(crate::error::Missing::File))
     }
 }

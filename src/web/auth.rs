@@ -95,7 +95,7 @@ fn form_or_error(
 ) -> Result<HttpResponse, AppError> {
     match error {
         AppError::Invalid(_)
-        | AppError::Conflict { .. }
+        | AppError::Conflict(_)
         | AppError::Forbidden(_)
         | AppError::DoorRefused(_) => {
             auth_page(session, is_signup, email, return_to, None, Some(&error))

@@ -82,9 +82,9 @@ pub async fn add(
     match cart.iter_mut().find(|(id, _)| *id == product.get()) {
         Some((_, units)) => *units = Quantity::new(*units + quantity.get())?.get(),
         None if lines >= MAX_LINES => {
-            return Err(AppError::Invalid(format!(
-                "A cart holds at most {MAX_LINES} different products."
-            )));
+            return Err(AppError::Invalid(crate::error::Invalid::CartFull {
+                max: MAX_LINES,
+            }));
         }
         None => cart.push((product.get(), quantity.get())),
     }
@@ -127,7 +127,7 @@ fn set_line(
             let line = cart
                 .iter_mut()
                 .find(|(id, _)| *id == product.get())
-                .ok_or_else(|| AppError::NotFound("That product is not in your cart.".into()))?;
+                .ok_or_else(|| AppError::NotFound(crate::error::Missing::CartLine))?;
             line.1 = quantity.get();
         }
     }
@@ -158,9 +158,7 @@ pub async fn checkout(
     once(&shop, account.id, intent, |key| async {
         let order = counted_purchase(async {
             if cart.is_empty() {
-                return Err(AppError::Invalid(
-                    "Your cart is empty: add a product first.".into(),
-                ));
+                return Err(AppError::Invalid(crate::error::Invalid::CartEmpty));
             }
             let lines = cart
                 .iter()

@@ -13,6 +13,7 @@ use actix_web::{HttpResponse, ResponseError};
 use askama::Template;
 
 use super::views::render;
+use super::words::{conflict_in_words, invalid_in_words, missing_in_words, not_allowed_in_words};
 use super::{html, MAX_FORM_BYTES};
 use crate::domain::{Refusal, SaleState};
 use crate::error::{AppError, DoorRefusal, PassRefusal};
@@ -33,9 +34,9 @@ pub fn in_words(error: &AppError) -> String {
 /// The heading and the explanation a customer reads for `error`.
 fn title_and_message(error: &AppError) -> (&'static str, Cow<'static, str>) {
     match error {
-        AppError::Invalid(message) => ("Please check what you entered", Cow::Owned(message.clone())),
-        AppError::NotFound(message) => ("Not found", Cow::Owned(message.clone())),
-        AppError::Forbidden(message) => ("Not allowed", Cow::Owned(message.clone())),
+        AppError::Invalid(invalid) => ("Please check what you entered", invalid_in_words(invalid)),
+        AppError::NotFound(missing) => ("Not found", missing_in_words(missing)),
+        AppError::Forbidden(not_allowed) => ("Not allowed", not_allowed_in_words(*not_allowed).into()),
         AppError::SignInRequired { .. } => ("Sign in required", "Sign in to continue.".into()),
         AppError::BadCsrf => (
             "This form has expired",
@@ -44,7 +45,7 @@ fn title_and_message(error: &AppError) -> (&'static str, Cow<'static, str>) {
         AppError::Refused(refusal) => refusal_in_words(refusal),
         AppError::PassRefused(refusal) => pass_refusal_in_words(*refusal),
         AppError::DoorRefused(refusal) => door_refusal_in_words(*refusal),
-        AppError::Conflict { title, message } => (title, Cow::Owned(message.clone())),
+        AppError::Conflict(conflict) => conflict_in_words(conflict),
         AppError::KeyReused => (
             "Conflicting reuse of key",
             "This form's one-time key was already used for a different request, so nothing was done. Reload the page and try again.".into(),
@@ -238,7 +239,7 @@ impl ResponseError for AppError {
                 StatusCode::CONFLICT
             }
             AppError::SignInRequired { .. } => StatusCode::SEE_OTHER,
-            AppError::Conflict { .. }
+            AppError::Conflict(_)
             | AppError::Refused(_)
             | AppError::KeyReused
             | AppError::KeyInProgress

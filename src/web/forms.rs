@@ -21,13 +21,21 @@ use crate::services::orders::OrderFilter;
 use crate::services::stock::Adjustment;
 
 pub fn parse_product_id(raw: &str) -> Result<ProductId, AppError> {
-    raw.parse()
-        .map_err(|e: InvalidInput| AppError::NotFound(e.0))
+    raw.parse().map_err(names_nothing)
 }
 
 pub fn parse_order_id(raw: &str) -> Result<OrderId, AppError> {
-    raw.parse()
-        .map_err(|e: InvalidInput| AppError::NotFound(e.0))
+    raw.parse().map_err(names_nothing)
+}
+
+/// An id in the path that does not parse names no row: not found.
+fn names_nothing(error: InvalidInput) -> AppError {
+    match error {
+        InvalidInput::NoSuchId { kind, raw } => {
+            AppError::NotFound(crate::error::Missing::Id { kind, raw })
+        }
+        other => other.into(),
+    }
 }
 
 /// Forms that carry nothing but their CSRF token (and, for one-click actions
@@ -119,12 +127,8 @@ impl CredentialsForm {
     pub fn sign_in(&self) -> Result<Credentials, AppError> {
         Ok(Credentials {
             email: Email::parse(&self.email)?,
-            password: Password::parse(&self.password).map_err(|_| {
-                AppError::Forbidden(
-                    "That email and password do not match an account. Check them and try again."
-                        .into(),
-                )
-            })?,
+            password: Password::parse(&self.password)
+                .map_err(|_| AppError::Forbidden(crate::error::NotAllowed::WrongCredentials))?,
         })
     }
 }
@@ -264,7 +268,10 @@ pub fn form_time(at: &DateTime<Utc>) -> String {
 /// The sale form sends times as `datetime-local` values in UTC (it says so).
 /// Four-digit years only: Postgres cannot store every year chrono can read,
 /// and a sale in year 200000 is a typo.
-fn parse_form_time(raw: &str, field: &str) -> Result<Option<DateTime<Utc>>, InvalidInput> {
+fn parse_form_time(
+    raw: &str,
+    field: crate::domain::TimeField,
+) -> Result<Option<DateTime<Utc>>, InvalidInput> {
     let raw = raw.trim();
     if raw.is_empty() {
         return Ok(None);
@@ -274,21 +281,19 @@ fn parse_form_time(raw: &str, field: &str) -> Result<Option<DateTime<Utc>>, Inva
         .find_map(|format| NaiveDateTime::parse_from_str(raw, format).ok())
         .filter(|naive| (1970..=9999).contains(&naive.year()))
         .map(|naive| Some(naive.and_utc()))
-        .ok_or_else(|| {
-            InvalidInput(format!(
-                "The {field} “{}” is not a date and time: write it like 2026-12-01T09:00.",
-                raw.chars().take(40).collect::<String>()
-            ))
+        .ok_or_else(|| InvalidInput::NotATime {
+            field,
+            raw: crate::domain::echo(raw),
         })
 }
 
-fn parse_whole(raw: &str, what: &str) -> Result<i32, InvalidInput> {
-    raw.trim().parse().map_err(|_| {
-        InvalidInput(format!(
-            "The {what} “{}” is not a whole number.",
-            raw.chars().take(40).collect::<String>()
-        ))
-    })
+fn parse_whole(raw: &str, field: crate::domain::NumberField) -> Result<i32, InvalidInput> {
+    raw.trim()
+        .parse()
+        .map_err(|_| InvalidInput::NotAWholeNumber {
+            field,
+            raw: crate::domain::echo(raw),
+        })
 }
 
 impl SaleFields {
@@ -350,7 +355,7 @@ impl SaleFields {
             name: terms.name,
             description: terms.description,
             price: terms.price,
-            stock: parse_whole(&self.stock, "stock")?,
+            stock: parse_whole(&self.stock, crate::domain::NumberField::Stock)?,
             per_customer_limit: terms.per_customer_limit,
             starts_at: terms.starts_at,
             ends_at: terms.ends_at,
@@ -365,25 +370,29 @@ impl SaleFields {
     fn unchecked_terms(&self, check_work: i32) -> Result<SaleTerms, InvalidInput> {
         let join_check_work = match self.join_check_work.trim() {
             "" => check_work,
-            raw => parse_whole(&raw.replace(',', ""), "bot check's size")?,
+            raw => parse_whole(&raw.replace(',', ""), crate::domain::NumberField::CheckWork)?,
         };
         let per_customer_limit = match self.per_customer_limit.trim() {
             "" => None,
-            raw => Some(parse_whole(raw, "per-customer limit")?),
+            raw => Some(parse_whole(
+                raw,
+                crate::domain::NumberField::PerCustomerLimit,
+            )?),
         };
-        let starts_at = parse_form_time(&self.starts_at, "start")?.ok_or_else(|| {
-            InvalidInput("Say when the sale starts (UTC), for example 2026-12-01T09:00.".into())
-        })?;
+        let starts_at = parse_form_time(&self.starts_at, crate::domain::TimeField::Start)?
+            .ok_or(InvalidInput::NoStart)?;
         Ok(SaleTerms {
             name: self.name.clone(),
             description: self.description.clone(),
             price: Money::parse_decimal(&self.price)?,
             per_customer_limit,
             starts_at,
-            ends_at: parse_form_time(&self.ends_at, "end")?,
-            queue_mode: parse_checkbox(&self.queue_mode)
-                .ok_or_else(|| InvalidInput("Queue mode is a checkbox: ticked or not.".into()))?,
-            queue_opens_at: parse_form_time(&self.queue_opens_at, "waiting-room opening")?,
+            ends_at: parse_form_time(&self.ends_at, crate::domain::TimeField::End)?,
+            queue_mode: parse_checkbox(&self.queue_mode).ok_or(InvalidInput::NotACheckbox)?,
+            queue_opens_at: parse_form_time(
+                &self.queue_opens_at,
+                crate::domain::TimeField::QueueOpening,
+            )?,
             join_check_work,
         })
     }
@@ -422,17 +431,22 @@ impl OrderSearch {
     pub fn filter(&self) -> Result<OrderFilter, AppError> {
         let email = self.email.trim();
         // Postgres refuses NUL even inside a LIKE pattern.
-        check_plain_text(email, "email searched for", Lines::One)?;
+        check_plain_text(
+            email,
+            crate::domain::TextField::EmailSearchedFor,
+            Lines::One,
+        )?;
         Ok(OrderFilter {
             email: (!email.is_empty()).then(|| email.chars().take(254).collect()),
             status: match self.status.as_str() {
                 "" => None,
-                raw => Some(OrderStatus::parse(raw).ok_or_else(|| {
-                    AppError::Invalid(format!(
-                        "There is no order status “{}”.",
-                        raw.chars().take(40).collect::<String>()
-                    ))
-                })?),
+                raw => {
+                    Some(
+                        OrderStatus::parse(raw).ok_or_else(|| InvalidInput::NotAnOrderStatus {
+                            raw: crate::domain::echo(raw),
+                        })?,
+                    )
+                }
             },
             product: match self.product.as_str() {
                 "" => None,

@@ -57,9 +57,7 @@ pub async fn readyz(shop: web::Data<Shop>, stopping: Option<web::Data<Stopping>>
 #[get("/metrics")]
 pub async fn metrics_text(shop: web::Data<Shop>) -> Result<HttpResponse, AppError> {
     if !shop.settings.metrics {
-        return Err(AppError::NotFound(
-            "There is no page at this address.".into(),
-        ));
+        return Err(AppError::NotFound(crate::error::Missing::Page));
     }
     Ok(HttpResponse::Ok()
         .content_type(metrics::CONTENT_TYPE)

@@ -39,6 +39,7 @@ pub mod session_cookie;
 pub mod shop;
 pub mod views;
 pub mod waiting_room;
+mod words;
 
 use actix_web::http::header;
 use actix_web::{web, HttpResponse};
@@ -56,11 +57,12 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
             .error_handler(|error, _req| error::form_refused(error)),
     )
     .app_data(web::QueryConfig::default().error_handler(|error, _req| {
-        AppError::Invalid(format!("The address could not be read: {error}.")).into()
+        AppError::Invalid(crate::error::Invalid::UnreadableQuery(error.to_string())).into()
     }))
-    .app_data(web::PathConfig::default().error_handler(|_error, _req| {
-        AppError::NotFound("There is no page at this address.".into()).into()
-    }))
+    .app_data(
+        web::PathConfig::default()
+            .error_handler(|_error, _req| AppError::NotFound(crate::error::Missing::Page).into()),
+    )
     .configure(health::routes)
     .configure(operations::routes)
     .configure(assets::routes)
@@ -75,9 +77,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     .configure(action_log::routes)
     .configure(mail::routes)
     .default_service(web::to(|| async {
-        Err::<HttpResponse, _>(AppError::NotFound(
-            "There is no page at this address.".into(),
-        ))
+        Err::<HttpResponse, _>(AppError::NotFound(crate::error::Missing::Page))
     }));
 }
 

@@ -66,7 +66,7 @@ async fn customer_order_page(
         .as_ref()
         .map_or(StatusCode::OK, ResponseError::status_code);
     let mut order = OrderView::new(detail);
-    order.payment_error = card_error.map(|e| e.to_string());
+    order.payment_error = card_error.as_ref().map(super::error::in_words);
     let page = OrderPage {
         nav: Nav::from_session(session),
         order,

@@ -233,9 +233,7 @@ impl FromRequest for Admin {
         Box::pin(async move {
             match verified_account(&req).await? {
                 Some(account) if account.role == Role::Admin => Ok(Admin(account)),
-                Some(_) => Err(AppError::Forbidden(
-                    "This part of the shop is for administrators only.".into(),
-                )),
+                Some(_) => Err(AppError::Forbidden(crate::error::NotAllowed::AdminsOnly)),
                 None => Err(sign_in_required(&req)),
             }
         })

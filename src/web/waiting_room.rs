@@ -80,9 +80,7 @@ fn customer(signed_in: Result<SignedIn, AppError>) -> Result<Option<SignedIn>, A
 
 /// Only a sale in queue mode has a waiting room.
 fn no_waiting_room(product: ProductId) -> AppError {
-    AppError::NotFound(format!(
-        "Product {product} is not sold through a waiting room: buy it from its product page."
-    ))
+    AppError::NotFound(crate::error::Missing::WaitingRoom(product))
 }
 
 #[get("/products/{id}/queue")]

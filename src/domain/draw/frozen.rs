@@ -5,7 +5,7 @@ use sha2::{Digest, Sha256};
 
 use super::seed::parse_32_hex;
 use super::{DrawFault, DrawRecord, Ticket};
-use crate::domain::InvalidInput;
+use crate::domain::{HexValue, InvalidInput};
 
 /// The frozen list's commitment: SHA-256 of the pre-queue tickets in their
 /// canonical form. The tickets are sorted ascending by their bytes, each is
@@ -53,7 +53,7 @@ impl EntriesCommitment {
     }
 
     pub fn parse_hex(raw: &str) -> Result<EntriesCommitment, InvalidInput> {
-        parse_32_hex(raw, "frozen list's SHA-256").map(EntriesCommitment)
+        parse_32_hex(raw, HexValue::FrozenListSha256).map(EntriesCommitment)
     }
 
     pub fn as_bytes(&self) -> &[u8; 32] {

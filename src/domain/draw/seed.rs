@@ -5,7 +5,7 @@ use rand::rngs::OsRng;
 use rand::RngCore;
 use sha2::{Digest, Sha256};
 
-use crate::domain::InvalidInput;
+use crate::domain::{HexValue, InvalidInput};
 
 /// The draw's secret: 32 bytes that decide the order of everyone who joined
 /// before the start. Only its commitment is published until the start.
@@ -29,7 +29,7 @@ impl DrawSeed {
     }
 
     pub fn parse_hex(raw: &str) -> Result<DrawSeed, InvalidInput> {
-        parse_32_hex(raw, "draw seed").map(DrawSeed)
+        parse_32_hex(raw, HexValue::DrawSeed).map(DrawSeed)
     }
 
     pub fn as_bytes(&self) -> &[u8; 32] {
@@ -81,7 +81,7 @@ impl SeedCommitment {
     }
 
     pub fn parse_hex(raw: &str) -> Result<SeedCommitment, InvalidInput> {
-        parse_32_hex(raw, "seed commitment").map(SeedCommitment)
+        parse_32_hex(raw, HexValue::SeedCommitment).map(SeedCommitment)
     }
 
     pub fn as_bytes(&self) -> &[u8; 32] {
@@ -125,13 +125,13 @@ impl From<SeedCommitment> for String {
 
 /// Either case is read (the bytes are what count); the hashes and the seed
 /// all write lowercase.
-pub(super) fn parse_32_hex(raw: &str, what: &str) -> Result<[u8; 32], InvalidInput> {
+pub(super) fn parse_32_hex(raw: &str, what: HexValue) -> Result<[u8; 32], InvalidInput> {
     let mut bytes = [0u8; 32];
     if raw.len() != 64 || hex::decode_to_slice(raw, &mut bytes).is_err() {
-        return Err(InvalidInput(format!(
-            "A {what} is 64 hex digits (32 bytes); got “{}”.",
-            raw.chars().take(80).collect::<String>()
-        )));
+        return Err(InvalidInput::NotHex32 {
+            what,
+            raw: raw.chars().take(80).collect(),
+        });
     }
     Ok(bytes)
 }

@@ -4,7 +4,7 @@ use std::str::FromStr;
 use rand::rngs::OsRng;
 use rand::RngCore;
 
-use crate::domain::InvalidInput;
+use crate::domain::{echo, InvalidInput};
 
 /// A waiting-room entry's public name: shown to its customer, published in
 /// the draw, and the message the seed's HMAC places in the order.
@@ -45,11 +45,10 @@ impl Ticket {
         if raw.len() == Self::LEN && raw.bytes().all(|b| Self::ALPHABET.contains(&b)) {
             Ok(Ticket(raw.to_string()))
         } else {
-            Err(InvalidInput(format!(
-                "A ticket is {} characters of 0-9 and A-Z without I, L, O or U; got “{}”.",
-                Self::LEN,
-                raw.chars().take(40).collect::<String>()
-            )))
+            Err(InvalidInput::NotATicket {
+                len: Self::LEN,
+                raw: echo(raw),
+            })
         }
     }
 

@@ -178,11 +178,11 @@ async fn ensure_account(
     password: &str,
 ) -> anyhow::Result<()> {
     use crate::domain::{Email, Password, Role};
-    let email = Email::parse(email).map_err(|e| anyhow::anyhow!(e.0))?;
-    let password = Password::parse(password).map_err(|e| anyhow::anyhow!(e.0))?;
+    let email = Email::parse(email)?;
+    let password = Password::parse(password)?;
     let address = email.as_str().to_string();
     match crate::services::accounts::sign_up(pool, email, password, Role::Customer).await {
-        Ok(_) | Err(crate::error::AppError::Conflict { .. }) => {}
+        Ok(_) | Err(crate::error::AppError::Conflict(_)) => {}
         Err(error) => return Err(anyhow::anyhow!("creating a buyer's account: {error}")),
     }
     // The operator knows these addresses, as the demo's: confirmed, so a

@@ -10,7 +10,7 @@ use crate::db::models::NewProduct;
 use crate::db::schema::products;
 use crate::db::{self, PgPool};
 use crate::domain::{check_plain_text, CustomerId, InvalidInput, Lines, Money, Product, ProductId};
-use crate::error::AppError;
+use crate::error::{AppError, Conflict, FrozenTerm, Missing, StrandingEdit};
 use crate::services::action_log::{self, ActionKind, AdminAction};
 use crate::services::{sale_cache, Shop};
 use changes::{audit_time, changes};
@@ -62,9 +62,7 @@ impl SaleSpec {
 
     pub fn validate(self) -> Result<SaleSpec, InvalidInput> {
         if !(0..=MAX_STOCK).contains(&self.stock) {
-            return Err(InvalidInput(
-                "Stock must be between 0 and 10,000,000 units.".into(),
-            ));
+            return Err(InvalidInput::StockOutOfBounds { max: MAX_STOCK });
         }
         let terms = SaleTerms {
             name: self.name,
@@ -116,42 +114,40 @@ pub fn queue_opening(
 impl SaleTerms {
     pub fn validate(self) -> Result<SaleTerms, InvalidInput> {
         let name = self.name.trim().to_string();
-        if name.is_empty() || name.chars().count() > 200 {
-            return Err(InvalidInput(
-                "Give the product a name of 1 to 200 characters.".into(),
-            ));
+        if name.is_empty() || name.chars().count() > MAX_NAME_CHARS {
+            return Err(InvalidInput::NameLength {
+                max: MAX_NAME_CHARS,
+            });
         }
-        check_plain_text(&name, "name", Lines::One)?;
-        check_plain_text(&self.description, "description", Lines::Many)?;
-        if self.description.chars().count() > 5_000 {
-            return Err(InvalidInput(
-                "Keep the description under 5,000 characters.".into(),
-            ));
+        check_plain_text(&name, crate::domain::TextField::ProductName, Lines::One)?;
+        check_plain_text(
+            &self.description,
+            crate::domain::TextField::Description,
+            Lines::Many,
+        )?;
+        if self.description.chars().count() > MAX_DESCRIPTION_CHARS {
+            return Err(InvalidInput::DescriptionTooLong {
+                max: MAX_DESCRIPTION_CHARS,
+            });
         }
         if self.per_customer_limit.is_some_and(|l| l < 1) {
-            return Err(InvalidInput(
-                "A per-customer limit must be at least 1 (leave it empty for no limit).".into(),
-            ));
+            return Err(InvalidInput::LimitBelowOne);
         }
         if self.ends_at.is_some_and(|end| end <= self.starts_at) {
-            return Err(InvalidInput("The sale must end after it starts.".into()));
+            return Err(InvalidInput::EndsBeforeStart);
         }
         if !(1..=MAX_CHECK_WORK).contains(&self.join_check_work) {
-            return Err(InvalidInput(format!(
-                "The bot check's size must be between 1 and {MAX_CHECK_WORK} tries."
-            )));
+            return Err(InvalidInput::CheckWorkOutOfBounds {
+                max: MAX_CHECK_WORK,
+            });
         }
         if self.queue_mode && self.per_customer_limit.is_none() {
-            return Err(InvalidInput(QUEUE_NEEDS_LIMIT.into()));
+            return Err(InvalidInput::QueueNeedsLimit);
         }
         match self.queue_opens_at {
-            Some(_) if !self.queue_mode => {
-                return Err(InvalidInput(
-                    "A waiting-room opening time only applies to a sale in queue mode: turn queue mode on, or leave the opening time empty.".into(),
-                ))
-            }
+            Some(_) if !self.queue_mode => return Err(InvalidInput::OpeningWithoutQueue),
             Some(opens) if opens > self.starts_at => {
-                return Err(InvalidInput(QUEUE_OPENS_AFTER_START.into()))
+                return Err(InvalidInput::QueueOpensAfterStart)
             }
             _ => {}
         }
@@ -163,9 +159,10 @@ impl SaleTerms {
     }
 }
 
-const QUEUE_NEEDS_LIMIT: &str = "A sale in queue mode needs a per-customer limit: each pass from the waiting room covers that many units.";
-const QUEUE_OPENS_AFTER_START: &str =
-    "The waiting room must open at or before the sale starts (leave the opening empty for 15 minutes before).";
+/// The longest product name, in characters.
+pub const MAX_NAME_CHARS: usize = 200;
+/// A description must stay under this many characters.
+pub const MAX_DESCRIPTION_CHARS: usize = 5_000;
 
 /// The products table's own checks, should a sale reach them past
 /// `validate` (another writer, a race with a concurrent edit): the admin's
@@ -173,13 +170,13 @@ const QUEUE_OPENS_AFTER_START: &str =
 fn refused_by_constraint(error: diesel::result::Error) -> AppError {
     use diesel::result::{DatabaseErrorKind, Error};
     if let Error::DatabaseError(DatabaseErrorKind::CheckViolation, info) = &error {
-        let message = match info.constraint_name() {
-            Some("products_queue_needs_limit") => Some(QUEUE_NEEDS_LIMIT),
-            Some("products_queue_opens_before_start") => Some(QUEUE_OPENS_AFTER_START),
+        let invalid = match info.constraint_name() {
+            Some("products_queue_needs_limit") => Some(InvalidInput::QueueNeedsLimit),
+            Some("products_queue_opens_before_start") => Some(InvalidInput::QueueOpensAfterStart),
             _ => None,
         };
-        if let Some(message) = message {
-            return AppError::Invalid(message.into());
+        if let Some(invalid) = invalid {
+            return invalid.into();
         }
     }
     error.into()
@@ -269,7 +266,7 @@ pub async fn update_sale(
                 .select(Product::as_select())
                 .first(conn)
                 .optional()?
-                .ok_or_else(|| AppError::NotFound(format!("There is no product with id {id}.")))?;
+                .ok_or_else(|| no_such_product(id))?;
             keeps_the_queue_whole(conn, &before, &terms)?;
             let after = diesel::update(products::table.find(id.get()))
                 .set((
@@ -333,24 +330,22 @@ fn keeps_the_queue_whole(
     let opening_after = queue_opening(after.starts_at, after.queue_opens_at);
     if let Some(drawn_at) = drawn_at {
         let moved = if !after.queue_mode {
-            Some("take the sale out of queue mode")
+            Some(FrozenTerm::QueueMode)
         } else if after.starts_at != before.sale_starts_at {
-            Some("move the start")
+            Some(FrozenTerm::Start)
         } else if opening_after != opening_before {
-            Some("move the opening of the waiting room")
+            Some(FrozenTerm::Opening)
         } else if after.per_customer_limit != before.per_customer_limit {
-            Some("change the per-customer limit (each pass covers it)")
+            Some(FrozenTerm::Limit)
         } else {
             None
         };
-        if let Some(what) = moved {
-            return Err(AppError::conflict(
-                "The draw is published",
-                format!(
-                    "The waiting room's pre-queue was frozen for its draw at {}: an edit cannot {what} any more.",
-                    audit_time(Some(drawn_at))
-                ),
-            ));
+        if let Some(change) = moved {
+            return Err(Conflict::DrawPublished {
+                frozen_at: drawn_at,
+                change,
+            }
+            .into());
         }
         return Ok(());
     }
@@ -366,30 +361,23 @@ fn keeps_the_queue_whole(
     let (Some(first), Some(last)) = (first, last) else {
         return Ok(());
     };
-    let people = if entries == 1 {
-        "1 customer is".to_string()
-    } else {
-        format!("{entries} customers are")
-    };
     let refusal = if !after.queue_mode {
-        Some(format!(
-            "{people} in the waiting room: the sale cannot leave queue mode."
-        ))
+        Some(StrandingEdit::LeaveQueueMode)
     } else if opening_after > first {
-        Some(format!(
-            "{people} in the waiting room since {}: it cannot open later than that.",
-            audit_time(Some(first))
-        ))
+        Some(StrandingEdit::OpenLater {
+            first_joined: first,
+        })
     } else if after.starts_at <= last {
-        Some(format!(
-            "{people} in the waiting room, the last joined at {}: the start must stay after that, so they are drawn as the pre-queue they joined.",
-            audit_time(Some(last))
-        ))
+        Some(StrandingEdit::StartTooEarly { last_joined: last })
     } else {
         None
     };
     match refusal {
-        Some(message) => Err(AppError::conflict("Customers are waiting", message)),
+        Some(edit) => Err(Conflict::CustomersWaiting {
+            people: entries,
+            edit,
+        }
+        .into()),
         None => Ok(()),
     }
 }
@@ -412,7 +400,7 @@ pub async fn find_product(pool: &PgPool, id: ProductId) -> Result<Product, AppEr
 }
 
 fn no_such_product(id: ProductId) -> AppError {
-    AppError::NotFound(format!("There is no product with id {id}."))
+    AppError::NotFound(Missing::Product(id))
 }
 
 /// A sale as the shop pages show it: its row from the sale cache (at most
@@ -468,6 +456,7 @@ mod tests {
     use diesel::result::{DatabaseErrorInformation, DatabaseErrorKind, Error};
 
     use super::*;
+    use crate::error::Invalid;
 
     struct Violated(&'static str);
 
@@ -504,12 +493,14 @@ mod tests {
 
     #[test]
     fn the_queue_checks_of_the_products_table_are_the_admins_mistakes() {
-        assert!(
-            matches!(violating("products_queue_needs_limit"), AppError::Invalid(m) if m.contains("needs a per-customer limit"))
-        );
-        assert!(
-            matches!(violating("products_queue_opens_before_start"), AppError::Invalid(m) if m.contains("at or before the sale starts"))
-        );
+        assert!(matches!(
+            violating("products_queue_needs_limit"),
+            AppError::Invalid(Invalid::Input(InvalidInput::QueueNeedsLimit))
+        ));
+        assert!(matches!(
+            violating("products_queue_opens_before_start"),
+            AppError::Invalid(Invalid::Input(InvalidInput::QueueOpensAfterStart))
+        ));
         assert!(matches!(
             violating("some_other_check"),
             AppError::Internal(_)
@@ -536,9 +527,18 @@ mod tests {
         assert!(terms(true, Some(1), None).validate().is_ok());
         assert!(terms(true, Some(1), Some(0)).validate().is_ok());
         assert!(terms(true, Some(1), Some(-60)).validate().is_ok());
-        let refusal = |t: SaleTerms| t.validate().unwrap_err().0;
-        assert!(refusal(terms(true, None, None)).contains("needs a per-customer limit"));
-        assert!(refusal(terms(true, Some(1), Some(1))).contains("at or before the sale starts"));
-        assert!(refusal(terms(false, Some(1), Some(-60))).contains("only applies"));
+        let refusal = |t: SaleTerms| t.validate().unwrap_err();
+        assert_eq!(
+            refusal(terms(true, None, None)),
+            InvalidInput::QueueNeedsLimit
+        );
+        assert_eq!(
+            refusal(terms(true, Some(1), Some(1))),
+            InvalidInput::QueueOpensAfterStart
+        );
+        assert_eq!(
+            refusal(terms(false, Some(1), Some(-60))),
+            InvalidInput::OpeningWithoutQueue
+        );
     }
 }

@@ -12,7 +12,7 @@ use super::rules::refusal_for;
 use crate::db;
 use crate::db::schema::products;
 use crate::domain::{CustomerId, Product, ProductId, Refusal};
-use crate::error::AppError;
+use crate::error::{AppError, Missing};
 use crate::gate::{Admission, AnswerRecord, StockGate};
 use crate::services::stock_gate::{give_back_all, seed_if_absent};
 use crate::services::{confirmation, Shop};
@@ -187,7 +187,7 @@ async fn unknown_after_seeding(shop: &Shop, product: ProductId) -> AppError {
     .await;
     match found {
         Ok(Some(_)) => AppError::Unavailable("the stock gate lost its counts; try again".into()),
-        Ok(None) => AppError::NotFound(format!("There is no product with id {product}.")),
+        Ok(None) => AppError::NotFound(Missing::Product(product)),
         Err(error) => error,
     }
 }
@@ -240,9 +240,7 @@ pub(super) async fn refusal_before_locking(
         let product = found
             .iter()
             .find(|p| p.id == line.product.get())
-            .ok_or_else(|| {
-                AppError::NotFound(format!("There is no product with id {}.", line.product))
-            })?;
+            .ok_or_else(|| AppError::NotFound(Missing::Product(line.product)))?;
         if let Some(refusal) = refusal_for(product, line.quantity, now) {
             return Ok(Some(refusal));
         }

@@ -49,7 +49,7 @@ pub use pass::purchase_with_pass;
 use std::time::Duration;
 
 use crate::domain::{CustomerId, ProductId};
-use crate::error::AppError;
+use crate::error::{AppError, Conflict, Invalid};
 use crate::gate::StockGate;
 use crate::services::stock_gate::give_back_all;
 use crate::services::Shop;
@@ -71,12 +71,7 @@ pub async fn purchase(
     lines.sort_by_key(|l| l.product);
     check_lines(shop, &lines, answer_key.as_ref())?;
     if let Some(name) = pass::queue_mode_among(shop, &lines).await? {
-        return Err(AppError::conflict(
-            "This sale has a waiting room",
-            format!(
-                "{name} is sold through its waiting room, one customer at a time: join it from the product's page and buy with the pass you get when your turn comes. Nothing was bought, reserved or charged."
-            ),
-        ));
+        return Err(Conflict::SaleHasWaitingRoom { name }.into());
     }
     // From admission on, the purchase runs on a task of its own: a buyer who
     // hangs up cancels the request, and with it anything awaited there, but
@@ -96,9 +91,7 @@ fn check_lines(
     answer_key: Option<&AnswerKey>,
 ) -> Result<(), AppError> {
     if lines.is_empty() || lines.windows(2).any(|w| w[0].product == w[1].product) {
-        return Err(AppError::Invalid(
-            "An order needs each product once, with a quantity.".into(),
-        ));
+        return Err(AppError::Invalid(Invalid::LinesNotDistinct));
     }
     if matches!(answer_key, Some(AnswerKey::AtGate { .. }))
         && (lines.len() != 1 || shop.gate.is_none())

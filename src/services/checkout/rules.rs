@@ -13,7 +13,7 @@ use diesel::prelude::*;
 use crate::db::holdings::{self, Holder};
 use crate::db::PgConn;
 use crate::domain::{CustomerId, Product, ProductId, Quantity, Refusal, SaleState};
-use crate::error::{AppError, PassRefusal};
+use crate::error::{AppError, Invalid, Missing, PassRefusal};
 use crate::services::waiting_room::{lock_open_passes, OpenPass};
 
 /// The sale-window and stock rules for one line. Without the limit, so it
@@ -88,9 +88,9 @@ pub(super) fn pass_refusal(
     match *held {
         OpenPass::Used { .. } => refused(PassRefusal::Used),
         OpenPass::Lapsed { .. } => refused(PassRefusal::Lapsed),
-        OpenPass::Open { units, .. } if quantity.get() > units => Err(AppError::Invalid(format!(
-            "Your pass covers {units} unit(s): buy at most that many."
-        ))),
+        OpenPass::Open { units, .. } if quantity.get() > units => {
+            Err(AppError::Invalid(Invalid::BeyondPass { units }))
+        }
         OpenPass::Open { .. } => Ok(()),
     }
 }
@@ -127,5 +127,5 @@ pub(super) fn lock_product(conn: &mut PgConn, product: ProductId) -> Result<Prod
         .select(Product::as_select())
         .first(conn)
         .optional()?
-        .ok_or_else(|| AppError::NotFound(format!("There is no product with id {product}.")))
+        .ok_or_else(|| AppError::NotFound(Missing::Product(product)))
 }

@@ -215,7 +215,8 @@ pub async fn recent(shop: &Shop, limit: i64) -> Result<Vec<OutboxEntry>, AppErro
                     &to,
                     &key,
                     &shop.settings.shop_url,
-                );
+                )
+                .map_err(|e| AppError::Internal(anyhow::anyhow!("outbox row {id}: render: {e}")))?;
                 Ok(OutboxEntry {
                     id,
                     event_key,

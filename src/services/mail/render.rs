@@ -1,4 +1,9 @@
-//! What each message says: plain text, in the customer's words.
+//! Which message a mail is and the facts it says: the words are the
+//! templates under `templates/mail/` (plain text, a subject block and a
+//! body block each).
+
+use askama::Template;
+use chrono::{DateTime, Utc};
 
 use crate::domain::{CustomerId, Money};
 
@@ -11,8 +16,60 @@ pub struct RenderedMail {
     pub body: String,
 }
 
-fn money(cents: i64) -> String {
-    Money::from_cents(cents).unwrap_or_default().to_string()
+fn money(cents: i64) -> Money {
+    Money::from_cents(cents).unwrap_or_default()
+}
+
+#[derive(Template)]
+#[template(path = "mail/confirm_address.txt", blocks = ["subject", "body"])]
+struct ConfirmAddress<'a> {
+    to: &'a str,
+    link: String,
+    hours: i64,
+}
+
+#[derive(Template)]
+#[template(path = "mail/your_turn.txt", blocks = ["subject", "body"])]
+struct YourTurn<'a> {
+    shop_url: &'a str,
+    product_id: i64,
+    product: &'a str,
+    units: i32,
+    deadline: DateTime<Utc>,
+}
+
+#[derive(Template)]
+#[template(path = "mail/order_paid.txt", blocks = ["subject", "body"])]
+struct OrderPaid<'a> {
+    shop_url: &'a str,
+    order: i64,
+    total: Money,
+}
+
+#[derive(Template)]
+#[template(path = "mail/payment_declined.txt", blocks = ["subject", "body"])]
+struct PaymentDeclined<'a> {
+    shop_url: &'a str,
+    order: i64,
+    tries_left: i64,
+}
+
+#[derive(Template)]
+#[template(path = "mail/refund.txt", blocks = ["subject", "body"])]
+struct Refund<'a> {
+    shop_url: &'a str,
+    order: i64,
+    total: Money,
+}
+
+/// A message's subject and body, each its template's block.
+macro_rules! rendered {
+    ($message:expr) => {{
+        let message = $message;
+        let subject = message.as_subject().render()?;
+        let body = message.as_body().render()?;
+        RenderedMail { subject, body }
+    }};
 }
 
 /// `mail` for the account `customer` whose address is `to`; `shop_url` is
@@ -23,64 +80,47 @@ pub fn render(
     to: &str,
     key: &LinkKey,
     shop_url: &str,
-) -> RenderedMail {
-    let (subject, body) = match mail {
-        Mail::ConfirmAddress { issued } => {
-            let link = ConfirmLink::issue(key, customer, to, *issued);
-            (
-                "Confirm your email address".to_string(),
-                format!(
-                    "Hello,\n\nPlease confirm that {to} is your email address by opening this link:\n\n{shop_url}{path}\n\nThe link works for {hours} hours. Until your address is confirmed you can browse and buy first-come sales, but not join a waiting room.\n\nIf you did not create an account at our shop, you can ignore this message.\n",
-                    path = link.path(),
-                    hours = LINK_VALIDITY.num_hours(),
-                ),
-            )
-        }
+) -> Result<RenderedMail, askama::Error> {
+    Ok(match mail {
+        Mail::ConfirmAddress { issued } => rendered!(ConfirmAddress {
+            to,
+            link: format!(
+                "{shop_url}{}",
+                ConfirmLink::issue(key, customer, to, *issued).path()
+            ),
+            hours: LINK_VALIDITY.num_hours(),
+        }),
         Mail::YourTurn {
             product_id,
             product,
             units,
             deadline,
             ..
-        } => (
-            format!("It's your turn: {product}"),
-            format!(
-                "Hello,\n\nIt's your turn in the waiting room for {product}. You may buy {units} now.\n\nYour turn lasts until {deadline} (UTC). After that your place goes to the next person in line.\n\nBuy here: {shop_url}/products/{product_id}\n",
-                units = if *units == 1 { "1 unit".to_string() } else { format!("up to {units} units") },
-                deadline = deadline.format("%Y-%m-%d %H:%M:%S"),
-            ),
-        ),
-        Mail::OrderPaid { order, total_cents } => (
-            format!("Order #{order} is paid"),
-            format!(
-                "Hello,\n\nThank you: your payment of {total} for order #{order} went through, and the order is yours.\n\nSee your order: {shop_url}/orders/{order}\n",
-                total = money(*total_cents),
-            ),
-        ),
+        } => rendered!(YourTurn {
+            shop_url,
+            product_id: *product_id,
+            product,
+            units: *units,
+            deadline: *deadline,
+        }),
+        Mail::OrderPaid { order, total_cents } => rendered!(OrderPaid {
+            shop_url,
+            order: *order,
+            total: money(*total_cents),
+        }),
         Mail::PaymentDeclined {
             order, tries_left, ..
-        } => (
-            format!("Payment declined for order #{order}"),
-            if *tries_left > 0 {
-                format!(
-                    "Hello,\n\nThe card you used for order #{order} was declined, so you were not charged. Your order still holds its items: you can pay with another card on the order page before its deadline ({tries_left} more {tries}).\n\nPay for your order: {shop_url}/orders/{order}\n",
-                    tries = if *tries_left == 1 { "try" } else { "tries" },
-                )
-            } else {
-                format!(
-                    "Hello,\n\nThe card you used for order #{order} was declined, so you were not charged. It was the last try for this order, so it is cancelled and its items are back on sale.\n\nYour orders: {shop_url}/orders\n"
-                )
-            },
-        ),
-        Mail::Refund { order, total_cents } => (
-            format!("Refund for order #{order}"),
-            format!(
-                "Hello,\n\nWe have refunded order #{order}: {total} goes back to the card you paid with. Depending on your bank it can take a few days to appear.\n\nSee your order: {shop_url}/orders/{order}\n",
-                total = money(*total_cents),
-            ),
-        ),
-    };
-    RenderedMail { subject, body }
+        } => rendered!(PaymentDeclined {
+            shop_url,
+            order: *order,
+            tries_left: *tries_left,
+        }),
+        Mail::Refund { order, total_cents } => rendered!(Refund {
+            shop_url,
+            order: *order,
+            total: money(*total_cents),
+        }),
+    })
 }
 
 #[cfg(test)]
@@ -97,7 +137,8 @@ mod tests {
             "ada@example.com",
             &key,
             "https://shop.example",
-        );
+        )
+        .unwrap();
         let line = mail
             .body
             .lines()
@@ -112,6 +153,23 @@ mod tests {
         );
     }
 
+    /// The template's blocks, exactly: no stray blank line, one final newline.
+    #[test]
+    fn a_message_is_its_templates_blocks_with_the_facts_filled_in() {
+        let key = LinkKey::derive(&[1u8; 64]);
+        let last = Mail::PaymentDeclined {
+            payment: 1,
+            order: 9,
+            tries_left: 0,
+        };
+        let mail = render(&last, CustomerId(3), "a@b.c", &key, "http://x").unwrap();
+        assert_eq!(mail.subject, "Payment declined for order #9");
+        assert_eq!(
+            mail.body,
+            "Hello,\n\nThe card you used for order #9 was declined, so you were not charged. It was the last try for this order, so it is cancelled and its items are back on sale.\n\nYour orders: http://x/orders\n"
+        );
+    }
+
     #[test]
     fn a_last_decline_says_the_order_is_cancelled() {
         let key = LinkKey::derive(&[1u8; 64]);
@@ -120,14 +178,18 @@ mod tests {
             order: 9,
             tries_left: 0,
         };
-        let body = render(&last, CustomerId(3), "a@b.c", &key, "http://x").body;
+        let body = render(&last, CustomerId(3), "a@b.c", &key, "http://x")
+            .unwrap()
+            .body;
         assert!(body.contains("cancelled"), "{body}");
         let more = Mail::PaymentDeclined {
             payment: 1,
             order: 9,
             tries_left: 2,
         };
-        let body = render(&more, CustomerId(3), "a@b.c", &key, "http://x").body;
+        let body = render(&more, CustomerId(3), "a@b.c", &key, "http://x")
+            .unwrap()
+            .body;
         assert!(body.contains("2 more tries"), "{body}");
     }
 }

@@ -197,7 +197,7 @@ fn message(shop: &Shop, key: &LinkKey, claimed: &Claimed) -> anyhow::Result<Mess
         &claimed.email,
         key,
         &shop.settings.shop_url,
-    );
+    )?;
     let from: Mailbox = shop.settings.mail_from.parse()?;
     let to: Mailbox = claimed.email.parse()?;
     Ok(Message::builder()

@@ -10,7 +10,7 @@ use diesel::sql_types::{BigInt, Bool, Nullable, Timestamptz};
 use crate::db::schema::{admin_actions, customers, products};
 use crate::db::{self, PgConn};
 use crate::domain::{CustomerId, Product, ProductId, QueueState};
-use crate::error::AppError;
+use crate::error::{AppError, Conflict, Missing, NoAdmission};
 use crate::services::action_log::{self, ActionKind, AdminAction};
 use crate::services::catalog::queue_opening;
 use crate::services::Shop;
@@ -252,33 +252,24 @@ fn change_admission(
     .get_result(conn)
     .optional()?;
     let Some(room) = room else {
-        return Err(AppError::NotFound(format!("There is no sale #{product}.")));
+        return Err(AppError::NotFound(Missing::Sale(product)));
     };
-    let unchanged = |message: String| Err(AppError::conflict("Admission unchanged", message));
+    let unchanged = |why| Err(Conflict::AdmissionUnchanged { sale: product, why }.into());
     if !room.queue_mode {
-        return Err(AppError::conflict(
-            "Not a queue-mode sale",
-            format!(
-                "Sale #{product} is not in queue mode: it has no waiting room to pause or resume."
-            ),
-        ));
+        return Err(Conflict::AdmissionNotQueueMode(product).into());
     }
     if room.ended {
-        return unchanged(format!(
-            "Sale #{product} is over: its waiting room is closed, so there is no admission to pause or resume."
-        ));
+        return unchanged(NoAdmission::Ended);
     }
     let Some(was_paused) = room.paused else {
-        return unchanged(format!(
-            "Sale #{product}'s waiting room is not running yet (it opens {}), so there is no admission to pause or resume.",
-            audit_time(queue_opening(room.starts_at, room.opens_at))
-        ));
+        return unchanged(NoAdmission::NotRunningYet {
+            opens_at: queue_opening(room.starts_at, room.opens_at),
+        });
     };
     if !room.frozen {
-        return unchanged(format!(
-            "Sale #{product}'s waiting room is not admitting yet: the draw at the start ({}) opens admission.",
-            audit_time(room.starts_at)
-        ));
+        return unchanged(NoAdmission::NotAdmittingYet {
+            starts_at: room.starts_at,
+        });
     }
     if was_paused == paused {
         return Ok(());
@@ -300,8 +291,4 @@ fn change_admission(
         &AdminAction::on_product(admin, kind, product, detail.to_string()),
     )?;
     Ok(())
-}
-
-fn audit_time(at: DateTime<Utc>) -> String {
-    at.format("%Y-%m-%d %H:%M UTC").to_string()
 }

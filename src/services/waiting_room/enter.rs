@@ -17,7 +17,7 @@ use crate::db::PgConn;
 use crate::domain::draw::Ticket;
 use crate::domain::Place;
 use crate::domain::{CustomerId, ProductId};
-use crate::error::{AppError, DoorRefusal};
+use crate::error::{AppError, DoorRefusal, Missing};
 use crate::services::catalog::queue_opening;
 use crate::services::door::{Doorkeeper, Visit};
 
@@ -125,9 +125,7 @@ fn enter_room(
     .get_result(conn)
     .optional()?;
     let Some(room) = room else {
-        return Err(AppError::NotFound(format!(
-            "There is no product with id {product}."
-        )));
+        return Err(AppError::NotFound(Missing::Product(product)));
     };
     let opens_at = queue_opening(room.starts_at, room.opens_at);
     if !room.queue_mode {

@@ -17,7 +17,7 @@ use super::ISSUER_LOCK;
 use crate::db::{self, PgConn};
 use crate::domain::PASS_GRACE;
 use crate::domain::{CustomerId, PassRef, ProductId};
-use crate::error::{AppError, PassRefusal};
+use crate::error::{AppError, Invalid, PassRefusal};
 use crate::services::mail::{self, Mail};
 use crate::services::Shop;
 
@@ -311,9 +311,7 @@ pub async fn check_presented(
 
 fn covers(units: i32, quantity: i32) -> Result<(), AppError> {
     if quantity > units {
-        return Err(AppError::Invalid(format!(
-            "Your pass covers {units} unit(s): buy at most that many."
-        )));
+        return Err(AppError::Invalid(Invalid::BeyondPass { units }));
     }
     Ok(())
 }

@@ -23,7 +23,7 @@ use crate::domain::draw::{
     SeedCommitment, Ticket,
 };
 use crate::domain::ProductId;
-use crate::error::AppError;
+use crate::error::{AppError, Missing};
 use crate::services::Shop;
 
 /// How long a built record is served as it is.
@@ -61,9 +61,7 @@ pub async fn draw_record(shop: &Shop, product: ProductId) -> Result<Arc<DrawReco
 }
 
 fn no_draw(product: ProductId) -> AppError {
-    AppError::NotFound(format!(
-        "Product {product} has no published draw: it is not sold through a waiting room, or its waiting room has not opened yet."
-    ))
+    AppError::NotFound(Missing::Draw(product))
 }
 
 /// Keyed by the shop's key prefix too: tests run several shops (each on
@@ -181,7 +179,7 @@ fn record_from_rows(
     };
     let seed = DrawSeed::from_bytes(bytes32(seed, "the seed")?);
     let seed_sha256 = SeedCommitment::parse_hex(&hex::encode(&seed_sha256))
-        .map_err(|e| corrupt(format!("the commitment: {}", e.0)))?;
+        .map_err(|e| corrupt(format!("the commitment: {e}")))?;
     let entries_sha256 = match entries_sha256 {
         Some(bytes) => Some(EntriesCommitment::from_bytes(bytes32(
             bytes,
@@ -189,7 +187,7 @@ fn record_from_rows(
         )?)),
         None => None,
     };
-    let ticket = |raw: &str| Ticket::parse(raw).map_err(|e| corrupt(format!("ticket: {}", e.0)));
+    let ticket = |raw: &str| Ticket::parse(raw).map_err(|e| corrupt(format!("ticket: {e}")));
     let entries = entries
         .into_iter()
         .map(|(raw, seq, joined_at, late)| {

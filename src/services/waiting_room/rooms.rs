@@ -18,7 +18,7 @@ use crate::db::{self, PgConn};
 use crate::domain::draw::{EntriesCommitment, SeedCommitment, Ticket};
 use crate::domain::{CustomerId, ProductId};
 use crate::domain::{PassRow, Place};
-use crate::error::AppError;
+use crate::error::{AppError, Missing};
 use crate::services::Shop;
 
 /// How old a room's snapshot may be when a poll reads it.
@@ -354,9 +354,7 @@ fn read_room(conn: &mut PgConn, product: ProductId) -> Result<RoomSnapshot, AppE
                 .bind::<BigInt, _>(product.get())
                 .get_result(conn)
                 .optional()?
-                .ok_or_else(|| {
-                    AppError::NotFound(format!("There is no product with id {product}."))
-                })?;
+                .ok_or_else(|| AppError::NotFound(Missing::Product(product)))?;
             let passes: Vec<OpenPassRow> = diesel::sql_query(
                 "SELECT customer_id, number, ticket, units, expires_at FROM queue_admissions
                  WHERE product_id = $1 AND state = 'issued'",

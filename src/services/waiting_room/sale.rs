@@ -5,7 +5,7 @@
 use chrono::{DateTime, Utc};
 
 use crate::domain::{Product, ProductId};
-use crate::error::AppError;
+use crate::error::{AppError, Conflict, Missing};
 use crate::services::catalog::queue_opening;
 use crate::services::Shop;
 
@@ -51,37 +51,35 @@ pub async fn queue_sale(shop: &Shop, product: ProductId) -> Result<QueueSale, Ap
     let shelf = shop.sale_cache.shelf(&shop.pool).await?;
     let row = shelf
         .product(product)
-        .ok_or_else(|| AppError::NotFound(format!("There is no product with id {product}.")))?;
+        .ok_or_else(|| AppError::NotFound(Missing::Product(product)))?;
     QueueSale::of(row).ok_or_else(|| not_in_queue_mode(&row.name))
 }
 
 pub fn not_open_yet(name: &str, opens_at: DateTime<Utc>) -> AppError {
-    AppError::conflict(
-        "The waiting room is not open yet",
-        format!(
-            "The waiting room for {name} opens at {} UTC. Come back then; nothing was changed.",
-            opens_at.format("%Y-%m-%d %H:%M:%S")
-        ),
-    )
+    Conflict::WaitingRoomNotOpen {
+        name: name.to_string(),
+        opens_at,
+    }
+    .into()
 }
 
 pub fn closed(name: &str) -> AppError {
-    AppError::conflict(
-        "The waiting room is closed",
-        format!("The sale of {name} has ended, so its waiting room takes nobody else. Nothing was changed."),
-    )
+    Conflict::WaitingRoomClosed {
+        name: name.to_string(),
+    }
+    .into()
 }
 
 pub fn sold_out(name: &str) -> AppError {
-    AppError::conflict(
-        "Sold out",
-        format!("{name} is sold out and no unit can come back, so its waiting room takes nobody else. Nothing was changed."),
-    )
+    Conflict::WaitingRoomSoldOut {
+        name: name.to_string(),
+    }
+    .into()
 }
 
 pub fn not_in_queue_mode(name: &str) -> AppError {
-    AppError::conflict(
-        "This sale has no waiting room",
-        format!("{name} is sold to whoever buys first, without a waiting room: buy it from its page once the sale is open. Nothing was changed."),
-    )
+    Conflict::NoWaitingRoom {
+        name: name.to_string(),
+    }
+    .into()
 }

@@ -24,11 +24,24 @@ impl From<RecordedAction> for ActionRow {
             at_iso: iso(&recorded.created_at),
             at_text: timestamp(recorded.created_at),
             admin_email: recorded.admin_email,
-            action: ActionKind::parse(&recorded.action).map_or("Other", ActionKind::label),
+            action: ActionKind::parse(&recorded.action).map_or("Other", label),
             product_id: recorded.product_id,
             order_id: recorded.order_id,
             detail: recorded.detail,
         }
+    }
+}
+
+/// What the log calls an action of this kind.
+fn label(kind: ActionKind) -> &'static str {
+    match kind {
+        ActionKind::Refund => "Refund",
+        ActionKind::StockAdjust => "Stock adjustment",
+        ActionKind::GateResync => "Gate resync",
+        ActionKind::SaleCreate => "Sale created",
+        ActionKind::SaleEdit => "Sale edited",
+        ActionKind::QueuePause => "Waiting room paused",
+        ActionKind::QueueResume => "Waiting room resumed",
     }
 }
 
