@@ -65,7 +65,7 @@ struct DrawVerifyArgs {
     /// The shop, e.g. http://127.0.0.1:8080; GET {base}/products/{id}/draw.json.
     #[arg(long, required_unless_present = "file", conflicts_with = "file")]
     base_url: Option<String>,
-    #[arg(long)]
+    #[arg(long, value_parser = product_id_arg)]
     product: ProductId,
     /// A saved draw.json to check instead of the shop's.
     #[arg(long)]
@@ -235,6 +235,12 @@ pub async fn main() -> ExitCode {
 /// What the command line says went wrong: a refusal of the shop's rules
 /// or of a value typed in, in the words the shop's pages use for it
 /// (`web::error::in_words`); anything else as the error chain.
+/// A product id as clap takes it, refused in the shop's own words.
+fn product_id_arg(raw: &str) -> Result<ProductId, String> {
+    raw.parse::<ProductId>()
+        .map_err(|invalid| crate::web::error::in_words(&invalid.into()))
+}
+
 fn said(error: &anyhow::Error) -> String {
     use crate::error::AppError;
     if let Some(input) = error.downcast_ref::<crate::domain::InvalidInput>() {

@@ -144,10 +144,18 @@ pub struct NewPayment<'a> {
 }
 
 /// A `domain` record is read straight from its row: it selects what its
-/// row type selects and is built from it, so the layers above query and
-/// load the record and never name the row.
+/// row type selects and is built from it, field by field (a field missing
+/// on either side does not compile), so the layers above query and load
+/// the record and never name the row.
 macro_rules! read_from_row {
-    ($($record:ty => $row:ty),* $(,)?) => {$(
+    ($($record:ident => $row:ident { $($field:ident),* $(,)? }),* $(,)?) => {$(
+        impl From<$row> for $record {
+            fn from(row: $row) -> $record {
+                let $row { $($field),* } = row;
+                $record { $($field),* }
+            }
+        }
+
         impl<DB: Backend> Selectable<DB> for $record
         where
             $row: Selectable<DB>,
@@ -173,142 +181,22 @@ macro_rules! read_from_row {
 }
 
 read_from_row! {
-    Product => ProductRow,
-    Order => OrderRow,
-    OrderItem => OrderItemRow,
-    StockChange => StockChangeRow,
-    Payment => PaymentRow,
-}
-
-impl From<ProductRow> for Product {
-    fn from(row: ProductRow) -> Product {
-        let ProductRow {
-            id,
-            name,
-            description,
-            price_cents,
-            stock,
-            initial_stock,
-            per_customer_limit,
-            sale_starts_at,
-            sale_ends_at,
-            created_at,
-            updated_at,
-            fence,
-            queue_mode,
-            queue_opens_at,
-            join_check_work,
-        } = row;
-        Product {
-            id,
-            name,
-            description,
-            price_cents,
-            stock,
-            initial_stock,
-            per_customer_limit,
-            sale_starts_at,
-            sale_ends_at,
-            created_at,
-            updated_at,
-            fence,
-            queue_mode,
-            queue_opens_at,
-            join_check_work,
-        }
-    }
-}
-
-impl From<OrderRow> for Order {
-    fn from(row: OrderRow) -> Order {
-        let OrderRow {
-            id,
-            customer_id,
-            status,
-            total_cents,
-            payment_deadline,
-            created_at,
-            updated_at,
-            gate_key,
-        } = row;
-        Order {
-            id,
-            customer_id,
-            status,
-            total_cents,
-            payment_deadline,
-            created_at,
-            updated_at,
-            gate_key,
-        }
-    }
-}
-
-impl From<OrderItemRow> for OrderItem {
-    fn from(row: OrderItemRow) -> OrderItem {
-        let OrderItemRow {
-            id,
-            order_id,
-            product_id,
-            quantity,
-            unit_price_cents,
-        } = row;
-        OrderItem {
-            id,
-            order_id,
-            product_id,
-            quantity,
-            unit_price_cents,
-        }
-    }
-}
-
-impl From<StockChangeRow> for StockChange {
-    fn from(row: StockChangeRow) -> StockChange {
-        let StockChangeRow {
-            id,
-            product_id,
-            order_id,
-            delta,
-            stock_after,
-            reason,
-            note,
-            created_at,
-        } = row;
-        StockChange {
-            id,
-            product_id,
-            order_id,
-            delta,
-            stock_after,
-            reason,
-            note,
-            created_at,
-        }
-    }
-}
-
-impl From<PaymentRow> for Payment {
-    fn from(row: PaymentRow) -> Payment {
-        let PaymentRow {
-            id,
-            order_id,
-            outcome,
-            amount_cents,
-            card_last4,
-            created_at,
-            attempt_key,
-            settled_at,
-        } = row;
-        Payment {
-            id,
-            order_id,
-            outcome,
-            amount_cents,
-            card_last4,
-            created_at,
-            attempt_key,
-            settled_at,
-        }
-    }
+    Product => ProductRow {
+        id, name, description, price_cents, stock, initial_stock, per_customer_limit,
+        sale_starts_at, sale_ends_at, created_at, updated_at, fence, queue_mode, queue_opens_at,
+        join_check_work,
+    },
+    Order => OrderRow {
+        id, customer_id, status, total_cents, payment_deadline, created_at, updated_at,
+        gate_key,
+    },
+    OrderItem => OrderItemRow {
+        id, order_id, product_id, quantity, unit_price_cents,
+    },
+    StockChange => StockChangeRow {
+        id, product_id, order_id, delta, stock_after, reason, note, created_at,
+    },
+    Payment => PaymentRow {
+        id, order_id, outcome, amount_cents, card_last4, created_at, attempt_key, settled_at,
+    },
 }

@@ -52,16 +52,6 @@ impl OrderStatus {
         OrderStatus::ALL.into_iter().find(|s| s.as_str() == raw)
     }
 
-    pub fn label(self) -> &'static str {
-        match self {
-            OrderStatus::AwaitingPayment => "Awaiting payment",
-            OrderStatus::Paid => "Paid",
-            OrderStatus::PaymentFailed => "Payment declined",
-            OrderStatus::Expired => "Expired",
-            OrderStatus::Refunded => "Refunded",
-        }
-    }
-
     /// Live orders hold stock; the others have given it back (or never will hold it again).
     pub fn holds_stock(self) -> bool {
         matches!(self, OrderStatus::AwaitingPayment | OrderStatus::Paid)
@@ -92,7 +82,7 @@ impl OrderStatus {
 
 impl fmt::Display for OrderStatus {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.label())
+        f.write_str(self.as_str())
     }
 }
 

@@ -6,10 +6,23 @@ use std::borrow::Cow;
 
 use chrono::{DateTime, Utc};
 
-use crate::domain::{HexValue, IdKind, InvalidInput, NumberField, TextField, TimeField};
+use crate::domain::{
+    HexValue, IdKind, InvalidInput, NumberField, OrderStatus, TextField, TimeField,
+};
 use crate::error::{
     Conflict, FrozenTerm, Invalid, Missing, NoAdmission, NotAllowed, StrandingEdit,
 };
+
+/// An order's status as its pages name it.
+pub fn status_in_words(status: OrderStatus) -> &'static str {
+    match status {
+        OrderStatus::AwaitingPayment => "Awaiting payment",
+        OrderStatus::Paid => "Paid",
+        OrderStatus::PaymentFailed => "Payment declined",
+        OrderStatus::Expired => "Expired",
+        OrderStatus::Refunded => "Refunded",
+    }
+}
 
 /// What a refused form or address says about its content.
 pub(super) fn invalid_in_words(invalid: &Invalid) -> Cow<'static, str> {
@@ -294,7 +307,7 @@ pub(super) fn conflict_in_words(conflict: &Conflict) -> (&'static str, Cow<'stat
         ),
         Conflict::Transition { order, from, to } => {
             use crate::domain::OrderStatus::*;
-            let from_label = from.label().to_lowercase();
+            let from_label = status_in_words(*from).to_lowercase();
             (
                 "This order cannot change that way",
                 match (from, to) {
@@ -303,7 +316,7 @@ pub(super) fn conflict_in_words(conflict: &Conflict) -> (&'static str, Cow<'stat
                     (Paid, Paid) => format!("Order {order} is already paid; you were not charged again."),
                     (Expired, _) => format!("The payment window of order {order} has closed and its units were released."),
                     (PaymentFailed, _) => format!("Order {order} was cancelled (its payment was declined or given up) and its units were released; please place a new order."),
-                    _ => format!("Order {order} is {from_label} and cannot become {}.", to.label().to_lowercase()),
+                    _ => format!("Order {order} is {from_label} and cannot become {}.", status_in_words(*to).to_lowercase()),
                 },
             )
         }

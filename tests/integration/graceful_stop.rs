@@ -47,12 +47,18 @@ async fn status_and_body(client: &reqwest::Client, url: String) -> (StatusCode, 
     (status, response.text().await.unwrap())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigterm_fails_readyz_at_once_serves_through_the_drain_then_exits_zero() {
-    const DRAIN: Duration = Duration::from_secs(3);
-    let db = TestDb::new();
-    let env = [("DRAIN_SECONDS", "3"), ("SHUTDOWN_TIMEOUT_SECS", "5")];
-    let mut server = start_server_process_from(
+/// The release binary serving `db` with these drain and stop bounds,
+/// checked ready (so its signal handler is in place), and a probe client.
+async fn ready_server(
+    db: &TestDb,
+    drain_secs: &str,
+    timeout_secs: &str,
+) -> (ServerProcess, reqwest::Client) {
+    let env = [
+        ("DRAIN_SECONDS", drain_secs),
+        ("SHUTDOWN_TIMEOUT_SECS", timeout_secs),
+    ];
+    let server = start_server_process_from(
         &server_binary(),
         &db.url,
         &unique_prefix(),
@@ -60,11 +66,19 @@ async fn sigterm_fails_readyz_at_once_serves_through_the_drain_then_exits_zero()
         &env,
     );
     let probe = probe_client();
-    let base = server.address.clone();
     assert_eq!(
-        status_and_body(&probe, format!("{base}/readyz")).await,
+        status_and_body(&probe, format!("{}/readyz", server.address)).await,
         (StatusCode::OK, "ready".to_string())
     );
+    (server, probe)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_fails_readyz_at_once_serves_through_the_drain_then_exits_zero() {
+    const DRAIN: Duration = Duration::from_secs(3);
+    let db = TestDb::new();
+    let (mut server, probe) = ready_server(&db, "3", "5").await;
+    let base = server.address.clone();
 
     sigterm(&server);
     let signalled = Instant::now();
@@ -133,20 +147,8 @@ async fn sigterm_fails_readyz_at_once_serves_through_the_drain_then_exits_zero()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_sigterm_ends_the_stop_at_once() {
     let db = TestDb::new();
-    let env = [("DRAIN_SECONDS", "30"), ("SHUTDOWN_TIMEOUT_SECS", "30")];
-    let mut server = start_server_process_from(
-        &server_binary(),
-        &db.url,
-        &unique_prefix(),
-        &"ab".repeat(64),
-        &env,
-    );
-    let probe = probe_client();
+    let (mut server, probe) = ready_server(&db, "30", "30").await;
     let base = server.address.clone();
-    assert_eq!(
-        status_and_body(&probe, format!("{base}/readyz")).await,
-        (StatusCode::OK, "ready".to_string())
-    );
     sigterm(&server);
     // The first signal was taken: the instance is draining, not gone.
     let signalled = Instant::now();

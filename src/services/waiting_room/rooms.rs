@@ -252,7 +252,13 @@ pub async fn snapshot(shop: &Shop, product: ProductId) -> Result<Arc<RoomSnapsho
             Ok(read)
         }
         Err(error) => {
-            locked(&rooms.failed).insert(product, (Instant::now(), error.to_string()));
+            // A failed read is remembered so that a crowd polling a room
+            // while Postgres is down costs one read per product, not one per
+            // poll; a product that does not exist is no failure, and is
+            // answered 404 every time.
+            if !matches!(error, AppError::NotFound(_)) {
+                locked(&rooms.failed).insert(product, (Instant::now(), error.to_string()));
+            }
             Err(error)
         }
     }

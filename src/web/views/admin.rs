@@ -12,6 +12,7 @@ use crate::services::ledger_audit::AuditReport;
 use crate::services::LastReconcile;
 use crate::web::format::{iso, timestamp};
 use crate::web::forms::{OrderSearch, SaleFields};
+use crate::web::words::status_in_words;
 
 #[derive(Template)]
 #[template(path = "admin_dashboard.html")]
@@ -134,7 +135,7 @@ impl AdminOrdersPage {
                 .into_iter()
                 .map(|s| Choice {
                     value: s.as_str().into(),
-                    label: s.label().into(),
+                    label: status_in_words(s).into(),
                 })
                 .collect(),
             products: products

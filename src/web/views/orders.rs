@@ -8,6 +8,7 @@ use crate::domain::{Order, OrderStatus};
 use crate::services::orders::{OrderDetail, OrderSummary};
 use crate::services::payment::CARD_TRIES;
 use crate::web::format::{iso, money, timestamp};
+use crate::web::words::status_in_words;
 
 /// One order in a list of orders.
 pub struct OrderRow {
@@ -27,7 +28,7 @@ impl OrderRow {
         OrderRow {
             items: String::new(),
             id: order.id,
-            status: order.status().label().to_string(),
+            status: status_in_words(order.status()).to_string(),
             status_class: order.status().as_str(),
             total: order.total().to_string(),
             created_at: timestamp(order.created_at),
@@ -188,7 +189,7 @@ impl OrderView {
     }
 
     pub fn status_label(&self) -> &'static str {
-        self.status.label()
+        status_in_words(self.status)
     }
 
     pub fn status_class(&self) -> &'static str {
