@@ -232,15 +232,15 @@ pub async fn main() -> ExitCode {
     }
 }
 
-/// What the command line says went wrong: a refusal of the shop's rules
-/// or of a value typed in, in the words the shop's pages use for it
-/// (`web::error::in_words`); anything else as the error chain.
 /// A product id as clap takes it, refused in the shop's own words.
 fn product_id_arg(raw: &str) -> Result<ProductId, String> {
     raw.parse::<ProductId>()
         .map_err(|invalid| crate::web::error::in_words(&invalid.into()))
 }
 
+/// What the command line says went wrong: a refusal of the shop's rules
+/// or of a value typed in, in the words the shop's pages use for it
+/// (`web::error::in_words`); anything else as the error chain.
 fn said(error: &anyhow::Error) -> String {
     use crate::error::AppError;
     if let Some(input) = error.downcast_ref::<crate::domain::InvalidInput>() {
