@@ -26,7 +26,7 @@ pub use credentials::{Email, Password};
 pub use idempotency_key::IdempotencyKey;
 pub use ids::{CustomerId, OrderId, ProductId};
 pub use invalid_input::{echo, HexValue, IdKind, InvalidInput, NumberField, TextField, TimeField};
-pub use money::Money;
+pub use money::{grouped_thousands, Money};
 pub use order::{Order, OrderItem, Payment, StockChange};
 pub use order_status::{OrderStatus, StockReason, TransitionRefused};
 pub use product::Product;

@@ -76,17 +76,26 @@ fn without_thousands_separators(whole: &str) -> Option<String> {
 
 impl fmt::Display for Money {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let whole = self.cents / 100;
-        let mut grouped = String::new();
-        let digits = whole.to_string();
-        for (i, ch) in digits.chars().enumerate() {
-            if i > 0 && (digits.len() - i).is_multiple_of(3) {
-                grouped.push(',');
-            }
-            grouped.push(ch);
-        }
-        write!(f, "${}.{:02}", grouped, self.cents % 100)
+        let whole = grouped_thousands(self.cents / 100);
+        write!(f, "${}.{:02}", whole, self.cents % 100)
     }
+}
+
+/// "10,000,000": a whole number with its thousands grouped, as the shop
+/// writes every count and amount.
+pub fn grouped_thousands(n: i64) -> String {
+    let digits = n.unsigned_abs().to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3 + 1);
+    if n < 0 {
+        out.push('-');
+    }
+    for (i, digit) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(digit);
+    }
+    out
 }
 
 #[cfg(test)]

@@ -7,7 +7,8 @@ use std::borrow::Cow;
 use chrono::{DateTime, Utc};
 
 use crate::domain::{
-    HexValue, IdKind, InvalidInput, NumberField, OrderStatus, TextField, TimeField,
+    grouped_thousands, HexValue, IdKind, InvalidInput, NumberField, OrderStatus, TextField,
+    TimeField,
 };
 use crate::error::{
     Conflict, FrozenTerm, Invalid, Missing, NoAdmission, NotAllowed, StrandingEdit,
@@ -30,7 +31,7 @@ pub(super) fn invalid_in_words(invalid: &Invalid) -> Cow<'static, str> {
         Invalid::Input(input) => input_in_words(input),
         Invalid::StockAboveMax { max, stock } => Cow::Owned(format!(
             "A sale holds at most {} units; it has {stock} now. Nothing was changed.",
-            grouped(i64::from(*max))
+            grouped_thousands(i64::from(*max))
         )),
         Invalid::BeyondPass { units } => Cow::Owned(format!(
             "Your pass covers {units} unit(s): buy at most that many."
@@ -104,14 +105,14 @@ pub(super) fn input_in_words(input: &InvalidInput) -> Cow<'static, str> {
         NotAnOrderStatus { raw } => Cow::Owned(format!("There is no order status “{raw}”.")),
         StockOutOfBounds { max } => Cow::Owned(format!(
             "Stock must be between 0 and {} units.",
-            grouped(i64::from(*max))
+            grouped_thousands(i64::from(*max))
         )),
         NameLength { max } => Cow::Owned(format!(
             "Give the product a name of 1 to {max} characters."
         )),
         DescriptionTooLong { max } => Cow::Owned(format!(
             "Keep the description under {} characters.",
-            grouped(*max as i64)
+            grouped_thousands(*max as i64)
         )),
         LimitBelowOne => {
             "A per-customer limit must be at least 1 (leave it empty for no limit).".into()
@@ -172,22 +173,6 @@ fn hex_value(value: HexValue) -> &'static str {
         HexValue::SeedCommitment => "seed commitment",
         HexValue::FrozenListSha256 => "frozen list's SHA-256",
     }
-}
-
-/// "10,000,000": a count with its thousands grouped.
-fn grouped(n: i64) -> String {
-    let digits = n.unsigned_abs().to_string();
-    let mut out = String::new();
-    for (i, digit) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(digit);
-    }
-    if n < 0 {
-        out.insert(0, '-');
-    }
-    out
 }
 
 /// What a page or row that is not there says.
@@ -377,10 +362,10 @@ mod tests {
 
     #[test]
     fn counts_are_grouped_by_thousands() {
-        assert_eq!(grouped(0), "0");
-        assert_eq!(grouped(999), "999");
-        assert_eq!(grouped(5_000), "5,000");
-        assert_eq!(grouped(10_000_000), "10,000,000");
-        assert_eq!(grouped(-1_234), "-1,234");
+        assert_eq!(grouped_thousands(0), "0");
+        assert_eq!(grouped_thousands(999), "999");
+        assert_eq!(grouped_thousands(5_000), "5,000");
+        assert_eq!(grouped_thousands(10_000_000), "10,000,000");
+        assert_eq!(grouped_thousands(-1_234), "-1,234");
     }
 }

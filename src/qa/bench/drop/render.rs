@@ -4,23 +4,11 @@
 use std::fmt::Write as _;
 
 use super::{DirectRun, DropReport, QueuedRun};
+use crate::domain::grouped_thousands;
 use crate::qa::Latency;
 
 fn thousands(n: impl Into<f64>) -> String {
-    let n = n.into().round() as i64;
-    let digits = n.abs().to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    if n < 0 {
-        format!("-{out}")
-    } else {
-        out
-    }
+    grouped_thousands(n.into().round() as i64)
 }
 
 fn ms(value: Option<f64>) -> String {
