@@ -1043,7 +1043,7 @@ async fn check_gate(
             .query_async(&mut redis)
             .await
             .unwrap();
-        let live = live_units_by_customer(db, product);
+        let live = live_units_by_customer(&mut db.conn(), product);
         if held != live {
             problems.push(format!(
                 "product {product}: gate holdings {held:?} but live orders hold {live:?}"
@@ -1060,14 +1060,14 @@ struct Held {
     units: i64,
 }
 
-fn live_units_by_customer(db: &TestDb, product: i64) -> BTreeMap<i64, i64> {
+fn live_units_by_customer(conn: &mut diesel::PgConnection, product: i64) -> BTreeMap<i64, i64> {
     diesel::sql_query(format!(
         "SELECT o.customer_id, sum(i.quantity)::int8 AS units FROM order_items i \
              JOIN orders o ON o.id = i.order_id \
              WHERE i.product_id = {product} AND o.status IN ('awaiting_payment', 'paid') \
              GROUP BY o.customer_id"
     ))
-    .load::<Held>(&mut db.conn())
+    .load::<Held>(conn)
     .unwrap()
     .into_iter()
     .map(|h| (h.customer_id, h.units))
@@ -1093,7 +1093,7 @@ async fn below_the_limit_buys(
         let Some(limit) = limits[&product].1 else {
             continue;
         };
-        let live = live_units_by_customer(db, product);
+        let live = live_units_by_customer(&mut db.conn(), product);
         let stock = db.stock(product);
         let below = (0..CUSTOMERS)
             .find(|&p| live.get(&customer_ids[p]).copied().unwrap_or(0) < i64::from(limit));
@@ -1435,6 +1435,16 @@ fn check_ledger(
 ) {
     let audit = flashsale::services::ledger_audit::run_audit(&mut db.conn()).unwrap();
     problems.extend(audit.problems.iter().map(|p| format!("audit: {p}")));
+    // The servers' jobs still run (an unpaid order may expire now): the
+    // checks below compare reads with each other, so they share one snapshot.
+    db.in_one_snapshot(|conn| ledger_in_snapshot(conn, limits, problems));
+}
+
+fn ledger_in_snapshot(
+    conn: &mut diesel::PgConnection,
+    limits: &HashMap<i64, (i32, Option<i32>)>,
+    problems: &mut Vec<String>,
+) {
     // The test's database goes with it: say which orders a torn ledger is about.
     #[derive(diesel::QueryableByName)]
     struct Torn {
@@ -1450,7 +1460,7 @@ fn check_ledger(
          WHERE h.reason IN ('payment_failed', 'expired', 'refund') \
            AND o.status <> CASE h.reason WHEN 'refund' THEN 'refunded' ELSE h.reason END",
     )
-    .load(&mut db.conn())
+    .load(conn)
     .unwrap();
     problems.extend(torn.into_iter().map(|t| t.line));
     let checks = [
@@ -1480,22 +1490,32 @@ fn check_ledger(
         ("products with negative stock", "SELECT count(*) AS n FROM products WHERE stock < 0"),
     ];
     for (what, sql) in checks {
-        let n = db.count(sql);
+        let n = count_in(conn, sql);
         if n != 0 {
             problems.push(format!("{n} {what}"));
         }
     }
     for (&product, &(initial, limit)) in limits {
-        let stock = db.stock(product);
-        let live = db.count(&format!(
-            "SELECT COALESCE(sum(i.quantity), 0)::int8 AS n FROM order_items i JOIN orders o \
+        let stock = count_in(
+            conn,
+            &format!("SELECT stock::int8 AS n FROM products WHERE id = {product}"),
+        );
+        let live = count_in(
+            conn,
+            &format!(
+                "SELECT COALESCE(sum(i.quantity), 0)::int8 AS n FROM order_items i JOIN orders o \
              ON o.id = i.order_id WHERE i.product_id = {product} \
              AND o.status IN ('awaiting_payment', 'paid')"
-        ));
-        let sold = db.count(&format!(
+            ),
+        );
+        let sold = count_in(
+            conn,
+            &format!(
             "SELECT COALESCE(sum(quantity), 0)::int8 AS n FROM order_items WHERE product_id = {product}"
         ));
-        let restored = db.count(&format!(
+        let restored = count_in(
+            conn,
+            &format!(
             "SELECT COALESCE(sum(delta), 0)::int8 AS n FROM stock_history WHERE product_id = {product} \
              AND reason IN ('payment_failed', 'expired', 'refund')"
         ));
@@ -1508,7 +1528,7 @@ fn check_ledger(
         let Some(limit) = limit else {
             continue;
         };
-        for (customer, units) in live_units_by_customer(db, product) {
+        for (customer, units) in live_units_by_customer(conn, product) {
             if units > i64::from(limit) {
                 problems.push(format!(
                     "customer {customer} holds {units} of product {product} (limit {limit})"

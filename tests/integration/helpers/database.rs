@@ -15,6 +15,11 @@ pub struct TestDb {
     scratch: Option<ScratchDb>,
 }
 
+/// The `n` that `sql` selects, on `conn` (inside its transaction, if any).
+pub fn count_in(conn: &mut PgConnection, sql: &str) -> i64 {
+    diesel::sql_query(sql).get_result::<Count>(conn).unwrap().n
+}
+
 impl TestDb {
     pub fn new() -> TestDb {
         let base =
@@ -71,10 +76,19 @@ impl TestDb {
 
     /// The `n` that `sql` selects.
     pub fn count(&self, sql: &str) -> i64 {
-        diesel::sql_query(sql)
-            .get_result::<Count>(&mut self.conn())
+        count_in(&mut self.conn(), sql)
+    }
+
+    /// Runs `read` in one read-only snapshot: reads compared with each other
+    /// while the shop's jobs still write (an order expiring between two
+    /// of them) must all see the same moment.
+    pub fn in_one_snapshot<T>(&self, read: impl FnOnce(&mut PgConnection) -> T) -> T {
+        self.conn()
+            .build_transaction()
+            .repeatable_read()
+            .read_only()
+            .run(|conn| Ok::<_, diesel::result::Error>(read(conn)))
             .unwrap()
-            .n
     }
 
     pub fn stock(&self, product: i64) -> i64 {
