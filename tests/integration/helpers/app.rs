@@ -119,16 +119,7 @@ impl TestApp {
     /// database, as its confirmation link would: for tests about what
     /// only confirmed accounts may do.
     pub fn confirm(&self, email: &str) {
-        use diesel::prelude::*;
-        use diesel::sql_types::Text;
-        let confirmed = diesel::sql_query(
-            "UPDATE customers SET email_confirmed_at = now(), email_canonical = $2 WHERE email = $1",
-        )
-        .bind::<Text, _>(email.trim().to_lowercase())
-        .bind::<Text, _>(flashsale::domain::canonical_address(email))
-        .execute(&mut self.db.conn())
-        .unwrap_or_else(|e| panic!("confirming {email}: {e}"));
-        assert_eq!(confirmed, 1, "no account has the address {email}");
+        self.db.confirm(email);
     }
 
     /// Creates an open sale with `stock` units and returns its id.

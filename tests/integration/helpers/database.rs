@@ -91,6 +91,20 @@ impl TestDb {
             .unwrap()
     }
 
+    /// Confirms the address of the account `email` as its confirmation
+    /// link would: for tests about what only confirmed accounts may do.
+    pub fn confirm(&self, email: &str) {
+        use diesel::sql_types::Text;
+        let confirmed = diesel::sql_query(
+            "UPDATE customers SET email_confirmed_at = now(), email_canonical = $2 WHERE email = $1",
+        )
+        .bind::<Text, _>(email.trim().to_lowercase())
+        .bind::<Text, _>(flashsale::domain::canonical_address(email))
+        .execute(&mut self.conn())
+        .unwrap_or_else(|e| panic!("confirming {email}: {e}"));
+        assert_eq!(confirmed, 1, "no account has the address {email}");
+    }
+
     pub fn stock(&self, product: i64) -> i64 {
         self.count(&format!(
             "SELECT stock::int8 AS n FROM products WHERE id = {product}"

@@ -23,6 +23,8 @@ use reqwest::StatusCode;
 
 use crate::helpers::*;
 
+mod rooms;
+
 const CUSTOMERS: usize = 24;
 const STOCK: i32 = 50_000;
 /// Sold out part way through the faults (one intent in eight asks for it).
@@ -61,6 +63,8 @@ impl Deployment {
             // The crowd signs up from this one machine, through HAProxy.
             .env("SIGNUP_CHECK_WORK", "1")
             .env("SIGNUPS_PER_ADDRESS", "1000000000")
+            .env("JOINS_PER_ADDRESS", "1000000000")
+            .env("QUEUE_PASS_SECS", rooms::PASS_SECS.to_string())
             .output()
             .expect("deploy/local runs");
         let stderr = String::from_utf8_lossy(&output.stderr);
@@ -180,6 +184,21 @@ struct Crowd {
     scarce_sold_out: AtomicBool,
 }
 
+impl Crowd {
+    fn new(scarce: Option<i64>) -> Arc<Crowd> {
+        Arc::new(Crowd {
+            record: Mutex::new(Record::default()),
+            stop: AtomicBool::new(false),
+            scarce,
+            scarce_sold_out: AtomicBool::new(false),
+        })
+    }
+
+    fn problem(&self, problem: String) {
+        self.record.lock().unwrap().problems.push(problem);
+    }
+}
+
 async fn customer(crowd: Arc<Crowd>, me: harness::Browser, email: String, product: i64) {
     let token = me.csrf().await.expect("a form token before the drop");
     let mut intents = 0u64;
@@ -194,7 +213,7 @@ async fn customer(crowd: Arc<Crowd>, me: harness::Browser, email: String, produc
             _ => product,
         };
         let key = uuid::Uuid::new_v4().to_string();
-        let Some(order) = buy_until_answered(&crowd, &me, product, &token, &key).await else {
+        let Some(order) = buy_until_answered(&crowd, &me, product, &token, &key, None).await else {
             continue;
         };
         crowd
@@ -210,13 +229,15 @@ async fn customer(crowd: Arc<Crowd>, me: harness::Browser, email: String, produc
 }
 
 /// One intent: the same key pressed again after a 5xx or a cut connection,
-/// until the shop answers it for good.
+/// until the shop answers it for good. A waiting room's buyer sends its
+/// `pass` with every press, as the waiting page's form does.
 async fn buy_until_answered(
     crowd: &Crowd,
     me: &harness::Browser,
     product: i64,
     token: &str,
     key: &str,
+    pass: Option<&str>,
 ) -> Option<i64> {
     let began = Instant::now();
     loop {
@@ -229,7 +250,13 @@ async fn buy_until_answered(
                 .push(format!("a buy was still unanswered after {PATIENCE:?}"));
             return None;
         }
-        let answer = me.buy(product, "1", token, Some(key)).await;
+        let mut fields = vec![
+            ("quantity", "1"),
+            ("csrf_token", token),
+            ("idempotency_key", key),
+        ];
+        fields.extend(pass.map(|pass| ("pass", pass)));
+        let answer = me.post(&format!("/products/{product}/buy"), &fields).await;
         let now = Instant::now();
         let outcome = match answer {
             Ok(response) if response.status() == StatusCode::SEE_OTHER => {
@@ -286,6 +313,17 @@ async fn buy_until_answered(
                 let page = response.text().await.unwrap_or_default();
                 if Some(product) == crowd.scarce && title_of(&page).starts_with("Sold out") {
                     crowd.scarce_sold_out.store(true, Ordering::Relaxed);
+                    return None;
+                }
+                // An outage longer than what was left of the pass: the turn
+                // went to the next in line, and nothing was bought.
+                if pass.is_some() && title_of(&page).starts_with("Your pass has run out") {
+                    crowd
+                        .record
+                        .lock()
+                        .unwrap()
+                        .failures
+                        .push((now, "409 Your pass has run out".into()));
                     return None;
                 }
                 if !page.contains("<title>Already in progress") {
@@ -401,12 +439,7 @@ async fn run_crowd(
     scarce: Option<i64>,
     until: impl std::future::Future<Output = ()>,
 ) -> Record {
-    let crowd = Arc::new(Crowd {
-        record: Mutex::new(Record::default()),
-        stop: AtomicBool::new(false),
-        scarce,
-        scarce_sold_out: AtomicBool::new(false),
-    });
+    let crowd = Crowd::new(scarce);
     let tasks: Vec<_> = customers
         .iter()
         .map(|(email, browser)| {
@@ -436,10 +469,16 @@ struct Fault {
 }
 
 /// The faults in turn, each once the shop serves again after the one before.
-fn nemesis(deployment: &Deployment, faults: &Mutex<Vec<Fault>>) {
+/// As each begins, the next waiting room starts: its draw, first passes and
+/// first buys fall in the fault.
+fn nemesis(deployment: &Deployment, faults: &Mutex<Vec<Fault>>, rooms: &[i64], db_url: &str) {
     let settle = || std::thread::sleep(Duration::from_secs(5));
-    let fault = |name: &'static str, bound: Duration| {
+    let mut rooms = rooms.iter();
+    let mut fault = |name: &'static str, bound: Duration| {
         eprintln!("nemesis: {name}");
+        if let Some(&room) = rooms.next() {
+            rooms::start_room_now(db_url, room);
+        }
         faults.lock().unwrap().push(Fault {
             name,
             began: Instant::now(),
@@ -672,16 +711,50 @@ async fn a_drop_survives_instance_postgres_and_redis_failures_behind_haproxy() {
     let direct_run = run_crowd(&direct, product, None, tokio::time::sleep(BASELINE)).await;
     let scarce = create_product(&observer.pool, SCARCE, None).await;
 
+    // The waiting rooms: every waiter in every room's pre-queue before the faults.
+    let waiters: Vec<(String, harness::Browser)> =
+        sign_up_customers(shop_url, rooms::WAITERS, "haroom")
+            .await
+            .into_iter()
+            .map(|b| {
+                db.confirm(&b.email);
+                (b.email.clone(), b.web.clone())
+            })
+            .collect();
+    let mut rooms = Vec::new();
+    for index in 1..=4 {
+        rooms.push(rooms::create_room(&observer.pool, index).await);
+    }
+    for &room in &rooms {
+        futures::future::join_all(waiters.iter().map(|(_, me)| rooms::join(me, room))).await;
+    }
+    let room_crowd = Crowd::new(None);
+    let turns_ended_by = Instant::now() + Duration::from_secs(300);
+    let room_turns: Vec<_> = rooms
+        .iter()
+        .map(|&room| {
+            let (crowd, waiters) = (room_crowd.clone(), waiters.clone());
+            tokio::spawn(async move {
+                let turns = waiters
+                    .iter()
+                    .enumerate()
+                    .map(|(i, waiter)| rooms::take_turn(&crowd, waiter, room, i, turns_ended_by));
+                futures::future::join_all(turns).await
+            })
+        })
+        .collect();
+
     // The drop under the nemesis.
     let faults = Arc::new(Mutex::new(Vec::new()));
     let nemesis_thread = {
         let faults = faults.clone();
         let dir = deployment.dir.clone();
         let base = deployment.base;
+        let (rooms, db_url) = (rooms.clone(), db_url.clone());
         tokio::task::spawn_blocking(move || {
             // A handle that takes nothing down: the test's own guard does.
             let handle = std::mem::ManuallyDrop::new(Deployment { dir, base });
-            nemesis(&handle, &faults);
+            nemesis(&handle, &faults, &rooms, &db_url);
         })
     };
     let under_faults = run_crowd(&through_haproxy, product, Some(scarce), async {
@@ -689,17 +762,22 @@ async fn a_drop_survives_instance_postgres_and_redis_failures_behind_haproxy() {
     })
     .await;
     let end = Instant::now();
+    let mut turns = Vec::new();
+    for room in room_turns {
+        turns.push(room.await.expect("a room's waiters"));
+    }
+    let room_run = std::mem::take(&mut *room_crowd.record.lock().unwrap());
 
     let (waited_order, waited) =
         commit_waits_for_a_standby(&deployment, &through_haproxy[0], product).await;
 
     let mut problems = Vec::new();
-    for run in [&haproxy_run, &direct_run, &under_faults] {
+    for run in [&haproxy_run, &direct_run, &under_faults, &room_run] {
         problems.extend(run.problems.iter().cloned());
     }
 
     // Every order a customer was told about exists, and is theirs.
-    let answered: Vec<(String, i64)> = [&haproxy_run, &direct_run, &under_faults]
+    let answered: Vec<(String, i64)> = [&haproxy_run, &direct_run, &under_faults, &room_run]
         .iter()
         .flat_map(|run| run.answered.iter().cloned())
         .collect();
@@ -743,7 +821,7 @@ async fn a_drop_survives_instance_postgres_and_redis_failures_behind_haproxy() {
     );
     eprintln!("the scarce product: {scarce_sold} of {SCARCE} sold, {scarce_left} left");
     // Every order a customer was told is paid is paid.
-    let paid: Vec<String> = [&haproxy_run, &direct_run, &under_faults]
+    let paid: Vec<String> = [&haproxy_run, &direct_run, &under_faults, &room_run]
         .iter()
         .flat_map(|run| run.paid.iter().map(|id| id.to_string()))
         .chain(["0".to_string()])
@@ -757,6 +835,10 @@ async fn a_drop_survives_instance_postgres_and_redis_failures_behind_haproxy() {
         "orders answered as paid are not paid in the database"
     );
     db.assert_audit_clean();
+    // Every room against the database.
+    for (room, turns) in rooms.iter().zip(&turns) {
+        rooms::check_room(&db, shop_url, &waiters, *room, turns, &mut problems).await;
+    }
     // The gate equals the database after one reconcile.
     use flashsale::services::stock_gate::reconcile_once;
     // The observer's pooled connections to the lost primary fail once each
@@ -802,6 +884,13 @@ async fn a_drop_survives_instance_postgres_and_redis_failures_behind_haproxy() {
         under_faults.answered.len(),
         under_faults.paid.len()
     );
+    for ((room, turns), fault) in rooms.iter().zip(&turns).zip(faults.lock().unwrap().iter()) {
+        eprintln!(
+            "waiting room {room}, started as \"{}\" began: {}",
+            fault.name,
+            rooms::tally(turns)
+        );
+    }
     eprintln!(
         "with every standby lost, a buy's COMMIT waited {:.1} s for a standby to come back before its 303",
         waited.as_secs_f64()
