@@ -14,11 +14,20 @@ use reqwest::cookie::{CookieStore, Jar};
 use crate::qa::harness::Browser;
 
 /// A signed-in customer as a browser holds it: the cookie header and the
-/// CSRF token of that session's forms.
+/// CSRF token of that session's forms; and the address it comes from, sent
+/// as `X-Forwarded-For` to the shop, which trusts the bench's loopback as
+/// its proxy: a crowd comes from many addresses, and the door's
+/// per-address limits apply to each as in a real drop.
 #[derive(Debug, Clone)]
 pub(super) struct Customer {
     pub cookie: String,
     pub csrf: String,
+    pub address: String,
+}
+
+/// Customer `n`'s own IPv4 address (distinct for the first 16 million).
+pub(super) fn client_address(n: u64) -> String {
+    format!("10.{}.{}.{}", (n >> 16) & 255, (n >> 8) & 255, n & 255)
 }
 
 const PASSWORD: &str = "bench-buyer-password";
@@ -96,5 +105,9 @@ async fn sign_in(base: &str, n: usize) -> anyhow::Result<Customer> {
         .context("no session cookie after signing in")?
         .to_str()?
         .to_string();
-    Ok(Customer { cookie, csrf })
+    Ok(Customer {
+        cookie,
+        csrf,
+        address: client_address(n as u64),
+    })
 }

@@ -33,6 +33,7 @@ pub(super) async fn join_waiting_room(
                 let response = client
                     .post(format!("{address}/products/{product}/queue"))
                     .header(reqwest::header::COOKIE, &customer.cookie)
+                    .header("X-Forwarded-For", &customer.address)
                     .form(&[
                         ("csrf_token", customer.csrf.as_str()),
                         ("altcha", solved.as_str()),

@@ -136,6 +136,7 @@ fn customer(
     Ok(Customer {
         cookie: sealed.encoded().stripped().to_string(),
         csrf,
+        address: super::customers::client_address(account.id as u64),
     })
 }
 

@@ -34,10 +34,14 @@ pub(super) enum Requests<'a> {
     },
     /// The waiting-room join form: request k joins room `k / customers`
     /// (of `products`, in turn) as customer `k % customers`, so every
-    /// request is a new place until all pairs are used.
+    /// request is a new place until all pairs are used. Each pair sends
+    /// its own bot check, solved beforehand as the page's widget would:
+    /// `solutions[customer * products.len() + room]`, the form field
+    /// urlencoded. wrk cannot solve one, and a solution is spent by its join.
     Join {
         products: Vec<i64>,
         customers: &'a [Customer],
+        solutions: &'a [String],
     },
     /// A sale with its crowd mixed in (see `sale_script`).
     Sale(SaleRequests<'a>),
@@ -150,6 +154,7 @@ fn lua(requests: &Requests<'_>) -> String {
         Requests::Join {
             products,
             customers,
+            ..
         } => (
             products
                 .iter()
@@ -181,14 +186,21 @@ fn lua(requests: &Requests<'_>) -> String {
             serde_urlencoded::to_string([("csrf_token", &customer.csrf)]).unwrap_or_default();
         let _ = writeln!(
             out,
-            "  {{ cookie = {}, csrf = {} }},",
+            "  {{ cookie = {}, csrf = {}, address = {} }},",
             lua_string(&customer.cookie),
-            lua_string(&csrf)
+            lua_string(&csrf),
+            lua_string(&customer.address)
         );
     }
     out.push_str("}\nlocal paths = {\n");
     for path in &paths {
         let _ = writeln!(out, "  {},", lua_string(path));
+    }
+    out.push_str("}\nlocal solutions = {\n");
+    if let Requests::Join { solutions, .. } = requests {
+        for solution in solutions.iter() {
+            let _ = writeln!(out, "  {},", lua_string(solution));
+        }
     }
     out.push_str("}\n");
     let _ = writeln!(
@@ -222,16 +234,20 @@ function request()
   if #customers > 0 then
     who = customers[((n * nthreads + tid) % #customers) + 1]
     headers["Cookie"] = who.cookie
+    headers["X-Forwarded-For"] = who.address
   end
   local path = paths[((n + tid) % #paths) + 1]
   if joining then
     local k = n * nthreads + tid
-    who = customers[(k % #customers) + 1]
+    local c = k % #customers
+    local room = math.floor(k / #customers) % #paths
+    who = customers[c + 1]
     headers["Cookie"] = who.cookie
-    path = paths[(math.floor(k / #customers) % #paths) + 1]
+    headers["X-Forwarded-For"] = who.address
+    path = paths[room + 1]
     method = "POST"
     headers["Content-Type"] = "application/x-www-form-urlencoded"
-    body = who.csrf
+    body = who.csrf .. "&" .. solutions[c * #paths + room + 1]
   elseif tag ~= "" then
     local key = tag .. "-" .. tid .. "-" .. n
     method = "POST"

@@ -159,7 +159,10 @@ impl Crowd {
         let method = if what.form.is_some() { "POST" } else { "GET" };
         let mut head = format!("{method} {} HTTP/1.1\r\nHost: {}\r\n", what.path, self.host);
         if let Some(who) = what.who {
-            head.push_str(&format!("Cookie: {}\r\n", who.cookie));
+            head.push_str(&format!(
+                "Cookie: {}\r\nX-Forwarded-For: {}\r\n",
+                who.cookie, who.address
+            ));
         }
         let body = what
             .form
