@@ -10,11 +10,18 @@
 //! 2. For `DRAIN_SECONDS` the instance goes on serving whatever still
 //!    arrives: the balancer needs a poll or two to notice.
 //! 3. It stops accepting connections, refuses (503, nothing started) any
-//!    request that still arrives on a connection already open, and waits,
-//!    at most `SHUTDOWN_TIMEOUT_SECS`, for every tracked task (below) to
-//!    end, then for actix to finish the requests still open.
+//!    request that still arrives on a connection already open, and waits
+//!    for every tracked task (below) to end, then for actix to finish the
+//!    requests still open.
 //! 4. The background jobs are told to stop and each finishes the run it is
-//!    in; then the process exits 0.
+//!    in, then the tasks they started end; then the process exits 0.
+//!
+//! Steps 3 and 4 share one deadline, `SHUTDOWN_TIMEOUT_SECS` from the end
+//! of the drain (`Stopping::start_deadline`): each wait gets what the ones
+//! before it left. A wait still going at the deadline is cut and logged,
+//! the waits after it only collect what already ended, and the process
+//! exits 0; so a stop takes at most `DRAIN_SECONDS` +
+//! `SHUTDOWN_TIMEOUT_SECS`, however many steps are held up.
 //!
 //! A second SIGTERM or SIGINT during any of it ends the process at once
 //! (status 143): the operator has chosen not to wait.
@@ -41,6 +48,7 @@ use std::time::Duration;
 
 use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 
 /// Whether the process is stopping, shared by `/readyz` (draining) and the
 /// background jobs (told to stop at their next loop boundary).
@@ -54,6 +62,10 @@ pub struct Stopping {
     /// worker. Nothing was done, so a 503 is the truth.
     refusing: Arc<AtomicBool>,
     jobs: Arc<watch::Sender<bool>>,
+    /// When everything after the drain must be over, set once when the
+    /// drain ends (`start_deadline`): every later wait of the stop uses
+    /// what is left of it.
+    deadline: Arc<watch::Sender<Option<Instant>>>,
 }
 
 impl Default for Stopping {
@@ -68,6 +80,7 @@ impl Stopping {
             draining: Arc::new(AtomicBool::new(false)),
             refusing: Arc::new(AtomicBool::new(false)),
             jobs: Arc::new(watch::channel(false).0),
+            deadline: Arc::new(watch::channel(None).0),
         }
     }
 
@@ -87,6 +100,33 @@ impl Stopping {
 
     pub fn is_refusing(&self) -> bool {
         self.refusing.load(Ordering::SeqCst)
+    }
+
+    /// The stop's one deadline, `timeout` from now unless it was started
+    /// already (then the one started first).
+    pub fn start_deadline(&self, timeout: Duration) -> Instant {
+        let mut deadline = Instant::now() + timeout;
+        self.deadline.send_if_modified(|set| match set {
+            Some(started) => {
+                deadline = *started;
+                false
+            }
+            None => {
+                *set = Some(deadline);
+                true
+            }
+        });
+        deadline
+    }
+
+    /// Resolves once the stop's deadline has been started and has passed.
+    pub async fn deadline_passed(&self) {
+        let mut started = self.deadline.subscribe();
+        // The sender lives as long as `self`, so the wait cannot fail.
+        let Ok(deadline) = started.wait_for(Option::is_some).await.map(|set| *set) else {
+            return std::future::pending().await;
+        };
+        tokio::time::sleep_until(deadline.expect("waited for it")).await;
     }
 
     /// Tells every job holding a `StopSignal` to stop after its current run.
@@ -173,10 +213,9 @@ pub fn tracked_running() -> usize {
     TRACKED.running.load(Ordering::SeqCst)
 }
 
-/// Waits until no tracked task runs, at most `timeout`; returns how many
-/// were still running when it gave up (0 when all ended).
-pub async fn tracked_ended(timeout: Duration) -> usize {
-    let deadline = tokio::time::Instant::now() + timeout;
+/// Waits until no tracked task runs, at most until `deadline`; returns how
+/// many were still running when it gave up (0 when all ended).
+pub async fn tracked_ended(deadline: Instant) -> usize {
     loop {
         let ended = TRACKED.ended.notified();
         tokio::pin!(ended);
@@ -260,6 +299,34 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn the_deadline_is_started_once_and_waited_for_from_before() {
+        let stopping = Stopping::new();
+        let passed = tokio::spawn({
+            let stopping = stopping.clone();
+            async move { stopping.deadline_passed().await }
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(!passed.is_finished(), "passed before it was started");
+        let deadline = stopping.start_deadline(Duration::from_millis(300));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(
+            stopping.start_deadline(Duration::from_secs(60)),
+            deadline,
+            "a second start moved the deadline"
+        );
+        assert!(!passed.is_finished(), "passed before the deadline");
+        tokio::time::timeout(Duration::from_secs(5), passed)
+            .await
+            .expect("still waiting after the deadline")
+            .unwrap();
+        assert!(Instant::now() >= deadline);
+        // Once passed, it is passed for whoever asks later.
+        tokio::time::timeout(Duration::from_millis(50), stopping.deadline_passed())
+            .await
+            .unwrap();
+    }
+
+    #[tokio::test]
     async fn never_does_not_fire() {
         let mut never = StopSignal::never();
         assert!(
@@ -278,7 +345,7 @@ mod tests {
         // Other tests of this binary may run tracked tasks too: only a
         // timeout here means the wait ignored this task's end.
         assert!(tracked_running() >= 1);
-        let waiter = tokio::spawn(tracked_ended(Duration::from_secs(5)));
+        let waiter = tokio::spawn(tracked_ended(Instant::now() + Duration::from_secs(5)));
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert!(!waiter.is_finished(), "the wait ended before the task");
         release.send(()).unwrap();
@@ -291,6 +358,9 @@ mod tests {
         let task = spawn(std::future::pending::<()>());
         task.abort();
         let _ = task.await;
-        assert_eq!(tracked_ended(Duration::from_secs(5)).await, 0);
+        assert_eq!(
+            tracked_ended(Instant::now() + Duration::from_secs(5)).await,
+            0
+        );
     }
 }

@@ -80,21 +80,40 @@ impl Application {
 
     /// Serves until the server is stopped (through `handle`), then lets
     /// the jobs finish their current run and waits for the tracked tasks
-    /// (`shutdown::spawn`), each at most `SHUTDOWN_TIMEOUT_SECS`.
+    /// (`shutdown::spawn`), all of it within one `SHUTDOWN_TIMEOUT_SECS`:
+    /// the deadline the graceful stop started when its drain ended, or one
+    /// started when the server stopped.
     pub async fn run_until_stopped(self) -> std::io::Result<()> {
-        let served = self.server.await;
-        let timeout = self.shop.settings.shutdown_timeout;
+        let served = tokio::select! {
+            served = self.server => served,
+            () = self.stopping.deadline_passed() => {
+                // actix would wait its own whole timeout, counted from when
+                // it was asked to stop; the process must end now.
+                tracing::warn!(
+                    "the server did not stop within SHUTDOWN_TIMEOUT_SECS of the drain's end; \
+                     what is still open is cut"
+                );
+                Ok(())
+            }
+        };
+        let deadline = self
+            .stopping
+            .start_deadline(self.shop.settings.shutdown_timeout);
         self.stopping.stop_jobs();
+        // The jobs run on this runtime: a job that was only waiting for its
+        // next tick ends as soon as it is polled, so even with the deadline
+        // passed only a job in the middle of a run is cut.
+        tokio::task::yield_now().await;
         for mut job in self.jobs {
-            // A run that outlives the timeout is cut: the process must end.
-            if tokio::time::timeout(timeout, &mut job).await.is_err() {
+            // A run that outlives the deadline is cut: the process must end.
+            if tokio::time::timeout_at(deadline, &mut job).await.is_err() {
                 tracing::warn!("a background job did not finish its run in time; aborted");
                 job.abort();
             }
         }
         // Tasks the jobs spawned (give-backs of expired orders) ran on this
         // runtime, which outlives the workers: wait for them too.
-        let left = shutdown::tracked_ended(timeout).await;
+        let left = shutdown::tracked_ended(deadline).await;
         if left > 0 {
             tracing::warn!(left, "tasks still running at exit");
         }
@@ -140,11 +159,14 @@ impl Application {
                 std::process::exit(FORCED_EXIT);
             });
             tokio::time::sleep(drain).await;
+            // One bound for everything from here to the exit: each wait
+            // below, and those in `run_until_stopped`, gets what is left.
+            let deadline = stopping.start_deadline(timeout);
             // No new connections; those open go on, each closed after its
             // answer (see `close_while_draining`).
             handle.pause().await;
             stopping.refuse_new_requests();
-            let left = shutdown::tracked_ended(timeout).await;
+            let left = shutdown::tracked_ended(deadline).await;
             if left > 0 {
                 tracing::warn!(
                     left,
@@ -152,8 +174,8 @@ impl Application {
                 );
             }
             tracing::info!("drained; stopping the server");
-            // Graceful: open requests finish, within the server's own
-            // shutdown timeout (the same setting).
+            // Graceful: open requests finish, until the deadline
+            // (`run_until_stopped` stops waiting for the server then).
             handle.stop(true).await;
         });
         self.run_until_stopped().await?;
@@ -197,6 +219,8 @@ fn serve(listener: TcpListener, shop: Shop, stopping: Stopping) -> anyhow::Resul
     // stop: actix's would stop accepting at the first signal, before a load
     // balancer has seen `/readyz` fail.
     .disable_signals()
+    // At most the whole stop's; `run_until_stopped` cuts it at the stop's
+    // deadline, which the wait for tracked tasks has used part of.
     .shutdown_timeout(shutdown_timeout.as_secs().max(1))
     .listen(listener)?
     .run();

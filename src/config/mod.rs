@@ -89,9 +89,9 @@ pub struct Settings {
     /// that still arrives is served, before the process stops accepting
     /// (`DRAIN_SECONDS`): a load balancer needs a poll or two to notice.
     pub drain: Duration,
-    /// Then at most this long for what is in flight (requests, give-backs,
-    /// the jobs' current run) to finish before the process exits anyway
-    /// (`SHUTDOWN_TIMEOUT_SECS`).
+    /// Then at most this long, all steps together, for what is in flight
+    /// (requests, give-backs, the jobs' current run) to finish before the
+    /// process exits anyway (`SHUTDOWN_TIMEOUT_SECS`).
     pub shutdown_timeout: Duration,
     /// Where the customer's mail goes out (`SMTP_URL`, `smtp://host:port`);
     /// without it messages wait in the outbox, visible on `/admin/mail`.

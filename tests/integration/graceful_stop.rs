@@ -58,13 +58,17 @@ async fn ready_server(
         ("DRAIN_SECONDS", drain_secs),
         ("SHUTDOWN_TIMEOUT_SECS", timeout_secs),
     ];
-    let server = start_server_process_from(
-        &server_binary(),
-        &db.url,
-        &unique_prefix(),
-        &"ab".repeat(64),
-        &env,
-    );
+    ready_server_with(db, &unique_prefix(), &env).await
+}
+
+/// `ready_server` with the Redis `prefix` and whatever `env` the test sets.
+async fn ready_server_with(
+    db: &TestDb,
+    prefix: &str,
+    env: &[(&str, &str)],
+) -> (ServerProcess, reqwest::Client) {
+    let server =
+        start_server_process_from(&server_binary(), &db.url, prefix, &"ab".repeat(64), env);
     let probe = probe_client();
     assert_eq!(
         status_and_body(&probe, format!("{}/readyz", server.address)).await,
@@ -172,6 +176,113 @@ async fn a_second_sigterm_ends_the_stop_at_once() {
     let (status, took) = exit_of(&mut server, Duration::from_secs(5)).await;
     assert_eq!(status.code(), Some(143), "exit status {status}");
     assert!(took < Duration::from_secs(5), "took {took:?}, not at once");
+}
+
+/// How many passes of the expiry job `/metrics` has counted.
+async fn expiry_runs(probe: &reqwest::Client, base: &str) -> u64 {
+    let (status, metrics) = status_and_body(probe, format!("{base}/metrics")).await;
+    assert_eq!(status, StatusCode::OK, "/metrics");
+    metrics
+        .lines()
+        .find_map(|line| {
+            line.strip_prefix("flashsale_job_runs_total{job=\"expire_unpaid_orders\"} ")
+        })
+        .map_or(0, |count| count.trim().parse().unwrap())
+}
+
+/// Several steps of the stop held up at once: a buy waiting for its
+/// product's lock (a tracked task, and a request open for actix to finish)
+/// and the expiry job's give-back of an unpaid order, waiting for the same
+/// lock. Together they end at one deadline, `SHUTDOWN_TIMEOUT_SECS` after
+/// the drain, not one timeout per step, and the process still exits 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_stop_after_the_drain_is_one_timeout_however_many_steps_are_held() {
+    const DRAIN: Duration = Duration::from_secs(1);
+    const TIMEOUT: Duration = Duration::from_secs(3);
+    let db = TestDb::new();
+    let prefix = unique_prefix();
+    let env = [
+        ("DRAIN_SECONDS", "1"),
+        ("SHUTDOWN_TIMEOUT_SECS", "3"),
+        ("LOCK_WAIT_MS", "60000"),
+        // An unpaid order expires a second after it was made, and the
+        // expiry job looks every second.
+        ("PAYMENT_TIMEOUT", "1"),
+        ("JOBS_INTERVAL", "1"),
+        ("RECONCILE_INTERVAL", "3600"),
+    ];
+    let (mut server, probe) = ready_server_with(&db, &prefix, &env).await;
+    let base = server.address.clone();
+    let pool =
+        flashsale::db::build_pool(&db.url, 2, Duration::from_secs(5), Duration::from_secs(3));
+    let product = create_product(&pool, 10, None).await;
+    let customers = sign_up_customers(&base, 2, "held").await;
+    let (unpaid, waiting) = (&customers[0], &customers[1]);
+    let token = unpaid.csrf().await;
+    let bought = unpaid.web.buy(product, "1", &token, None).await.unwrap();
+    assert_eq!(bought.status(), StatusCode::SEE_OTHER);
+    let unpaid_order = order_id_from(&bought);
+
+    // This test holds the product's lock, as another instance mid-purchase
+    // would: the next buy and the unpaid order's give-back both wait.
+    let settings = flashsale::config::Settings::for_tests(&db.url, &prefix);
+    let observer = flashsale::services::Shop::new(settings).await.unwrap();
+    let held = observer
+        .locks
+        .acquire(vec![flashsale::domain::ProductId(product)])
+        .await
+        .unwrap();
+    let token = waiting.csrf().await;
+    let buy = {
+        let web = waiting.web.clone();
+        tokio::spawn(async move { web.buy(product, "1", &token, None).await })
+    };
+
+    // The order is due; the expiry job's pass that took it on is stuck on
+    // the lock, so the job's count stands still.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let runs = expiry_runs(&probe, &base).await;
+    assert!(runs > 0, "the expiry job never ran");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(
+        expiry_runs(&probe, &base).await,
+        runs,
+        "the expiry job is not held by the lock"
+    );
+    assert_eq!(
+        db.count(&format!(
+            "SELECT count(*) AS n FROM orders WHERE id = {unpaid_order} AND status = 'awaiting_payment'"
+        )),
+        1,
+        "the unpaid order was given back before the stop"
+    );
+    assert!(!buy.is_finished(), "the buy was answered before the stop");
+
+    sigterm(&server);
+    let signalled = Instant::now();
+    // Waited for well past the old bound (a timeout per step) so that a
+    // failure says how long the stop took.
+    let (status, _) = exit_of(&mut server, DRAIN + 6 * TIMEOUT).await;
+    let exited_after = signalled.elapsed();
+    let answer = buy.await.unwrap();
+    eprintln!(
+        "exit {status} after {exited_after:?} (drain {DRAIN:?}, timeout {TIMEOUT:?}); the held buy: {:?}",
+        answer.as_ref().map(|response| response.status())
+    );
+    held.release().await;
+    assert_eq!(status.code(), Some(0), "exit status {status}");
+    assert!(
+        exited_after < DRAIN + TIMEOUT + Duration::from_millis(1500),
+        "exited after {exited_after:?}: more than the drain and one timeout"
+    );
+    assert!(
+        exited_after >= DRAIN + TIMEOUT - Duration::from_millis(200),
+        "exited after {exited_after:?}, before the deadline, with work held"
+    );
+    assert!(
+        answer.is_err(),
+        "the held buy was answered, so it did not hold the stop"
+    );
 }
 
 /// Buys waiting for the product's lock when SIGTERM arrives are still
