@@ -1021,14 +1021,32 @@ async fn check_gate(
         ));
     }
     let gate = observer.gate.clone().unwrap();
-    let mut redis = redis::Client::open(redis_url)
+    let redis = redis::Client::open(redis_url)
         .unwrap()
         .get_multiplexed_async_connection()
         .await
         .unwrap();
     for &product in products {
-        let in_gate = gate.stock(ProductId(product)).await.unwrap();
-        let stock = db.stock(product);
+        // Under the product's lock, as every change of both sides is made:
+        // the servers' expiry job may restore an order meanwhile, and it
+        // commits in Postgres before it gives the gate its units back.
+        let held_key = format!("{}gate:{{product:{product}}}:held", observer.redis_prefix);
+        let (gate, url, mut redis) = (gate.clone(), db.url.clone(), redis.clone());
+        let (in_gate, stock, held, live) = observer
+            .locks
+            .with_locks(vec![ProductId(product)], move |_lease| async move {
+                let in_gate = gate.stock(ProductId(product)).await?;
+                let db = TestDb::attach(&url);
+                let held: BTreeMap<i64, i64> = redis::cmd("HGETALL")
+                    .arg(&held_key)
+                    .query_async(&mut redis)
+                    .await
+                    .unwrap();
+                let live = live_units_by_customer(&mut db.conn(), product);
+                Ok((in_gate, db.stock(product), held, live))
+            })
+            .await
+            .unwrap();
         if in_gate != Some(stock) {
             problems.push(format!(
                 "product {product}: gate stock {in_gate:?}, database {stock}"
@@ -1037,13 +1055,6 @@ async fn check_gate(
         if limits[&product].1.is_none() {
             continue;
         }
-        let held_key = format!("{}gate:{{product:{product}}}:held", observer.redis_prefix);
-        let held: BTreeMap<i64, i64> = redis::cmd("HGETALL")
-            .arg(&held_key)
-            .query_async(&mut redis)
-            .await
-            .unwrap();
-        let live = live_units_by_customer(&mut db.conn(), product);
         if held != live {
             problems.push(format!(
                 "product {product}: gate holdings {held:?} but live orders hold {live:?}"
@@ -1074,6 +1085,23 @@ fn live_units_by_customer(conn: &mut diesel::PgConnection, product: i64) -> BTre
     .collect()
 }
 
+fn customers_with_unpaid_orders(db: &TestDb, product: i64) -> BTreeSet<i64> {
+    #[derive(diesel::QueryableByName)]
+    struct Unpaid {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        customer_id: i64,
+    }
+    diesel::sql_query(format!(
+        "SELECT DISTINCT o.customer_id FROM orders o JOIN order_items i ON i.order_id = o.id \
+         WHERE i.product_id = {product} AND o.status = 'awaiting_payment'"
+    ))
+    .load::<Unpaid>(&mut db.conn())
+    .unwrap()
+    .into_iter()
+    .map(|u| u.customer_id)
+    .collect()
+}
+
 /// No customer is refused below their limit: on each limited product with
 /// units left, a customer holding fewer than the limit buys up to it (and
 /// is admitted), then one more (and is refused for the limit).
@@ -1094,9 +1122,15 @@ async fn below_the_limit_buys(
             continue;
         };
         let live = live_units_by_customer(&mut db.conn(), product);
+        // An unpaid order may expire between the reads and the buys (the
+        // servers' jobs still run), which would make room for one more:
+        // the edge is checked on a customer whose units are all paid for.
+        let unpaid = customers_with_unpaid_orders(db, product);
         let stock = db.stock(product);
-        let below = (0..CUSTOMERS)
-            .find(|&p| live.get(&customer_ids[p]).copied().unwrap_or(0) < i64::from(limit));
+        let below = (0..CUSTOMERS).find(|&p| {
+            !unpaid.contains(&customer_ids[p])
+                && live.get(&customer_ids[p]).copied().unwrap_or(0) < i64::from(limit)
+        });
         let Some(p) = below else {
             continue;
         };

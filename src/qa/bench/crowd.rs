@@ -5,7 +5,7 @@
 use super::customers::Customer;
 use super::first_pass::time_to_first_pass;
 use super::fixtures::{queue_sale, QUEUE_UNITS};
-use super::joins::join_waiting_room;
+use super::joins::{join_waiting_room, solved_bot_check};
 use super::measure::{Bench, Yardstick};
 use super::wrk::Requests;
 use super::*;
@@ -183,16 +183,7 @@ async fn solve_bot_checks(
         .map(|room| {
             let client = client.clone();
             async move {
-                let challenge: altcha::Challenge = serde_json::from_str(
-                    &client
-                        .get(format!("{address}/door/challenge?sale={room}"))
-                        .send()
-                        .await?
-                        .error_for_status()?
-                        .text()
-                        .await?,
-                )?;
-                let solved = crate::qa::harness::solve(challenge).await?;
+                let solved = solved_bot_check(&client, address, room).await?;
                 Ok(serde_urlencoded::to_string([("altcha", solved)])?)
             }
         })

@@ -5,6 +5,25 @@ use futures::StreamExt;
 
 use super::customers::Customer;
 
+/// A bot check of `room`'s door fetched and solved as the page's widget
+/// does: the `altcha` field's value.
+pub(super) async fn solved_bot_check(
+    client: &reqwest::Client,
+    address: &str,
+    room: i64,
+) -> anyhow::Result<String> {
+    let challenge: altcha::Challenge = serde_json::from_str(
+        &client
+            .get(format!("{address}/door/challenge?sale={room}"))
+            .send()
+            .await?
+            .error_for_status()?
+            .text()
+            .await?,
+    )?;
+    crate::qa::harness::solve(challenge).await
+}
+
 /// Every customer joins `product`'s waiting room through the shop's form.
 pub(super) async fn join_waiting_room(
     address: &str,
@@ -20,16 +39,7 @@ pub(super) async fn join_waiting_room(
             async move {
                 // The bench's sales set a one-try check: the door is
                 // passed (solved, spent, counted) as a browser passes it.
-                let challenge: altcha::Challenge = serde_json::from_str(
-                    &client
-                        .get(format!("{address}/door/challenge?sale={product}"))
-                        .send()
-                        .await?
-                        .error_for_status()?
-                        .text()
-                        .await?,
-                )?;
-                let solved = crate::qa::harness::solve(challenge).await?;
+                let solved = solved_bot_check(&client, address, product).await?;
                 let response = client
                     .post(format!("{address}/products/{product}/queue"))
                     .header(reqwest::header::COOKIE, &customer.cookie)

@@ -197,6 +197,19 @@ impl Crowd {
     fn problem(&self, problem: String) {
         self.record.lock().unwrap().problems.push(problem);
     }
+
+    /// Records the order `email` was answered with, then pays it as its
+    /// customer would.
+    async fn ordered_and_paid(&self, me: &harness::Browser, email: &str, order: i64, token: &str) {
+        self.record
+            .lock()
+            .unwrap()
+            .answered
+            .push((email.to_string(), order));
+        if pay_until_answered(self, me, order, token).await {
+            self.record.lock().unwrap().paid.push(order);
+        }
+    }
 }
 
 async fn customer(crowd: Arc<Crowd>, me: harness::Browser, email: String, product: i64) {
@@ -216,15 +229,7 @@ async fn customer(crowd: Arc<Crowd>, me: harness::Browser, email: String, produc
         let Some(order) = buy_until_answered(&crowd, &me, product, &token, &key, None).await else {
             continue;
         };
-        crowd
-            .record
-            .lock()
-            .unwrap()
-            .answered
-            .push((email.clone(), order));
-        if pay_until_answered(&crowd, &me, order, &token).await {
-            crowd.record.lock().unwrap().paid.push(order);
-        }
+        crowd.ordered_and_paid(&me, &email, order, &token).await;
     }
 }
 

@@ -9,7 +9,7 @@
 //! a cache: places, the draw, passes and their use are Postgres rows, and a
 //! pass is used inside its order's transaction. So "the room agrees with
 //! the database" is checked against the database: no place lost, passes
-//! admitted in the drawn order and never covering more than the stock,
+//! admitted in the drawn order, units sold and left adding up to the stock,
 //! each used exactly once by the order a waiter was answered with, and
 //! each waiter's own page saying what the database holds.
 
@@ -22,7 +22,7 @@ use flashsale::services::catalog::{self, SaleSpec};
 use reqwest::StatusCode;
 use serde_json::Value;
 
-use super::{buy_until_answered, pay_until_answered, Crowd};
+use super::{buy_until_answered, Crowd};
 use crate::helpers::*;
 
 /// Waiters per room (the same customers in every room) and units per room:
@@ -126,6 +126,8 @@ pub(super) async fn take_turn(
         };
         match status["state"].as_str().unwrap_or_default() {
             "waiting" => {}
+            // Still shown until the room's tick lapses it: not to be bought with.
+            "admitted" if let_lapse => {}
             "admitted" if lets_it_lapse => {
                 // Past the pass and the grace a presented pass still has.
                 tokio::time::sleep(
@@ -149,15 +151,7 @@ pub(super) async fn take_turn(
                 else {
                     return Turn::PassRanOut;
                 };
-                crowd
-                    .record
-                    .lock()
-                    .unwrap()
-                    .answered
-                    .push((email.clone(), order));
-                if pay_until_answered(crowd, me, order, &token).await {
-                    crowd.record.lock().unwrap().paid.push(order);
-                }
+                crowd.ordered_and_paid(me, email, order, &token).await;
                 return Turn::Bought(order);
             }
             "sold_out" => return Turn::SoldOut,
@@ -219,14 +213,34 @@ pub(super) async fn check_room(
               AND e.customer_id = c.id AND e.position IS NOT NULL) <> 1"
         ),
     );
+    // Admitted in the drawn order: pass n went to the holder of place n,
+    // passes were issued in their numbers' order, and no place before the
+    // last pass was passed over (limit 1, nobody held units before).
     expect_zero(
-        "passes issued out of the drawn order",
+        "passes not held by the place their number names",
         format!(
             "SELECT count(*) AS n FROM queue_admissions a \
-             JOIN queue_entries e ON e.product_id = a.product_id AND e.customer_id = a.customer_id \
-             JOIN queue_admissions b ON b.product_id = a.product_id AND b.number > a.number \
-             JOIN queue_entries f ON f.product_id = b.product_id AND f.customer_id = b.customer_id \
-             WHERE a.product_id = {room} AND f.position < e.position"
+             LEFT JOIN queue_entries e ON e.product_id = a.product_id AND e.customer_id = a.customer_id \
+             WHERE a.product_id = {room} \
+             AND (e.position IS DISTINCT FROM a.number OR e.ticket IS DISTINCT FROM a.ticket)"
+        ),
+    );
+    expect_zero(
+        "passes issued before a pass with a smaller number",
+        format!(
+            "SELECT count(*) AS n FROM queue_admissions a JOIN queue_admissions b \
+             ON b.product_id = a.product_id AND b.number > a.number \
+             WHERE a.product_id = {room} AND b.issued_at < a.issued_at"
+        ),
+    );
+    expect_zero(
+        "places passed over (no pass, though a later place has one)",
+        format!(
+            "SELECT count(*) AS n FROM queue_entries e WHERE e.product_id = {room} \
+             AND e.position < (SELECT coalesce(max(number), 0) FROM queue_admissions \
+                               WHERE product_id = {room}) \
+             AND NOT EXISTS (SELECT 1 FROM queue_admissions a \
+                             WHERE a.product_id = {room} AND a.customer_id = e.customer_id)"
         ),
     );
     expect_zero(
@@ -257,6 +271,7 @@ pub(super) async fn check_room(
             "room {room}: {sold} sold and {left} left of {ROOM_UNITS}"
         ));
     }
+    // Passes open at the end (none, once every turn has ended) within what is left.
     let open_pass_units = db.count(&format!(
         "SELECT coalesce(sum(units), 0)::int8 AS n FROM queue_admissions \
          WHERE product_id = {room} AND state = 'issued'"
