@@ -306,6 +306,11 @@ async fn shop(command: ShopCommand) -> anyhow::Result<ExitCode> {
             println!("flashsale listening on http://{host}:{}", app.port());
             std::io::stdout().flush()?;
             app.run_until_signalled().await?;
+            // Dropping the runtime would wait, without a bound, for blocking
+            // calls still running (a COMMIT waiting for a lost standby, cut
+            // at the stop's deadline): the stop is over, so the process is.
+            std::io::stdout().flush()?;
+            std::process::exit(0);
         }
         ShopCommand::Migrate => {
             migrate(&settings)?;

@@ -9,12 +9,14 @@
 //!    clients reconnect, to another instance.
 //! 2. For `DRAIN_SECONDS` the instance goes on serving whatever still
 //!    arrives: the balancer needs a poll or two to notice.
-//! 3. It stops accepting connections, refuses (503, nothing started) any
-//!    request that still arrives on a connection already open, and waits
-//!    for every tracked task (below) to end, then for actix to finish the
-//!    requests still open.
-//! 4. The background jobs are told to stop and each finishes the run it is
-//!    in, then the tasks they started end; then the process exits 0.
+//! 3. The background jobs are told to stop: each finishes the run it is
+//!    in and starts no other. The instance stops accepting connections,
+//!    refuses (503, nothing started) any request that still arrives on a
+//!    connection already open, and waits for every tracked task (below)
+//!    to end, then for actix to finish the requests still open.
+//! 4. It waits for the jobs' last runs and the tasks they started; then
+//!    the process exits 0 (`std::process::exit`, not the runtime's drop,
+//!    which would wait without a bound for a blocking call still running).
 //!
 //! Steps 3 and 4 share one deadline, `SHUTDOWN_TIMEOUT_SECS` from the end
 //! of the drain (`Stopping::start_deadline`): each wait gets what the ones

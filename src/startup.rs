@@ -162,6 +162,10 @@ impl Application {
             // One bound for everything from here to the exit: each wait
             // below, and those in `run_until_stopped`, gets what is left.
             let deadline = stopping.start_deadline(timeout);
+            // The jobs finish the run they are in and start no other: a
+            // new run (and the give-backs it spawns) would spend the budget
+            // the requests still open need.
+            stopping.stop_jobs();
             // No new connections; those open go on, each closed after its
             // answer (see `close_while_draining`).
             handle.pause().await;

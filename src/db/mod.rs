@@ -358,7 +358,12 @@ pub fn split_database_url(database_url: &str) -> anyhow::Result<(String, String)
         .filter(|(server, name)| {
             server.contains("://") && !server.ends_with('/') && !name.is_empty()
         })
-        .ok_or_else(|| anyhow::anyhow!("DATABASE_URL {database_url:?} names no database"))?;
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "DATABASE_URL {:?} names no database",
+                without_password(database_url)
+            )
+        })?;
     if !name
         .chars()
         .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
@@ -366,6 +371,21 @@ pub fn split_database_url(database_url: &str) -> anyhow::Result<(String, String)
         anyhow::bail!("database name {name:?} has unexpected characters");
     }
     Ok((server.to_string(), name.to_string()))
+}
+
+/// `url` with the password of its user info, if any, replaced by `***`: a
+/// connection string said in an error or a log must not carry its secret.
+pub fn without_password(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    match rest.split_once('@') {
+        Some((user_info, hosts)) if user_info.contains(':') => {
+            let user = user_info.split(':').next().unwrap_or_default();
+            format!("{scheme}://{user}:***@{hosts}")
+        }
+        _ => url.to_string(),
+    }
 }
 
 /// The namespace of this database's Redis keys, created by its migrations.
@@ -382,7 +402,21 @@ pub async fn redis_namespace(pool: &PgPool) -> Result<String, AppError> {
 
 #[cfg(test)]
 mod tests {
-    use super::without_gss_probe;
+    use super::{split_database_url, without_gss_probe, without_password};
+
+    #[test]
+    fn a_connection_string_is_said_without_its_password() {
+        assert_eq!(
+            without_password("postgres://shop:s3cret@h1:5432,h2:5432/shop?x=1"),
+            "postgres://shop:***@h1:5432,h2:5432/shop?x=1"
+        );
+        assert_eq!(
+            without_password("postgres://u@h/shop"),
+            "postgres://u@h/shop"
+        );
+        let refused = split_database_url("postgres://shop:s3cret@h1:5432").unwrap_err();
+        assert!(!refused.to_string().contains("s3cret"), "{refused}");
+    }
 
     #[test]
     fn the_gss_probe_is_turned_off_in_every_form_of_connection_string() {

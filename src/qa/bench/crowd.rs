@@ -139,7 +139,17 @@ pub(super) async fn join_runs(
     // The shop's copy of the sales learns of them within a second.
     tokio::time::sleep(crate::services::sale_cache::SERVE_AT_MOST).await;
     let pairs = rooms.len() * joiners.len();
+    let solving = std::time::Instant::now();
     let solutions = solve_bot_checks(&bench.address(), joiners.len(), &rooms).await?;
+    // The last pairs are used last: every solution must outlive the run.
+    anyhow::ensure!(
+        solving.elapsed().as_secs_f64() + 2.0 * bench.seconds() + 60.0
+            < crate::services::door::CHALLENGE_LIFETIME.as_secs_f64(),
+        "solving {pairs} bot checks took {:.0} s: with a {:.0} s run some would expire \
+         before their join (fewer --seconds)",
+        solving.elapsed().as_secs_f64(),
+        bench.seconds()
+    );
     bench.set_up_done()?;
     let note = format!("{} rooms, {pairs} customer-room pairs", rooms.len());
     let joins = bench

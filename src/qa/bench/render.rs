@@ -43,7 +43,11 @@ pub fn render(report: &BenchReport, config: &BenchConfig, command: &str) -> Stri
            CPU readings.\n\
          - **Purchases** are the orders in the database whose transaction began during the run, \
            not wrk's status codes. **Latency** percentiles are wrk's.\n\
-         - **Joins** (`POST /products/{id}/queue` with the session's CSRF token) pair each of \
+         - **Joins** (`POST /products/{id}/queue` with the session's CSRF token and a bot \
+           check of the room's door, solved before the run, one per customer and room, and \
+           checked and spent by the join as a browser's is; each customer comes from an \
+           address of its own, `X-Forwarded-For` through the loopback the shop trusts as its \
+           proxy, under the default per-address join limit) pair each of \
            the join customers with each of several waiting rooms in pre-queue, so every request \
            is a new place until the pairs run out; they are counted as the `queue_entries` rows \
            joined during the run (a join is answered only after its row commits). The \

@@ -18,6 +18,7 @@ use super::database::{check_sale, SaleChecked, Transactions};
 use super::{CpuWindow, Shop};
 use crate::qa::bench::customers::Customer;
 use crate::qa::bench::fixtures::queue_sale_starting;
+use crate::qa::bench::joins::solved_bot_check;
 use crate::qa::bench::probe::STATS_SETTLE;
 use crate::qa::bench::CpuShare;
 use crate::qa::Latency;
@@ -84,6 +85,9 @@ impl QueuedRun {
 /// the pre-queue before the start.
 const PLANNED_JOINS_PER_SECOND: f64 = 1_500.0;
 const JOIN_MARGIN: Duration = Duration::from_secs(5);
+/// Bot checks fetched and solved per second before the joins (one each,
+/// as every browser solves its own before it can join).
+const PLANNED_SOLVES_PER_SECOND: f64 = 2_000.0;
 
 pub(super) async fn run_queued(
     shop: &mut Shop,
@@ -95,11 +99,16 @@ pub(super) async fn run_queued(
     let joins_budget = Duration::from_secs_f64(customers.len() as f64 / PLANNED_JOINS_PER_SECOND)
         .max(JOIN_MARGIN)
         + JOIN_MARGIN;
-    // The counters settle before the joins begin; the sale cache learns of the sale in a second.
-    let lead = STATS_SETTLE + Duration::from_secs(1) + joins_budget;
+    let solves_budget =
+        Duration::from_secs_f64(customers.len() as f64 / PLANNED_SOLVES_PER_SECOND) + JOIN_MARGIN;
+    // The sale cache learns of the sale in a second; every customer's bot
+    // check is solved; the counters settle before the joins begin.
+    let lead = Duration::from_secs(1) + solves_budget + STATS_SETTLE + joins_budget;
     let starts_at = Utc::now() + chrono::Duration::from_std(lead)?;
     let product = queue_sale_starting(&shop.pool, "drop, waiting room", units, starts_at).await?;
     let start = Instant::now() + (starts_at - Utc::now()).to_std()?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let solved = solve_bot_checks(&shop.address(), customers.len(), product).await?;
     shop.vacuum()?;
     tokio::time::sleep(STATS_SETTLE).await;
     let before_joins = shop.counters.now()?;
@@ -114,7 +123,8 @@ pub(super) async fn run_queued(
     let mut tasks: Vec<_> = customers
         .iter()
         .cloned()
-        .map(|who| tokio::spawn(waiter(room.clone(), who, join_at)))
+        .zip(solved)
+        .map(|(who, solved)| tokio::spawn(waiter(room.clone(), who, solved, join_at)))
         .collect();
     tokio::time::sleep_until(start.into()).await;
     // Read on the beat, not settled: a busy backend reports its counts at
@@ -199,16 +209,37 @@ struct Page {
     pass: Option<String>,
 }
 
+/// One bot check of `product`'s door per customer, solved as each
+/// customer's browser solves its own before joining.
+async fn solve_bot_checks(
+    address: &str,
+    customers: usize,
+    product: i64,
+) -> anyhow::Result<Vec<String>> {
+    use futures::StreamExt;
+    let client = reqwest::Client::new();
+    futures::stream::iter(0..customers)
+        .map(|_| solved_bot_check(&client, address, product))
+        .buffered(64)
+        .collect::<Vec<anyhow::Result<String>>>()
+        .await
+        .into_iter()
+        .collect()
+}
+
 /// One customer: joins, loads the waiting page, and follows its script.
-async fn waiter(room: Arc<Room>, who: Customer, join_at: Instant) {
+async fn waiter(room: Arc<Room>, who: Customer, solved: String, join_at: Instant) {
     let product = room.product;
-    let csrf = [("csrf_token", who.csrf.as_str())];
+    let form = [
+        ("csrf_token", who.csrf.as_str()),
+        ("altcha", solved.as_str()),
+    ];
     let join_path = format!("/products/{product}/queue");
     let join = Request {
         kind: Kind::Join,
         who: Some(&who),
         path: &join_path,
-        form: Some(&csrf),
+        form: Some(&form),
         read_body: false,
     };
     if room.crowd.send(join, join_at).await.status != 303 {
