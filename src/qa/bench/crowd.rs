@@ -5,7 +5,7 @@
 use super::customers::Customer;
 use super::first_pass::time_to_first_pass;
 use super::fixtures::{queue_sale, QUEUE_UNITS};
-use super::joins::{join_waiting_room, solved_bot_check};
+use super::joins::{join_waiting_room, solved_bot_checks};
 use super::measure::{Bench, Yardstick};
 use super::wrk::Requests;
 use super::*;
@@ -140,7 +140,12 @@ pub(super) async fn join_runs(
     tokio::time::sleep(crate::services::sale_cache::SERVE_AT_MOST).await;
     let pairs = rooms.len() * joiners.len();
     let solving = std::time::Instant::now();
-    let solutions = solve_bot_checks(&bench.address(), joiners.len(), &rooms).await?;
+    // The join form's field, customer-major, as `Requests::Join` takes them.
+    let solutions = solved_bot_checks(&bench.address(), joiners.len(), &rooms)
+        .await?
+        .into_iter()
+        .map(|solved| serde_urlencoded::to_string([("altcha", solved)]))
+        .collect::<Result<Vec<_>, _>>()?;
     // The last pairs are used last: every solution must outlive the run.
     anyhow::ensure!(
         solving.elapsed().as_secs_f64() + 2.0 * bench.seconds() + 60.0
@@ -177,31 +182,6 @@ pub(super) async fn join_runs(
         first_passes.push(time_to_first_pass(pool, &bench.address(), joiners, waiters).await?);
     }
     Ok((joins, first_passes))
-}
-
-/// One solved bot check per customer and room, as `Requests::Join` takes
-/// them (customer-major): each join spends its own, as a browser's does.
-async fn solve_bot_checks(
-    address: &str,
-    customers: usize,
-    rooms: &[i64],
-) -> anyhow::Result<Vec<String>> {
-    use futures::StreamExt;
-    let client = reqwest::Client::new();
-    let pairs = (0..customers).flat_map(|_| rooms.iter().copied());
-    futures::stream::iter(pairs)
-        .map(|room| {
-            let client = client.clone();
-            async move {
-                let solved = solved_bot_check(&client, address, room).await?;
-                Ok(serde_urlencoded::to_string([("altcha", solved)])?)
-            }
-        })
-        .buffered(64)
-        .collect::<Vec<anyhow::Result<String>>>()
-        .await
-        .into_iter()
-        .collect()
 }
 
 /// The page runs tell answers apart only as below 400 or not, so before

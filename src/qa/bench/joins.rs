@@ -5,9 +5,28 @@ use futures::StreamExt;
 
 use super::customers::Customer;
 
+/// One bot check per customer and room, customer-major (customer c's for
+/// room r at `c * rooms.len() + r`), each fetched and solved before the
+/// run as that customer's browser would: a join spends its own.
+pub(super) async fn solved_bot_checks(
+    address: &str,
+    customers: usize,
+    rooms: &[i64],
+) -> anyhow::Result<Vec<String>> {
+    let client = reqwest::Client::new();
+    let pairs = (0..customers).flat_map(|_| rooms.iter().copied());
+    futures::stream::iter(pairs)
+        .map(|room| solved_bot_check(&client, address, room))
+        .buffered(64)
+        .collect::<Vec<anyhow::Result<String>>>()
+        .await
+        .into_iter()
+        .collect()
+}
+
 /// A bot check of `room`'s door fetched and solved as the page's widget
 /// does: the `altcha` field's value.
-pub(super) async fn solved_bot_check(
+async fn solved_bot_check(
     client: &reqwest::Client,
     address: &str,
     room: i64,

@@ -18,7 +18,7 @@ use super::database::{check_sale, SaleChecked, Transactions};
 use super::{CpuWindow, Shop};
 use crate::qa::bench::customers::Customer;
 use crate::qa::bench::fixtures::queue_sale_starting;
-use crate::qa::bench::joins::solved_bot_check;
+use crate::qa::bench::joins::solved_bot_checks;
 use crate::qa::bench::probe::STATS_SETTLE;
 use crate::qa::bench::CpuShare;
 use crate::qa::Latency;
@@ -108,7 +108,7 @@ pub(super) async fn run_queued(
     let product = queue_sale_starting(&shop.pool, "drop, waiting room", units, starts_at).await?;
     let start = Instant::now() + (starts_at - Utc::now()).to_std()?;
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let solved = solve_bot_checks(&shop.address(), customers.len(), product).await?;
+    let solved = solved_bot_checks(&shop.address(), customers.len(), &[product]).await?;
     shop.vacuum()?;
     tokio::time::sleep(STATS_SETTLE).await;
     let before_joins = shop.counters.now()?;
@@ -207,24 +207,6 @@ struct Page {
     countdown: Option<Instant>,
     /// The buy form's pass, on the admitted page.
     pass: Option<String>,
-}
-
-/// One bot check of `product`'s door per customer, solved as each
-/// customer's browser solves its own before joining.
-async fn solve_bot_checks(
-    address: &str,
-    customers: usize,
-    product: i64,
-) -> anyhow::Result<Vec<String>> {
-    use futures::StreamExt;
-    let client = reqwest::Client::new();
-    futures::stream::iter(0..customers)
-        .map(|_| solved_bot_check(&client, address, product))
-        .buffered(64)
-        .collect::<Vec<anyhow::Result<String>>>()
-        .await
-        .into_iter()
-        .collect()
 }
 
 /// One customer: joins, loads the waiting page, and follows its script.
