@@ -7,6 +7,7 @@ pub mod fence;
 pub mod holdings;
 pub mod listener;
 pub mod models;
+pub mod prepared;
 pub mod schema;
 
 use std::time::Duration;

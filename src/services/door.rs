@@ -28,7 +28,7 @@ use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
-use diesel::sql_types::Text;
+use diesel::sql_types::{Array, BigInt, Text, Timestamptz};
 use hmac::{Hmac, Mac};
 use rand::Rng;
 use sha2::Sha256;
@@ -186,26 +186,66 @@ impl Doorkeeper {
             self.counts.add(door, why.kind());
             refused.insert(*customer, why);
         }
-        // Every address's lock, in order, before any write: a writer that
-        // waited for another's insert of the same nonce while holding some
-        // addresses' locks and wanting more could close a cycle with it.
-        passing.sort_by(|a, b| a.2.cmp(&b.2));
-        let mut addresses: Vec<&str> = passing.iter().map(|(_, _, ip)| ip.as_str()).collect();
-        addresses.dedup();
-        for address in addresses {
-            lock_address(conn, door, address)?;
+        if passing.is_empty() {
+            return Ok(refused);
         }
-        // Then the nonces in their own order: two writers replaying each
-        // other's solutions from different addresses wait on each other's
-        // inserts in one direction only. (Every address lock is held, so
-        // the counts stay exact in any order.)
-        passing.sort_by(|a, b| a.1.nonce.cmp(&b.1.nonce));
-        for (customer, solved, address) in passing {
-            if let Err(why) = admit_locked(conn, &self.limits, door, solved, &address)? {
-                self.counts.add(door, why.kind());
-                refused.insert(customer, why);
+        // A statement for all of them at each step, not one per visitor: a
+        // crowd joining at once comes in batches of hundreds, and these
+        // statements run inside the transaction that writes their places.
+        let mut addresses: Vec<&str> = passing.iter().map(|(_, _, ip)| ip.as_str()).collect();
+        addresses.sort_unstable();
+        addresses.dedup();
+        lock_addresses(conn, door, &addresses)?;
+        let nonces: Vec<&str> = passing.iter().map(|(_, s, _)| s.nonce.as_str()).collect();
+        let spent_before: HashSet<String> = spent_challenges::table
+            .filter(spent_challenges::nonce.eq_any(&nonces))
+            .select(spent_challenges::nonce)
+            .load::<String>(conn)?
+            .into_iter()
+            .collect();
+        let mut counted = passes_counted(conn, &self.limits, door, &addresses)?;
+        let limit = per_address(&self.limits, door);
+        let window = window(&self.limits);
+        let now = Utc::now();
+        // In the order they came, as one at a time would be: over the limit
+        // first, then a solution used before (or earlier in this batch);
+        // only those let through count towards their address's limit.
+        let mut spending: Vec<(CustomerId, &Solved, &str)> = Vec::with_capacity(passing.len());
+        let mut spent_here: HashSet<&str> = HashSet::new();
+        for (customer, solved, address) in &passing {
+            let passes = counted.entry(address.clone()).or_default();
+            let why = if let Some(oldest) = passes.get(limit - 1) {
+                too_many(door, *oldest + window - now)
+            } else if spent_before.contains(&solved.nonce)
+                || !spent_here.insert(solved.nonce.as_str())
+            {
+                DoorRefusal::Spent
+            } else {
+                passes.insert(0, now);
+                spending.push((*customer, solved, address));
+                continue;
+            };
+            self.counts.add(door, why.kind());
+            refused.insert(*customer, why);
+        }
+        // Spent in nonce order: two writers replaying each other's
+        // solutions from different addresses wait on each other's inserts
+        // in one direction only. (Every address lock is held already.)
+        spending.sort_by(|a, b| a.1.nonce.cmp(&b.1.nonce));
+        let fresh = spend(conn, &spending)?;
+        let mut through: Vec<&str> = Vec::with_capacity(spending.len());
+        for (customer, solved, address) in spending {
+            if fresh.contains(&solved.nonce) {
+                through.push(address);
+            } else {
+                // Another transaction spent it since the read above. The
+                // place it took in its address's count stays taken for the
+                // rest of this batch: stricter than needed, never looser.
+                self.counts.add(door, DoorRefusal::Spent.kind());
+                refused.insert(customer, DoorRefusal::Spent);
             }
         }
+        record_passes(conn, door, &through, now)?;
         Ok(refused)
     }
 }
@@ -254,17 +294,8 @@ pub fn let_through(
     };
     let solved = check_solution(keys, door, payload).map_err(refused)?;
     let address = address_key(ip);
-    lock_address(conn, door, &address)?;
+    lock_addresses(conn, door, &[&address])?;
     admit_locked(conn, limits, door, &solved, &address)?.map_err(refused)
-}
-
-/// Serialises passes from `address` at `door` until the transaction ends,
-/// so the count under it is exact.
-fn lock_address(conn: &mut PgConn, door: Door, address: &str) -> QueryResult<()> {
-    diesel::sql_query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
-        .bind::<Text, _>(format!("door:{}:{address}", door.name()))
-        .execute(conn)?;
-    Ok(())
 }
 
 /// The limit for `address` (whose lock the caller holds), then the
@@ -276,51 +307,154 @@ fn admit_locked(
     solved: &Solved,
     address: &str,
 ) -> QueryResult<Result<(), DoorRefusal>> {
-    let per_address = match door {
-        Door::SignUp => limits.signups_per_address,
-        Door::Join(_) => limits.joins_per_address,
-    };
-    let door_name = door.name();
     let now = Utc::now();
-    let window = chrono::Duration::from_std(limits.window).unwrap_or(chrono::Duration::hours(1));
     let oldest_counted: Option<DateTime<Utc>> = door_passes::table
-        .filter(door_passes::door.eq(&door_name))
+        .filter(door_passes::door.eq(door.name()))
         .filter(door_passes::client_ip.eq(address))
-        .filter(door_passes::passed_at.gt(now - window))
+        .filter(door_passes::passed_at.gt(now - window(limits)))
         .order(door_passes::passed_at.desc())
-        .offset(i64::from(per_address) - 1)
+        .offset(per_address(limits, door) as i64 - 1)
         .limit(1)
         .select(door_passes::passed_at)
         .first(conn)
         .optional()?;
     if let Some(oldest) = oldest_counted {
-        let retry_after = (oldest + window - now)
-            .to_std()
-            .unwrap_or_default()
-            .max(Duration::from_secs(1));
-        return Ok(Err(DoorRefusal::TooMany {
-            signing_up: door == Door::SignUp,
-            retry_after,
-        }));
+        return Ok(Err(too_many(door, oldest + window(limits) - now)));
     }
-    let spent = diesel::insert_into(spent_challenges::table)
-        .values((
-            spent_challenges::nonce.eq(&solved.nonce),
-            spent_challenges::expires_at.eq(solved.expires_at),
-        ))
-        .on_conflict_do_nothing()
-        .execute(conn)?;
-    if spent == 0 {
+    if spend(conn, &[((), solved, address)])?.is_empty() {
         return Ok(Err(DoorRefusal::Spent));
     }
-    diesel::insert_into(door_passes::table)
-        .values((
-            door_passes::door.eq(&door_name),
-            door_passes::client_ip.eq(address),
-            door_passes::passed_at.eq(now),
-        ))
-        .execute(conn)?;
+    record_passes(conn, door, &[address], now)?;
     Ok(Ok(()))
+}
+
+/// Passes from one address at `door` within the window, at most.
+fn per_address(limits: &DoorSettings, door: Door) -> usize {
+    let limit = match door {
+        Door::SignUp => limits.signups_per_address,
+        Door::Join(_) => limits.joins_per_address,
+    };
+    limit.max(1) as usize
+}
+
+/// How far back passes count towards an address's limit.
+fn window(limits: &DoorSettings) -> chrono::Duration {
+    chrono::Duration::from_std(limits.window).unwrap_or(chrono::Duration::hours(1))
+}
+
+/// Over the limit, with how long until the oldest pass counted leaves the
+/// window (`until`).
+fn too_many(door: Door, until: chrono::Duration) -> DoorRefusal {
+    DoorRefusal::TooMany {
+        signing_up: door == Door::SignUp,
+        retry_after: until
+            .to_std()
+            .unwrap_or_default()
+            .max(Duration::from_secs(1)),
+    }
+}
+
+/// Every address's lock at `door`, in the order given (sorted by the
+/// caller), in one statement: the function scan hands the aggregate its
+/// rows in array order, so two batches never hold each other's.
+fn lock_addresses(conn: &mut PgConn, door: Door, addresses: &[&str]) -> QueryResult<()> {
+    let keys: Vec<String> = addresses
+        .iter()
+        .map(|address| format!("door:{}:{address}", door.name()))
+        .collect();
+    diesel::sql_query(
+        "SELECT count(pg_advisory_xact_lock(hashtextextended(key, 0))) AS n FROM unnest($1::text[]) AS key",
+    )
+    .bind::<Array<Text>, _>(keys)
+    .execute(conn)?;
+    Ok(())
+}
+
+/// Each address's passes at `door` that count now, newest first: as many
+/// as the limit at most (enough to tell whether it is reached, and when
+/// the oldest of them leaves the window). The addresses' locks are held.
+fn passes_counted(
+    conn: &mut PgConn,
+    limits: &DoorSettings,
+    door: Door,
+    addresses: &[&str],
+) -> QueryResult<HashMap<String, Vec<DateTime<Utc>>>> {
+    #[derive(QueryableByName)]
+    struct Counted {
+        #[diesel(sql_type = Text)]
+        client_ip: String,
+        #[diesel(sql_type = Timestamptz)]
+        passed_at: DateTime<Utc>,
+    }
+    let rows: Vec<Counted> = diesel::sql_query(
+        "SELECT a.client_ip, p.passed_at FROM unnest($2::text[]) AS a(client_ip)
+         CROSS JOIN LATERAL (
+             SELECT passed_at FROM door_passes
+             WHERE door = $1 AND client_ip = a.client_ip AND passed_at > $3
+             ORDER BY passed_at DESC LIMIT $4
+         ) AS p
+         ORDER BY a.client_ip, p.passed_at DESC",
+    )
+    .bind::<Text, _>(door.name())
+    .bind::<Array<Text>, _>(addresses)
+    .bind::<Timestamptz, _>(Utc::now() - window(limits))
+    .bind::<BigInt, _>(per_address(limits, door) as i64)
+    .load(conn)?;
+    let mut counted: HashMap<String, Vec<DateTime<Utc>>> = HashMap::new();
+    for row in rows {
+        counted
+            .entry(row.client_ip)
+            .or_default()
+            .push(row.passed_at);
+    }
+    Ok(counted)
+}
+
+/// Spends the solutions, in the order given, in one statement; returns the
+/// nonces that were not spent before (the others' rows were already there).
+fn spend<T>(conn: &mut PgConn, spending: &[(T, &Solved, &str)]) -> QueryResult<HashSet<String>> {
+    #[derive(QueryableByName)]
+    struct Spent {
+        #[diesel(sql_type = Text)]
+        nonce: String,
+    }
+    if spending.is_empty() {
+        return Ok(HashSet::new());
+    }
+    let nonces: Vec<&str> = spending.iter().map(|(_, s, _)| s.nonce.as_str()).collect();
+    let expiries: Vec<DateTime<Utc>> = spending.iter().map(|(_, s, _)| s.expires_at).collect();
+    let spent: Vec<Spent> = diesel::sql_query(
+        "INSERT INTO spent_challenges (nonce, expires_at)
+         SELECT s.nonce, s.expires_at
+         FROM unnest($1::text[], $2::timestamptz[]) WITH ORDINALITY AS s(nonce, expires_at, n)
+         ORDER BY s.n
+         ON CONFLICT DO NOTHING RETURNING nonce",
+    )
+    .bind::<Array<Text>, _>(nonces)
+    .bind::<Array<Timestamptz>, _>(expiries)
+    .load(conn)?;
+    Ok(spent.into_iter().map(|s| s.nonce).collect())
+}
+
+/// One pass through `door` per address given (an address twice, two
+/// passes), at `now`, in one statement.
+fn record_passes(
+    conn: &mut PgConn,
+    door: Door,
+    addresses: &[&str],
+    now: DateTime<Utc>,
+) -> QueryResult<()> {
+    if addresses.is_empty() {
+        return Ok(());
+    }
+    diesel::sql_query(
+        "INSERT INTO door_passes (door, client_ip, passed_at) SELECT $1, a, $3 FROM unnest($2::text[]) AS a",
+    )
+    .bind::<Text, _>(door.name())
+    .bind::<Array<Text>, _>(addresses)
+    .bind::<Timestamptz, _>(now)
+    .execute(conn)?;
+    Ok(())
 }
 
 /// Checks `payload` answers a live challenge of `door`, without a

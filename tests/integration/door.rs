@@ -764,3 +764,96 @@ async fn a_scripted_crowd_of_accounts_from_one_address_gets_almost_nothing() {
         assert_eq!(places, most, "{run}");
     }
 }
+
+/// The waiting room's writer lets a whole batch of newcomers through the
+/// door in one go: each gets the answer they would get one at a time, in
+/// the order they came, and only those let through count or spend.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_batch_of_joins_gets_the_answers_one_at_a_time_would() {
+    use diesel::Connection;
+    use flashsale::domain::{CustomerId, ProductId};
+    use flashsale::error::DoorRefusal;
+    use flashsale::services::door::{Door, Doorkeeper, Visit};
+
+    let app = spawn_app_with(|settings| {
+        real_door(100)(settings);
+        settings.security.door.joins_per_address = 2;
+    })
+    .await;
+    let room = queue_sale(&app, 5, 1, Duration::minutes(10), None).await;
+    let mut people = Vec::new();
+    for i in 0..6 {
+        let email = format!("batch{i}@example.com");
+        let browser = match i {
+            5 => app.unconfirmed_customer(&email).await,
+            _ => app.customer(&email).await,
+        };
+        let id = app.db.count(&format!(
+            "SELECT id AS n FROM customers WHERE email = '{email}'"
+        ));
+        let (check, _) = solved(&browser, Some(room)).await;
+        people.push((CustomerId(id), check));
+    }
+    let (passes, spent) = door_rows(&app);
+    let (a, b) = (
+        "198.51.100.7".parse().unwrap(),
+        "198.51.100.8".parse().unwrap(),
+    );
+    let door = Door::Join(ProductId(room));
+    let keys = &app.shop.door_keys;
+    // In this order: a pass; a replay of that solution; a second pass
+    // (the address's limit); one over it; another address; unconfirmed.
+    let visits = [
+        (people[0].0, Visit::new(keys, door, &people[0].1, a)),
+        (people[1].0, Visit::new(keys, door, &people[0].1, a)),
+        (people[2].0, Visit::new(keys, door, &people[2].1, a)),
+        (people[3].0, Visit::new(keys, door, &people[3].1, a)),
+        (people[4].0, Visit::new(keys, door, &people[4].1, b)),
+        (people[5].0, Visit::new(keys, door, &people[5].1, b)),
+    ];
+    let visitors: Vec<_> = visits.iter().map(|(c, v)| (*c, v)).collect();
+    let doorkeeper = Doorkeeper::of(&app.shop);
+    let mut conn = app.shop.pool.get().unwrap();
+    let refused = conn
+        .transaction(|conn| doorkeeper.let_join(conn, ProductId(room), &visitors))
+        .unwrap();
+    assert_eq!(refused.len(), 3, "{refused:?}");
+    assert_eq!(refused[&people[1].0], DoorRefusal::Spent);
+    assert!(
+        matches!(refused[&people[3].0], DoorRefusal::TooMany { retry_after, .. }
+            if (3_590..=3_600).contains(&retry_after.as_secs())),
+        "{refused:?}"
+    );
+    assert_eq!(refused[&people[5].0], DoorRefusal::Unconfirmed);
+    assert_eq!(door_rows(&app), (passes + 3, spent + 3));
+    assert_eq!(
+        app.db.count(&format!(
+            "SELECT count(*) AS n FROM door_passes WHERE door = 'join:{room}' AND client_ip = '198.51.100.7'"
+        )),
+        2
+    );
+
+    // The next batch counts what the first let through: the address is
+    // full, and a solution spent there stays spent from anywhere.
+    let (check, _) = solved(&app.customer("batch6@example.com").await, Some(room)).await;
+    let late = CustomerId(
+        app.db
+            .count("SELECT id AS n FROM customers WHERE email = 'batch6@example.com'"),
+    );
+    // (Its sign-up went through the sign-up door.)
+    let before = door_rows(&app);
+    let visits = [
+        (late, Visit::new(keys, door, &check, a)),
+        (people[1].0, Visit::new(keys, door, &people[2].1, b)),
+    ];
+    let visitors: Vec<_> = visits.iter().map(|(c, v)| (*c, v)).collect();
+    let refused = conn
+        .transaction(|conn| doorkeeper.let_join(conn, ProductId(room), &visitors))
+        .unwrap();
+    assert!(
+        matches!(refused[&late], DoorRefusal::TooMany { .. }),
+        "{refused:?}"
+    );
+    assert_eq!(refused[&people[1].0], DoorRefusal::Spent);
+    assert_eq!(door_rows(&app), before);
+}

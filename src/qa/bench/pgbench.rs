@@ -154,7 +154,9 @@ pub(super) fn pgbench(
 ) -> anyhow::Result<(f64, f64)> {
     let define = |name: &str, value: String| format!("{name}={value}");
     let output = Command::new("pgbench")
-        .args(["-n", "-f"])
+        // Prepared statements: pgbench's fastest protocol, and what the
+        // shop's own statements are.
+        .args(["-n", "-M", "prepared", "-f"])
         .arg(script)
         .args([
             "-c",

@@ -63,8 +63,9 @@ pub fn render(report: &BenchReport, config: &BenchConfig, command: &str) -> Stri
            analyzed before that run's counters are read, so neither they nor the autovacuum they \
            would trigger count as the run's.\n\
          - **The ceilings** are `pgbench` on a database of its own on the same server, swept \
-           over client counts; a ceiling is the sweep's best point, not its figure at the \
-           shop's concurrency. See *The ceilings* below for the SQL.\n\n",
+           over client counts, with prepared statements (`-M prepared`: its fastest protocol, \
+           and how the shop sends its own statements); a ceiling is the sweep's best point, not \
+           its figure at the shop's concurrency. See *The ceilings* below for the SQL.\n\n",
     );
     out.push_str("## Machine and settings\n\n| what | value |\n|---|---|\n");
     for (what, value) in report.machine.iter().chain(&report.shop) {

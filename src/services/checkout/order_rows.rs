@@ -7,6 +7,7 @@
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 
+use crate::db::prepared::Prepared;
 use crate::db::PgConn;
 use crate::domain::{CustomerId, Money, OrderId, OrderStatus, Product, Quantity, StockReason};
 use crate::error::AppError;
@@ -107,12 +108,12 @@ pub(super) fn write_order(
         .iter()
         .map(|(p, q, _)| p.price().times(q.get()).cents())
         .sum::<i64>();
-    let written: Written = diesel::sql_query(WRITE_ORDER)
+    let written: Written = Prepared::new(WRITE_ORDER)
         .bind::<BigInt, _>(customer.get())
         .bind::<Text, _>(OrderStatus::AwaitingPayment.as_str())
         .bind::<BigInt, _>(Money::from_cents(total)?.cents())
         .bind::<Timestamptz, _>(payment_deadline)
-        .bind::<Nullable<Text>, _>(gate_key)
+        .bind::<Nullable<Text>, _>(gate_key.map(str::to_owned))
         .bind::<Array<BigInt>, _>(lines.iter().map(|(p, _, _)| p.id).collect::<Vec<_>>())
         .bind::<Array<Int4>, _>(lines.iter().map(|(_, q, _)| q.get()).collect::<Vec<_>>())
         .bind::<Array<BigInt>, _>(
@@ -123,8 +124,8 @@ pub(super) fn write_order(
         )
         .bind::<Array<Int4>, _>(lines.iter().map(|(_, _, after)| *after).collect::<Vec<_>>())
         .bind::<Text, _>(StockReason::Purchase.as_str())
-        .bind::<Nullable<Text>, _>(answer_key.map(|k| k.key.as_str()))
-        .bind::<Nullable<Text>, _>(answer_key.and_then(|k| k.fingerprint.as_deref()))
+        .bind::<Nullable<Text>, _>(answer_key.map(|k| k.key.clone()))
+        .bind::<Nullable<Text>, _>(answer_key.and_then(|k| k.fingerprint.clone()))
         .bind::<Nullable<Int4>, _>(pass)
         .bind::<Array<Nullable<Int4>>, _>(
             lines
@@ -244,7 +245,7 @@ pub(super) fn write_sales(
         .iter()
         .map(|sale| sale.taking.iter().map(|(b, _)| b.quantity.get()).sum())
         .collect();
-    diesel::sql_query(WRITE_SALES)
+    Prepared::new(WRITE_SALES)
         .bind::<Array<BigInt>, _>(column(&|p, _, _| p.id))
         .bind::<Array<BigInt>, _>(column(&|_, b, _| b.customer.get()))
         .bind::<Array<Int4>, _>(quantities)
