@@ -34,6 +34,8 @@ pub type PgConn = PgConnection;
 pub struct PooledPg {
     conn: PgConnection,
     lost: bool,
+    /// Since when its plans were made; see `PLANNER`.
+    plans_since: std::time::Instant,
 }
 
 impl std::ops::Deref for PooledPg {
@@ -96,6 +98,7 @@ impl ManageConnection for PgManager {
         Ok(PooledPg {
             conn: self.0.connect()?,
             lost: false,
+            plans_since: std::time::Instant::now(),
         })
     }
 
@@ -110,21 +113,29 @@ impl ManageConnection for PgManager {
 
 pub const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations");
 
-/// How the shop's connections plan. Postgres plans the foreign-key checks a
-/// purchase fires (`SELECT 1 FROM orders WHERE id = $1 FOR KEY SHARE`,
-/// three per order) once per connection and keeps that plan. Made while a
-/// sale's tables were still nearly empty (a new shop, or the first sale
-/// after they were analyzed), it is a sequential scan, and every check then
-/// reads the whole table, slower and slower as the sale fills it, until an
-/// autovacuum analyze happens to replan it: a 32-buyer batch went from 4 ms
-/// to 60 ms within 20 s that way (pgbench on the batch's statement), and
-/// the benchmark's hot product flipped between about 1,400 and 4,500
-/// orders/s from run to run. Planned afresh for each execution, a check
-/// uses the index as soon as the table is large enough for it to matter,
-/// at about 1.5 ms of planning per 32-buyer batch. (Pricing sequential
-/// scans out instead made the shelf's read of the small, much-updated
-/// `products` table a full index scan of 30 to 200 ms.)
-const PLANNER: &str = "SET plan_cache_mode = force_custom_plan";
+/// How the shop's connections plan: Postgres's default, a statement's
+/// generic plan kept once it costs no more than planning it afresh. The
+/// foreign-key checks a purchase fires (`SELECT 1 FROM orders WHERE id = $1
+/// FOR KEY SHARE`, three per order and as many on customers and products)
+/// are among them, and planning each afresh cost a 32-buyer batch's
+/// statement 5.6 ms against 3.2 ms (pgbench, `plan_cache_mode =
+/// force_custom_plan` against `auto`, on the same server).
+///
+/// The catch: a generic plan is made with the table's size at the time.
+/// Made while a sale's tables were still nearly empty (a new shop, or the
+/// first sale after they were analyzed) a check's plan is a sequential
+/// scan, and each check then reads the whole table, slower and slower as
+/// the sale fills it: the same batch went from 15 ms to 85 ms per
+/// transaction within 24 s that way. So each connection drops its plans
+/// every `PLANS_KEPT` (`DISCARD PLANS`, which keeps its prepared statements)
+/// and makes them again from the tables as they are: such a plan lives a
+/// second at most. (Pricing sequential scans out instead made the shelf's
+/// read of the small, much-updated `products` table a full index scan of 30
+/// to 200 ms.)
+const PLANNER: &str = "SET plan_cache_mode = auto";
+
+/// How long a connection keeps its plans; see `PLANNER`.
+pub const PLANS_KEPT: Duration = Duration::from_secs(1);
 
 /// Every pooled connection gets a statement timeout, so no query can hold a
 /// row lock longer than the Redis lease that guards it.
@@ -299,6 +310,11 @@ fn with_pooled<T>(
     mut pooled: PooledConnection<PgManager>,
     work: impl FnOnce(&mut PgConn) -> Result<T, AppError>,
 ) -> Result<T, AppError> {
+    if pooled.plans_since.elapsed() >= PLANS_KEPT {
+        // Should this fail, the connection is gone and `work` says so.
+        let _ = pooled.conn.batch_execute("DISCARD PLANS");
+        pooled.plans_since = std::time::Instant::now();
+    }
     let result = work(&mut pooled.conn);
     if matches!(
         result,

@@ -4,9 +4,10 @@
 //! `diesel::sql_query` never lets its statement be cached (its text could
 //! be built per call), so Postgres parses and plans it on every run. The
 //! purchase's batch statement is a fixed text of ten parts run once per
-//! batch inside the product's lock hold, where its planning is time every
-//! buyer in line waits; as a prepared statement it is planned once per
-//! connection. Every value is bound, never spliced into the text.
+//! batch inside the product's lock hold, where its parsing and planning is
+//! time every buyer in line waits; prepared, it is parsed once per
+//! connection and its plan kept as long as the connection keeps plans
+//! (`db::PLANS_KEPT`). Every value is bound, never spliced into the text.
 
 use diesel::expression::AsExpression;
 use diesel::expression::TypedExpressionType;

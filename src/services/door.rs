@@ -203,10 +203,10 @@ impl Doorkeeper {
             .load::<String>(conn)?
             .into_iter()
             .collect();
-        let mut counted = passes_counted(conn, &self.limits, door, &addresses)?;
+        let now = Utc::now();
+        let mut counted = passes_counted(conn, &self.limits, door, &addresses, now)?;
         let limit = per_address(&self.limits, door);
         let window = window(&self.limits);
-        let now = Utc::now();
         // In the order they came, as one at a time would be: over the limit
         // first, then a solution used before (or earlier in this batch);
         // only those let through count towards their address's limit.
@@ -378,6 +378,7 @@ fn passes_counted(
     limits: &DoorSettings,
     door: Door,
     addresses: &[&str],
+    now: DateTime<Utc>,
 ) -> QueryResult<HashMap<String, Vec<DateTime<Utc>>>> {
     #[derive(QueryableByName)]
     struct Counted {
@@ -397,7 +398,7 @@ fn passes_counted(
     )
     .bind::<Text, _>(door.name())
     .bind::<Array<Text>, _>(addresses)
-    .bind::<Timestamptz, _>(Utc::now() - window(limits))
+    .bind::<Timestamptz, _>(now - window(limits))
     .bind::<BigInt, _>(per_address(limits, door) as i64)
     .load(conn)?;
     let mut counted: HashMap<String, Vec<DateTime<Utc>>> = HashMap::new();

@@ -43,7 +43,7 @@ fn purchase_script(buyers: Buyers) -> String {
 INSERT INTO order_items (order_id, product_id, quantity, unit_price_cents) VALUES (:order_id, :pid, 1, 100);
 UPDATE products SET stock = stock - 1, updated_at = now() WHERE id = :pid RETURNING stock AS left \\gset
 INSERT INTO stock_history (product_id, order_id, delta, stock_after, reason, note) VALUES (:pid, :order_id, -1, :left, 'purchase', '');
-INSERT INTO holdings (product_id, customer_id, units, cap) VALUES (:pid, :cust, 1, :cap) ON CONFLICT (product_id, customer_id) DO UPDATE SET units = holdings.units + EXCLUDED.units, cap = EXCLUDED.cap;
+INSERT INTO holdings (product_id, customer_id, units, cap) VALUES (:pid, :cust, 1, NULLIF(:cap::int, 0)) ON CONFLICT (product_id, customer_id) DO UPDATE SET units = holdings.units + EXCLUDED.units, cap = EXCLUDED.cap;
 COMMIT;
 ",
         who(buyers, 1),
@@ -87,7 +87,7 @@ WITH buyer AS MATERIALIZED (
           FROM generate_series(:cust::bigint, :cust + {last}) AS c) AS b
 ), held AS (
     INSERT INTO holdings (product_id, customer_id, units, cap)
-    SELECT product_id, customer_id, sum(quantity), :cap FROM buyer
+    SELECT product_id, customer_id, sum(quantity), NULLIF(:cap::int, 0) FROM buyer
     GROUP BY product_id, customer_id ORDER BY product_id, customer_id
     ON CONFLICT (product_id, customer_id) DO UPDATE
         SET units = holdings.units + EXCLUDED.units, cap = EXCLUDED.cap
@@ -173,7 +173,9 @@ pub(super) fn pgbench(
         .args(["-D", &define("turn", "0".into())])
         .args([
             "-D",
-            &define("cap", rows.cap.map_or("NULL".into(), |c| c.to_string())),
+            // 0 for none: with prepared statements a variable is a bound
+            // value, and the scripts turn 0 into NULL (a limit is >= 1).
+            &define("cap", rows.cap.unwrap_or(0).to_string()),
         ])
         .arg(db_url)
         .output()

@@ -162,6 +162,31 @@ impl Probe {
         .bind::<Timestamptz, _>(from)
         .bind::<Timestamptz, _>(to)
         .get_result(&mut conn)?;
+        #[derive(QueryableByName)]
+        struct Quarter {
+            #[diesel(sql_type = BigInt)]
+            n: i64,
+        }
+        // Orders per quarter second of selling, on stderr: how the rate
+        // moved between the first and the last second.
+        let quarters: Vec<Quarter> = diesel::sql_query(
+            "WITH run AS (SELECT created_at FROM orders WHERE created_at >= $1 AND created_at < $2), \
+                  span AS (SELECT min(created_at) AS first FROM run) \
+             SELECT count(*) AS n FROM run, span \
+             GROUP BY floor(extract(epoch FROM run.created_at - span.first) * 4) \
+             ORDER BY floor(extract(epoch FROM run.created_at - span.first) * 4)",
+        )
+        .bind::<Timestamptz, _>(from)
+        .bind::<Timestamptz, _>(to)
+        .load(&mut conn)?;
+        eprintln!(
+            "  orders per quarter second of selling: {}",
+            quarters
+                .iter()
+                .map(|q| q.n.to_string())
+                .collect::<Vec<_>>()
+                .join(" ")
+        );
         drop(conn);
         self.wait_gone(shape.pid)?;
         Ok(SaleShape {
