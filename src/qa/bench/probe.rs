@@ -165,25 +165,32 @@ impl Probe {
         #[derive(QueryableByName)]
         struct Quarter {
             #[diesel(sql_type = BigInt)]
+            quarter: i64,
+            #[diesel(sql_type = BigInt)]
             n: i64,
         }
         // Orders per quarter second of selling, on stderr: how the rate
-        // moved between the first and the last second.
+        // moved between the first and the last second (a quarter without
+        // orders reads 0).
         let quarters: Vec<Quarter> = diesel::sql_query(
             "WITH run AS (SELECT created_at FROM orders WHERE created_at >= $1 AND created_at < $2), \
                   span AS (SELECT min(created_at) AS first FROM run) \
-             SELECT count(*) AS n FROM run, span \
-             GROUP BY floor(extract(epoch FROM run.created_at - span.first) * 4) \
-             ORDER BY floor(extract(epoch FROM run.created_at - span.first) * 4)",
+             SELECT floor(extract(epoch FROM run.created_at - span.first) * 4)::bigint AS quarter, \
+                    count(*) AS n \
+             FROM run, span GROUP BY 1 ORDER BY 1",
         )
         .bind::<Timestamptz, _>(from)
         .bind::<Timestamptz, _>(to)
         .load(&mut conn)?;
+        let mut per_quarter = vec![0; quarters.last().map_or(0, |q| q.quarter as usize + 1)];
+        for q in &quarters {
+            per_quarter[q.quarter as usize] = q.n;
+        }
         eprintln!(
             "  orders per quarter second of selling: {}",
-            quarters
+            per_quarter
                 .iter()
-                .map(|q| q.n.to_string())
+                .map(|n| n.to_string())
                 .collect::<Vec<_>>()
                 .join(" ")
         );
