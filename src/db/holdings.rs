@@ -89,30 +89,26 @@ pub fn holders(
         .bind::<Array<BigInt>, _>(product_ids)
         .bind::<Array<BigInt>, _>(customer_ids)
         .load(conn)?;
-    let rows = rows
-        .into_iter()
-        .map(|r| (r.customer_id, r.confirmed, r.product_id, r.units));
     let mut holders: HashMap<ProductId, HashMap<CustomerId, Holder>> = products
         .iter()
         .map(|&product| (product, HashMap::new()))
         .collect();
-    let rows: Vec<_> = rows.collect();
-    for (customer, confirmed, _, _) in &rows {
+    for row in &rows {
         for of_product in holders.values_mut() {
             of_product.insert(
-                CustomerId(*customer),
+                CustomerId(row.customer_id),
                 Holder {
                     units: 0,
-                    confirmed: *confirmed,
+                    confirmed: row.confirmed,
                 },
             );
         }
     }
-    for (customer, _, product, units) in rows {
-        if let (Some(product), Some(units)) = (product, units) {
+    for row in rows {
+        if let (Some(product), Some(units)) = (row.product_id, row.units) {
             if let Some(holder) = holders
                 .get_mut(&ProductId(product))
-                .and_then(|of_product| of_product.get_mut(&CustomerId(customer)))
+                .and_then(|of_product| of_product.get_mut(&CustomerId(row.customer_id)))
             {
                 holder.units = i64::from(units);
             }
