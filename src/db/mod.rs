@@ -128,8 +128,8 @@ pub const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations");
 /// the sale fills it: the same batch went from 15 ms to 85 ms per
 /// transaction within 24 s that way. So each connection drops its plans
 /// every `PLANS_KEPT` (`DISCARD PLANS`, which keeps its prepared statements)
-/// and makes them again from the tables as they are: such a plan lives a
-/// second at most. (Pricing sequential scans out instead made the shelf's
+/// and makes them again from the tables as they are: a plan is dropped the
+/// first time its connection is lent out after `PLANS_KEPT`. (Pricing sequential scans out instead made the shelf's
 /// read of the small, much-updated `products` table a full index scan of 30
 /// to 200 ms.)
 const PLANNER: &str = "SET plan_cache_mode = auto";
@@ -311,8 +311,14 @@ fn with_pooled<T>(
     work: impl FnOnce(&mut PgConn) -> Result<T, AppError>,
 ) -> Result<T, AppError> {
     if pooled.plans_since.elapsed() >= PLANS_KEPT {
-        // Should this fail, the connection is gone and `work` says so.
-        let _ = pooled.conn.batch_execute("DISCARD PLANS");
+        if let Err(error) = pooled.conn.batch_execute("DISCARD PLANS") {
+            // Nothing was sent for `work` yet: the connection leaves the
+            // pool and the caller hears the database is unreachable.
+            pooled.lost = true;
+            return Err(AppError::Unavailable(format!(
+                "the database connection failed: {error}"
+            )));
+        }
         pooled.plans_since = std::time::Instant::now();
     }
     let result = work(&mut pooled.conn);

@@ -3,11 +3,12 @@
 //!
 //! `diesel::sql_query` never lets its statement be cached (its text could
 //! be built per call), so Postgres parses and plans it on every run. The
-//! purchase's batch statement is a fixed text of ten parts run once per
-//! batch inside the product's lock hold, where its parsing and planning is
-//! time every buyer in line waits; prepared, it is parsed once per
-//! connection and its plan kept as long as the connection keeps plans
-//! (`db::PLANS_KEPT`). Every value is bound, never spliced into the text.
+//! purchase's statements (a batch's `WRITE_SALES`, a cart's `WRITE_ORDER`,
+//! the buyers' `HOLDERS` read) are fixed texts run inside the product's
+//! lock hold, where their parsing and planning is time every buyer in line
+//! waits; prepared, each is parsed once per connection and its plan kept
+//! as long as the connection keeps plans (`db::PLANS_KEPT`). Every value
+//! is bound, never spliced into the text.
 
 use diesel::expression::AsExpression;
 use diesel::expression::TypedExpressionType;
@@ -17,6 +18,8 @@ use diesel::sql_types::{SingleValue, SqlType, Untyped};
 use diesel::{QueryResult, RunQueryDsl};
 
 /// A fixed SQL text with `$1`, `$2`, … placeholders, and their values.
+/// Every `$` in the text is read as a placeholder (none may sit in a string
+/// literal, a comment or a `$$` quote), and every value bound must be named.
 pub struct Prepared {
     sql: &'static str,
     binds: Vec<Box<dyn QueryFragment<Pg> + Send>>,
@@ -48,6 +51,7 @@ impl QueryFragment<Pg> for Prepared {
     /// bound twice, and the text may name them in any order.
     fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
         let mut rest = self.sql;
+        let mut highest = 0;
         while let Some(at) = rest.find('$') {
             let digits = rest[at + 1..]
                 .find(|c: char| !c.is_ascii_digit())
@@ -71,7 +75,17 @@ impl QueryFragment<Pg> for Prepared {
                     )
                 })?;
             bind.walk_ast(out.reborrow())?;
+            highest = highest.max(number);
             rest = &rest[at + 1 + digits..];
+        }
+        if highest != self.binds.len() {
+            return Err(diesel::result::Error::QueryBuilderError(
+                format!(
+                    "{} values bound, the text names ${highest} at most",
+                    self.binds.len()
+                )
+                .into(),
+            ));
         }
         out.push_sql(rest);
         Ok(())
@@ -116,6 +130,15 @@ mod tests {
             ),
             "{shown}"
         );
+    }
+
+    #[test]
+    fn a_value_the_text_never_names_is_an_error_not_a_statement() {
+        let query = Prepared::new("SELECT $1")
+            .bind::<BigInt, _>(1_i64)
+            .bind::<BigInt, _>(2_i64);
+        let mut sql = diesel::pg::PgQueryBuilder::default();
+        assert!(query.to_sql(&mut sql, &Pg).is_err());
     }
 
     #[test]

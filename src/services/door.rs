@@ -156,7 +156,7 @@ impl Doorkeeper {
     /// join that fails spends nothing. Returns those refused, and why; the
     /// rest passed. Confirmed addresses only (one place per person: a
     /// canonical address has at most one confirmed account). Addresses are
-    /// taken in order, so two transactions never wait on each other's.
+    /// taken in order, so two transactions may wait but never deadlock.
     pub fn let_join(
         &self,
         conn: &mut PgConn,
@@ -183,71 +183,84 @@ impl Doorkeeper {
                     continue;
                 }
             };
-            self.counts.add(door, why.kind());
             refused.insert(*customer, why);
         }
-        if passing.is_empty() {
-            return Ok(refused);
-        }
-        // A statement for all of them at each step, not one per visitor: a
-        // crowd joining at once comes in batches of hundreds, and these
-        // statements run inside the transaction that writes their places.
-        let mut addresses: Vec<&str> = passing.iter().map(|(_, _, ip)| ip.as_str()).collect();
-        addresses.sort_unstable();
-        addresses.dedup();
-        lock_addresses(conn, door, &addresses)?;
-        let nonces: Vec<&str> = passing.iter().map(|(_, s, _)| s.nonce.as_str()).collect();
-        let spent_before: HashSet<String> = spent_challenges::table
-            .filter(spent_challenges::nonce.eq_any(&nonces))
-            .select(spent_challenges::nonce)
-            .load::<String>(conn)?
-            .into_iter()
-            .collect();
-        let now = Utc::now();
-        let mut counted = passes_counted(conn, &self.limits, door, &addresses, now)?;
-        let limit = per_address(&self.limits, door);
-        let window = window(&self.limits);
-        // In the order they came, as one at a time would be: over the limit
-        // first, then a solution used before (or earlier in this batch);
-        // only those let through count towards their address's limit.
-        let mut spending: Vec<(CustomerId, &Solved, &str)> = Vec::with_capacity(passing.len());
-        let mut spent_here: HashSet<&str> = HashSet::new();
-        for (customer, solved, address) in &passing {
-            let passes = counted.entry(address.clone()).or_default();
-            let why = if let Some(oldest) = passes.get(limit - 1) {
-                too_many(door, *oldest + window - now)
-            } else if spent_before.contains(&solved.nonce)
-                || !spent_here.insert(solved.nonce.as_str())
-            {
-                DoorRefusal::Spent
-            } else {
-                passes.insert(0, now);
-                spending.push((*customer, solved, address));
-                continue;
-            };
+        refused.extend(admit(conn, &self.limits, door, &passing)?);
+        for why in refused.values() {
             self.counts.add(door, why.kind());
-            refused.insert(*customer, why);
         }
-        // Spent in nonce order: two writers replaying each other's
-        // solutions from different addresses wait on each other's inserts
-        // in one direction only. (Every address lock is held already.)
-        spending.sort_by(|a, b| a.1.nonce.cmp(&b.1.nonce));
-        let fresh = spend(conn, &spending)?;
-        let mut through: Vec<&str> = Vec::with_capacity(spending.len());
-        for (customer, solved, address) in spending {
-            if fresh.contains(&solved.nonce) {
-                through.push(address);
-            } else {
-                // Another transaction spent it since the read above. The
-                // place it took in its address's count stays taken for the
-                // rest of this batch: stricter than needed, never looser.
-                self.counts.add(door, DoorRefusal::Spent.kind());
-                refused.insert(customer, DoorRefusal::Spent);
-            }
-        }
-        record_passes(conn, door, &through, now)?;
         Ok(refused)
     }
+}
+
+/// Lets `passing` (each with its checked solution and address) through
+/// `door` inside the caller's transaction, as one at a time in the order
+/// given would be: over its address's limit first, then a solution used
+/// before (or earlier in this batch); only those let through spend their
+/// solution and count towards their address. Returns those refused, and
+/// why. A statement for all of them at each step, not one per visitor: a
+/// crowd joining at once comes in batches of hundreds, and these statements
+/// run inside the transaction that writes their places.
+fn admit<K: Copy>(
+    conn: &mut PgConn,
+    limits: &DoorSettings,
+    door: Door,
+    passing: &[(K, &Solved, String)],
+) -> QueryResult<Vec<(K, DoorRefusal)>> {
+    let mut refused = Vec::new();
+    if passing.is_empty() {
+        return Ok(refused);
+    }
+    let mut addresses: Vec<&str> = passing.iter().map(|(_, _, ip)| ip.as_str()).collect();
+    addresses.sort_unstable();
+    addresses.dedup();
+    lock_addresses(conn, door, &addresses)?;
+    let nonces: Vec<&str> = passing.iter().map(|(_, s, _)| s.nonce.as_str()).collect();
+    let spent_before: HashSet<String> = spent_challenges::table
+        .filter(spent_challenges::nonce.eq_any(&nonces))
+        .select(spent_challenges::nonce)
+        .load::<String>(conn)?
+        .into_iter()
+        .collect();
+    let now = Utc::now();
+    let mut counted = passes_counted(conn, limits, door, &addresses, now)?;
+    let limit = per_address(limits, door);
+    let window = window(limits);
+    let mut spending: Vec<(K, &Solved, &str)> = Vec::with_capacity(passing.len());
+    let mut spent_here: HashSet<&str> = HashSet::new();
+    for (key, solved, address) in passing {
+        let passes = counted.entry(address.clone()).or_default();
+        let why = if let Some(oldest) = passes.get(limit - 1) {
+            too_many(door, *oldest + window - now)
+        } else if spent_before.contains(&solved.nonce) || !spent_here.insert(solved.nonce.as_str())
+        {
+            DoorRefusal::Spent
+        } else {
+            passes.insert(0, now);
+            spending.push((*key, solved, address));
+            continue;
+        };
+        refused.push((*key, why));
+    }
+    // Spent in nonce order: two writers replaying each other's solutions
+    // from different addresses wait on each other's inserts in one
+    // direction only. (Every address lock is held already.)
+    spending.sort_by(|a, b| a.1.nonce.cmp(&b.1.nonce));
+    let solutions: Vec<&Solved> = spending.iter().map(|(_, solved, _)| *solved).collect();
+    let fresh = spend(conn, &solutions)?;
+    let mut through: Vec<&str> = Vec::with_capacity(spending.len());
+    for (key, solved, address) in spending {
+        if fresh.contains(&solved.nonce) {
+            through.push(address);
+        } else {
+            // Another transaction spent it since the read above. The place
+            // it took in its address's count stays taken for the rest of
+            // this batch: stricter than needed, never looser.
+            refused.push((key, DoorRefusal::Spent));
+        }
+    }
+    record_passes(conn, door, &through, now)?;
+    Ok(refused)
 }
 
 /// A new challenge for `door`, `work` tries on average, as the JSON the
@@ -293,39 +306,10 @@ pub fn let_through(
         AppError::DoorRefused(refusal)
     };
     let solved = check_solution(keys, door, payload).map_err(refused)?;
-    let address = address_key(ip);
-    lock_addresses(conn, door, &[&address])?;
-    admit_locked(conn, limits, door, &solved, &address)?.map_err(refused)
-}
-
-/// The limit for `address` (whose lock the caller holds), then the
-/// solution spent and the pass recorded; a refusal writes nothing.
-fn admit_locked(
-    conn: &mut PgConn,
-    limits: &DoorSettings,
-    door: Door,
-    solved: &Solved,
-    address: &str,
-) -> QueryResult<Result<(), DoorRefusal>> {
-    let now = Utc::now();
-    let oldest_counted: Option<DateTime<Utc>> = door_passes::table
-        .filter(door_passes::door.eq(door.name()))
-        .filter(door_passes::client_ip.eq(address))
-        .filter(door_passes::passed_at.gt(now - window(limits)))
-        .order(door_passes::passed_at.desc())
-        .offset(per_address(limits, door) as i64 - 1)
-        .limit(1)
-        .select(door_passes::passed_at)
-        .first(conn)
-        .optional()?;
-    if let Some(oldest) = oldest_counted {
-        return Ok(Err(too_many(door, oldest + window(limits) - now)));
+    match admit(conn, limits, door, &[((), &solved, address_key(ip))])?.pop() {
+        Some(((), why)) => Err(refused(why)),
+        None => Ok(()),
     }
-    if spend(conn, &[((), solved, address)])?.is_empty() {
-        return Ok(Err(DoorRefusal::Spent));
-    }
-    record_passes(conn, door, &[address], now)?;
-    Ok(Ok(()))
 }
 
 /// Passes from one address at `door` within the window, at most.
@@ -394,7 +378,7 @@ fn passes_counted(
              WHERE door = $1 AND client_ip = a.client_ip AND passed_at > $3
              ORDER BY passed_at DESC LIMIT $4
          ) AS p
-         ORDER BY a.client_ip, p.passed_at DESC",
+         ORDER BY p.passed_at DESC",
     )
     .bind::<Text, _>(door.name())
     .bind::<Array<Text>, _>(addresses)
@@ -413,7 +397,7 @@ fn passes_counted(
 
 /// Spends the solutions, in the order given, in one statement; returns the
 /// nonces that were not spent before (the others' rows were already there).
-fn spend<T>(conn: &mut PgConn, spending: &[(T, &Solved, &str)]) -> QueryResult<HashSet<String>> {
+fn spend(conn: &mut PgConn, spending: &[&Solved]) -> QueryResult<HashSet<String>> {
     #[derive(QueryableByName)]
     struct Spent {
         #[diesel(sql_type = Text)]
@@ -422,8 +406,8 @@ fn spend<T>(conn: &mut PgConn, spending: &[(T, &Solved, &str)]) -> QueryResult<H
     if spending.is_empty() {
         return Ok(HashSet::new());
     }
-    let nonces: Vec<&str> = spending.iter().map(|(_, s, _)| s.nonce.as_str()).collect();
-    let expiries: Vec<DateTime<Utc>> = spending.iter().map(|(_, s, _)| s.expires_at).collect();
+    let nonces: Vec<&str> = spending.iter().map(|s| s.nonce.as_str()).collect();
+    let expiries: Vec<DateTime<Utc>> = spending.iter().map(|s| s.expires_at).collect();
     let spent: Vec<Spent> = diesel::sql_query(
         "INSERT INTO spent_challenges (nonce, expires_at)
          SELECT s.nonce, s.expires_at

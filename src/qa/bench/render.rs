@@ -52,7 +52,8 @@ pub fn render(report: &BenchReport, config: &BenchConfig, command: &str) -> Stri
            is a new place until the pairs run out; they are counted as the `queue_entries` rows \
            joined during the run (a join is answered only after its row commits). The \
            benchmark's accounts carry argon2 hashes of the lowest cost so that thousands sign in \
-           during set-up; signing in is not measured.\n\
+           during set-up; signing in is not measured, and the database is vacuumed and \
+           analyzed after it, as a live shop's aged accounts would be.\n\
          - **Postgres transactions** are the change of `xact_commit + xact_rollback` of the \
            shop's database in `pg_stat_database` over the run (read from another database after \
            the counters settle, so reading them costs nothing). **Statements** are the shop's \

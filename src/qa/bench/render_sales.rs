@@ -53,7 +53,11 @@ pub(super) fn render_sales(report: &BenchReport) -> String {
              sells products made for it), each buying once (limit 1) or twice (limit 2); orders \
              are counted in the database. The first and last second are the orders of the \
              first second from the run's first order, and of the last second up to its last \
-             order. `largest transaction` is the most orders that shared one transaction's \
+             order; wrk's threads send nothing until every one of them has loaded its buyers \
+             (else the first would sell alone while the others load), and the whole-stock sale \
+             has a fifth more customers than units, so it sells out with new buyers still \
+             coming. Each sale starts on a database vacuumed and analyzed after the runs \
+             before it. `largest transaction` is the most orders that shared one transaction's \
              `now()`. The ratio divides by pgbench's best on the same SQL, one purchase per \
              transaction (see *The ceilings*).\n\n\
              | scenario | buyers | orders/s, database | first second | last second | buyers per batch (mean) | largest transaction | batch transaction ms (mean) | lock wait ms (mean) | crowd answers/s | p99 ms | cores busy / shop | pgbench best, same SQL | ratio |\n\

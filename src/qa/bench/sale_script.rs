@@ -115,11 +115,12 @@ pub(super) fn sale_lua(
     }
     let _ = writeln!(
         out,
-        " }}\nlocal sold_out = {}\nlocal page = {}\nlocal tag = {}\nlocal per_buyer = {}\nlocal nthreads = {threads}",
+        " }}\nlocal sold_out = {}\nlocal page = {}\nlocal tag = {}\nlocal per_buyer = {}\nlocal nthreads = {threads}\nlocal ready = {}",
         lua_string(&format!("/products/{}/buy", sale.sold_out)),
         lua_string(&sale.page),
         lua_string(&sale.tag),
         sale.buys_per_buyer.max(1),
+        lua_string(&format!("{}.ready-{}-", script.display(), sale.tag)),
     );
     out.push_str(
         r#"local threads = {}
@@ -132,6 +133,23 @@ function init(args)
   bought = 0
   seen = 0
   statuses = {}
+  started = false
+  io.open(ready .. tid, "w"):close()
+end
+-- wrk loads each thread's copy of this script (and its customer files)
+-- only after starting the threads before it, so the first thread would
+-- sell alone for as long as the others take to load: a slow first second
+-- that is the load generator's, not the shop's. Every thread leaves a mark
+-- once loaded (`init`), and none sends until all the marks are there.
+function delay()
+  if started then return 0 end
+  for t = 1, nthreads do
+    local mark = io.open(ready .. t, "r")
+    if not mark then return 2 end
+    mark:close()
+  end
+  started = true
+  return 0
 end
 local function buy(path, who, key)
   local headers = {}
