@@ -61,9 +61,11 @@ pub(super) fn mix_described() -> String {
 }
 
 /// Writes `customers` to `file`, one a line (cookie, tab, CSRF form field),
-/// and the Lua that reads them into `name` at load. Not as a table in the
-/// script: LuaJIT allows a function 65,536 string constants, and a sale's
-/// distinct buyers are more.
+/// and the Lua that reads them at load into `{name}_cookie` and
+/// `{name}_csrf`. Not as a table in the script: LuaJIT allows a function
+/// 65,536 string constants, and a sale's distinct buyers are more. Two
+/// arrays of strings, not a table per customer: the garbage collector
+/// walks a hundred thousand of those on every cycle.
 fn customers_from_file(
     out: &mut String,
     name: &str,
@@ -80,10 +82,14 @@ fn customers_from_file(
         );
         let _ = writeln!(lines, "{}\t{csrf}", customer.cookie);
     }
-    std::fs::write(file, lines)?;
+    // On the disk before the run: written back during it, tens of
+    // megabytes of buyers would share the disk with the run's commits.
+    let mut written = std::fs::File::create(file)?;
+    std::io::Write::write_all(&mut written, lines.as_bytes())?;
+    written.sync_all()?;
     let _ = writeln!(
         out,
-        "local {name} = {{}}\nfor line in io.lines({}) do\n  local cookie, csrf = line:match(\"^([^\\t]*)\\t(.*)$\")\n  table.insert({name}, {{ cookie = cookie, csrf = csrf }})\nend",
+        "local {name}_cookie, {name}_csrf = {{}}, {{}}\nfor line in io.lines({}) do\n  local cookie, csrf = line:match(\"^([^\\t]*)\\t(.*)$\")\n  {name}_cookie[#{name}_cookie + 1] = cookie\n  {name}_csrf[#{name}_csrf + 1] = csrf\nend",
         lua_string(&file.display().to_string())
     );
     Ok(())
@@ -134,6 +140,9 @@ function init(args)
   seen = 0
   statuses = {}
   started = false
+  -- The customers just loaded are the heap's bulk: collected once now,
+  -- not in steps between the run's first requests.
+  collectgarbage("collect")
   io.open(ready .. tid, "w"):close()
 end
 -- wrk loads each thread's copy of this script (and its customer files)
@@ -151,12 +160,12 @@ function delay()
   started = true
   return 0
 end
-local function buy(path, who, key)
+local function buy(path, cookie, csrf, key)
   local headers = {}
-  headers["Cookie"] = who.cookie
+  headers["Cookie"] = cookie
   headers["Content-Type"] = "application/x-www-form-urlencoded"
   headers["Idempotency-Key"] = key
-  return wrk.format("POST", path, headers, "quantity=1&" .. who.csrf .. "&idempotency_key=" .. key)
+  return wrk.format("POST", path, headers, "quantity=1&" .. csrf .. "&idempotency_key=" .. key)
 end
 -- Buy number k of the whole run (thread t sends k = t - 1, t - 1 + nthreads,
 -- ...) is the (k % per_buyer + 1)th of buyer k / per_buyer: no two threads
@@ -168,16 +177,16 @@ function request()
   if kind == "buy" then
     local k = bought * nthreads + (tid - 1)
     bought = bought + 1
-    local who = buyers[(math.floor(k / per_buyer) % #buyers) + 1]
-    return buy(paths[(k % #paths) + 1], who, key)
+    local who = (math.floor(k / per_buyer) % #buyers_cookie) + 1
+    return buy(paths[(k % #paths) + 1], buyers_cookie[who], buyers_csrf[who], key)
   end
   seen = seen + 1
-  local who = crowd[((seen * nthreads + tid) % #crowd) + 1]
+  local who = ((seen * nthreads + tid) % #crowd_cookie) + 1
   if kind == "gone" then
-    return buy(sold_out, who, key)
+    return buy(sold_out, crowd_cookie[who], crowd_csrf[who], key)
   end
   local headers = {}
-  headers["Cookie"] = who.cookie
+  headers["Cookie"] = crowd_cookie[who]
   return wrk.format("GET", page, headers, nil)
 end
 function response(status, headers, body)
