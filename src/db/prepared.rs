@@ -51,7 +51,7 @@ impl QueryFragment<Pg> for Prepared {
     /// bound twice, and the text may name them in any order.
     fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
         let mut rest = self.sql;
-        let mut highest = 0;
+        let mut named = vec![false; self.binds.len()];
         while let Some(at) = rest.find('$') {
             let digits = rest[at + 1..]
                 .find(|c: char| !c.is_ascii_digit())
@@ -75,16 +75,12 @@ impl QueryFragment<Pg> for Prepared {
                     )
                 })?;
             bind.walk_ast(out.reborrow())?;
-            highest = highest.max(number);
+            named[number - 1] = true;
             rest = &rest[at + 1 + digits..];
         }
-        if highest != self.binds.len() {
+        if let Some(unnamed) = named.iter().position(|&named| !named) {
             return Err(diesel::result::Error::QueryBuilderError(
-                format!(
-                    "{} values bound, the text names ${highest} at most",
-                    self.binds.len()
-                )
-                .into(),
+                format!("a value bound for ${} the text never names", unnamed + 1).into(),
             ));
         }
         out.push_sql(rest);
@@ -112,21 +108,22 @@ mod tests {
 
     #[test]
     fn placeholders_are_bound_in_the_order_the_text_names_them() {
-        let query = Prepared::new("SELECT $2::text, $1, $10 IS NULL, $1 + 1")
-            .bind::<BigInt, _>(7_i64)
-            .bind::<Text, _>("two")
-            .bind::<BigInt, _>(3_i64)
-            .bind::<BigInt, _>(4_i64)
-            .bind::<BigInt, _>(5_i64)
-            .bind::<BigInt, _>(6_i64)
-            .bind::<BigInt, _>(7_i64)
-            .bind::<BigInt, _>(8_i64)
-            .bind::<BigInt, _>(9_i64)
-            .bind::<BigInt, _>(10_i64);
+        let query =
+            Prepared::new("SELECT $2::text, $1, $10 IS NULL, $1 + 1, $3, $4, $5, $6, $7, $8, $9")
+                .bind::<BigInt, _>(7_i64)
+                .bind::<Text, _>("two")
+                .bind::<BigInt, _>(3_i64)
+                .bind::<BigInt, _>(4_i64)
+                .bind::<BigInt, _>(5_i64)
+                .bind::<BigInt, _>(6_i64)
+                .bind::<BigInt, _>(7_i64)
+                .bind::<BigInt, _>(8_i64)
+                .bind::<BigInt, _>(9_i64)
+                .bind::<BigInt, _>(10_i64);
         let shown = debug_query::<Pg, _>(&query).to_string();
         assert!(
             shown.starts_with(
-                "SELECT $1::text, $2, $3 IS NULL, $4 + 1 -- binds: [\"two\", 7, 10, 7]"
+                "SELECT $1::text, $2, $3 IS NULL, $4 + 1, $5, $6, $7, $8, $9, $10, $11 -- binds: [\"two\", 7, 10, 7, 3, 4, 5, 6, 7, 8, 9]"
             ),
             "{shown}"
         );
@@ -134,9 +131,10 @@ mod tests {
 
     #[test]
     fn a_value_the_text_never_names_is_an_error_not_a_statement() {
-        let query = Prepared::new("SELECT $1")
+        let query = Prepared::new("SELECT $1, $3")
             .bind::<BigInt, _>(1_i64)
-            .bind::<BigInt, _>(2_i64);
+            .bind::<BigInt, _>(2_i64)
+            .bind::<BigInt, _>(3_i64);
         let mut sql = diesel::pg::PgQueryBuilder::default();
         assert!(query.to_sql(&mut sql, &Pg).is_err());
     }

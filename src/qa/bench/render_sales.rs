@@ -53,7 +53,7 @@ pub(super) fn render_sales(report: &BenchReport) -> String {
              sells products made for it), each buying once (limit 1) or twice (limit 2); orders \
              are counted in the database. The first and last second are the orders of the \
              first second from the run's first order, and of the last second up to its last \
-             order; wrk's threads send nothing until every one of them has loaded its buyers \
+             order; wrk's threads send their first request only once every one of them has loaded its buyers \
              (else the first would sell alone while the others load), and the whole-stock sale \
              has a fifth more customers than units, so it sells out with new buyers still \
              coming. Each sale starts on a database vacuumed and analyzed after the runs \

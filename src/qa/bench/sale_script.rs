@@ -129,7 +129,9 @@ pub(super) fn sale_lua(
         lua_string(&format!("{}.ready-{}-", script.display(), sale.tag)),
     );
     out.push_str(
-        r#"local threads = {}
+        r#"local ffi = require("ffi")
+ffi.cdef("int usleep(unsigned int usec);")
+local threads = {}
 function setup(thread)
   table.insert(threads, thread)
   thread:set("tid", #threads)
@@ -149,16 +151,23 @@ end
 -- only after starting the threads before it, so the first thread would
 -- sell alone for as long as the others take to load: a slow first second
 -- that is the load generator's, not the shop's. Every thread leaves a mark
--- once loaded (`init`), and none sends until all the marks are there.
-function delay()
-  if started then return 0 end
-  for t = 1, nthreads do
-    local mark = io.open(ready .. t, "r")
-    if not mark then return 2 end
-    mark:close()
+-- once loaded (`init`, the last thing wrk does for it before starting it),
+-- and each waits for all the marks before its first real request.
+local function wait_for_every_thread()
+  -- At most ten seconds: a thread that never marks must not hang wrk.
+  for _ = 1, 10000 do
+    local missing = false
+    for t = 1, nthreads do
+      local mark = io.open(ready .. t, "r")
+      if not mark then
+        missing = true
+        break
+      end
+      mark:close()
+    end
+    if not missing then return end
+    ffi.C.usleep(1000)
   end
-  started = true
-  return 0
 end
 local function buy(path, cookie, csrf, key)
   local headers = {}
@@ -171,6 +180,12 @@ end
 -- ...) is the (k % per_buyer + 1)th of buyer k / per_buyer: no two threads
 -- share a buyer's turn, and no buyer comes back before all have bought.
 function request()
+  -- wrk builds thread 1's first request on its own main thread, before it
+  -- loads the other threads, only to check it: that call must not wait.
+  if not started and (n > 0 or tid ~= 1) then
+    wait_for_every_thread()
+    started = true
+  end
   n = n + 1
   local kind = mix[(n % #mix) + 1]
   local key = tag .. "-" .. tid .. "-" .. n

@@ -71,12 +71,11 @@ async fn sell(
     note: String,
     seconds: f64,
 ) -> anyhow::Result<Measured> {
-    // Only a limited sale's buyers are each meant to come once.
     // The rows earlier runs wrote are vacuumed and analyzed before this
-    // one, as a live shop's are between drops: no run pays for another's
-    // (an autovacuum of the last run's orders once landed in a sell-out's
-    // last second). What this run writes, it pays for.
+    // one, as a live shop's are between drops, so no run pays for the
+    // autovacuum of another's rows. What this run writes, it pays for.
     bench.set_up_done()?;
+    // Only a limited sale's buyers are each meant to come once.
     let capacity = match &requests {
         Requests::Sale(sale) if ceiling_of(scenario) != Some(PG_HOT_NO_LIMIT) => {
             Some(sale.buyers.len() * sale.buys_per_buyer)
@@ -199,8 +198,8 @@ async fn sell_out(
 ) -> anyhow::Result<Measured> {
     let units = config.sell_out_units;
     anyhow::ensure!(
-        people.customers.len() >= units,
-        "{units} units need as many customers, {} signed in",
+        people.customers.len() >= units + units / 5,
+        "{units} units need a fifth more customers, {} signed in",
         people.customers.len()
     );
     let rate = runs
@@ -217,7 +216,7 @@ async fn sell_out(
     // while every connection still has new buyers to send, so the last
     // second is the shop's rate at the end of the stock, not the load
     // generator running out of buyers.
-    let buyers = (units + units / 5).min(people.customers.len());
+    let buyers = units + units / 5;
     let sale = people.sale(vec![hot], &people.customers[..buyers], 1, "whole");
     let note = format!("{units} units, {buyers} customers, {seconds:.0} s of load");
     let run = sell(bench, SELL_OUT, sale, CONNECTIONS, note, seconds).await?;

@@ -77,8 +77,9 @@ pub(super) async fn wrk(
     seconds: f64,
     script: &Path,
 ) -> anyhow::Result<WrkRun> {
+    let threads = THREADS.min(connections);
     let text = match requests {
-        Requests::Sale(sale) => sale_lua(sale, script, THREADS)? + &done_lua(),
+        Requests::Sale(sale) => sale_lua(sale, script, threads)? + &done_lua(),
         _ => lua(requests),
     };
     std::fs::write(script, text)?;
@@ -87,7 +88,7 @@ pub(super) async fn wrk(
         _ => "/",
     };
     let output = tokio::process::Command::new("wrk")
-        .args(["-t", &THREADS.min(connections).to_string()])
+        .args(["-t", &threads.to_string()])
         .args(["-c", &connections.to_string()])
         .args(["-d", &format!("{}s", (seconds.round() as u64).max(1))])
         .args(["--latency", "--timeout", "10s", "-s"])
