@@ -129,9 +129,9 @@ pub const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations");
 /// transaction within 24 s that way. So each connection drops its plans
 /// every `PLANS_KEPT` (`DISCARD PLANS`, which keeps its prepared statements)
 /// and makes them again from the tables as they are: a plan is dropped the
-/// first time its connection is lent out after `PLANS_KEPT`. (Pricing sequential scans out instead made the shelf's
-/// read of the small, much-updated `products` table a full index scan of 30
-/// to 200 ms.)
+/// first time its connection is lent out after `PLANS_KEPT`. (Pricing
+/// sequential scans out instead made the shelf's read of the small,
+/// much-updated `products` table a full index scan of 30 to 200 ms.)
 const PLANNER: &str = "SET plan_cache_mode = auto";
 
 /// How long a connection keeps its plans; see `PLANNER`.
