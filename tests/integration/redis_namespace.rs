@@ -87,3 +87,31 @@ async fn two_deployments_on_one_redis_and_prefix_keep_their_own_stock() {
     first.db.assert_audit_clean();
     second.db.assert_audit_clean();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_tests_redis_keys_leave_with_its_database() {
+    // The suite shares the machine's Redis and never flushes it, so each test
+    // takes its own keys away when its database goes, pass or fail.
+    let app = spawn_app().await;
+    let product = app.product(3, Some(1)).await;
+    let statuses = burst(app.customers(4, "leaving").await, product, 4).await;
+    assert_eq!(tally(&statuses).get(&303), Some(&3));
+    let pattern = format!("{}*", app.shop.redis_prefix);
+    assert!(keys_matching(&pattern) > 0, "the sale left keys in Redis");
+    drop(app);
+    assert_eq!(keys_matching(&pattern), 0, "keys left under {pattern}");
+}
+
+/// How many keys of the machine's Redis match `pattern`.
+fn keys_matching(pattern: &str) -> usize {
+    use redis::Commands;
+    let url = std::env::var("REDIS_URL")
+        .unwrap_or_else(|_| flashsale::config::Settings::DEFAULT_REDIS_URL.into());
+    let first = url.split(',').next().unwrap().trim().to_owned();
+    let mut conn = redis::Client::open(first)
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let keys: Result<Vec<String>, _> = conn.scan_match(pattern).unwrap().collect();
+    keys.unwrap().len()
+}

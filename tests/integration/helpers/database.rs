@@ -7,12 +7,17 @@ use flashsale::qa::harness::{Count, ScratchDb};
 use flashsale::services::ledger_audit::run_audit;
 
 /// A database of this test's own, cloned from a migrated template and
-/// dropped when the test ends (pass or fail).
+/// dropped when the test ends (pass or fail), with the keys it had on the
+/// machine's Redis.
 pub struct TestDb {
     pub url: String,
     /// `None` on a second handle for another in-process instance: only the
     /// original drops the database.
     scratch: Option<ScratchDb>,
+    /// Every Redis namespace this database has had (a reset gives it a new
+    /// one). Every key a shop on it writes, whatever its `REDIS_KEY_PREFIX`,
+    /// carries one, so they are the keys to remove when the test ends.
+    namespaces: std::sync::Mutex<Vec<String>>,
 }
 
 /// The `n` that `sql` selects, on `conn` (inside its transaction, if any).
@@ -26,10 +31,13 @@ impl TestDb {
             std::env::var("DATABASE_URL").unwrap_or_else(|_| Settings::DEFAULT_DATABASE_URL.into());
         let scratch = ScratchDb::cloned(&base, "test")
             .expect("a test database (run scripts/test, which starts Postgres)");
-        TestDb {
+        let db = TestDb {
             url: scratch.url.clone(),
             scratch: Some(scratch),
-        }
+            namespaces: Default::default(),
+        };
+        db.namespaces.lock().unwrap().push(db.redis_namespace());
+        db
     }
 
     /// Another handle on the database at `url`; dropping it drops nothing.
@@ -37,6 +45,7 @@ impl TestDb {
         TestDb {
             url: url.into(),
             scratch: None,
+            namespaces: Default::default(),
         }
     }
 
@@ -50,6 +59,7 @@ impl TestDb {
     /// what an operator's reset does. It gets a new Redis namespace.
     pub fn reset(&self) {
         self.scratch().recreate().unwrap();
+        self.namespaces.lock().unwrap().push(self.redis_namespace());
     }
 
     /// The database disappears under whoever is using it (its connections are
@@ -126,5 +136,46 @@ impl TestDb {
             "audit found problems: {:#?}",
             report.problems
         );
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        if self.scratch.is_some() {
+            let namespaces = self.namespaces.lock().unwrap_or_else(|p| p.into_inner());
+            remove_redis_keys(&namespaces);
+        }
+    }
+}
+
+/// Removes from the machine's Redis every key in one of `namespaces` (16
+/// random hex digits each, so the pattern matches nobody else's keys).
+/// Best effort: a test whose shop used a Redis of its own has nothing here,
+/// and a Redis that is down keeps nothing to remove.
+fn remove_redis_keys(namespaces: &[String]) {
+    let urls = std::env::var("REDIS_URL").unwrap_or_else(|_| Settings::DEFAULT_REDIS_URL.into());
+    // Every Redlock node holds lock keys of its own.
+    for url in urls.split(',').map(str::trim).filter(|url| !url.is_empty()) {
+        remove_keys_from(url, namespaces);
+    }
+}
+
+fn remove_keys_from(url: &str, namespaces: &[String]) {
+    use redis::Commands;
+    let connected = redis::Client::open(url)
+        .and_then(|client| client.get_connection_with_timeout(std::time::Duration::from_secs(1)));
+    let Ok(mut conn) = connected else {
+        return;
+    };
+    let _ = conn.set_read_timeout(Some(std::time::Duration::from_secs(5)));
+    for namespace in namespaces {
+        let pattern = format!("*{namespace}:*");
+        let keys: Vec<String> = match conn.scan_match(&pattern) {
+            Ok(keys) => keys.filter_map(Result::ok).collect(),
+            Err(_) => return,
+        };
+        for chunk in keys.chunks(500) {
+            let _: redis::RedisResult<i64> = redis::cmd("UNLINK").arg(chunk).query(&mut conn);
+        }
     }
 }
