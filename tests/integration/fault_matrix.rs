@@ -245,7 +245,7 @@ async fn redlock_with_the_stock_gate_server_down_fails_closed_with_503() {
 async fn postgres_crashed_mid_sale_fails_in_flight_buys_cleanly_and_the_pool_recovers() {
     const STOCK: i64 = 40;
     let mut postgres = PrivatePostgres::start();
-    let app = spawn_app_on(TestDb::attach(&postgres.url()), |s| {
+    let app = spawn_app_on(TestDb::on_private_server(&postgres.url()), |s| {
         s.db_connect_timeout = Duration::from_millis(1_000);
         // Short, so the units of buyers whose outcome died with the server
         // come back within the test (see below).

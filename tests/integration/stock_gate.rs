@@ -20,9 +20,11 @@ fn gate_on(settings: &mut flashsale::config::Settings) {
 async fn admit_and_give_back_scripts_follow_their_rules() {
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
     let node = RedisNode::single(url.split(',').next().unwrap()).unwrap();
+    let prefix = unique_prefix();
+    let _keys = OwnRedisKeys::under(&prefix);
     scripts_follow_their_rules(StockGate::new(
         node,
-        &unique_prefix(),
+        &prefix,
         Duration::from_secs(60),
         Duration::from_secs(60),
     ))
@@ -210,7 +212,9 @@ async fn buyers_gathered_into_one_admit_call_are_answered_as_if_alone() {
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
     let node = RedisNode::single(url.split(',').next().unwrap()).unwrap();
     let minute = Duration::from_secs(60);
-    let gate = StockGate::new(node, &unique_prefix(), minute, minute);
+    let prefix = unique_prefix();
+    let _keys = OwnRedisKeys::under(&prefix);
+    let gate = StockGate::new(node, &prefix, minute, minute);
     let (product, alice, bob) = (ProductId(11), CustomerId(1), CustomerId(2));
     let (one, two) = (Quantity::new(1).unwrap(), Quantity::new(2).unwrap());
     assert!(gate.seed_if_absent(product, 3, Some(2)).await.unwrap());

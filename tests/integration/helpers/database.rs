@@ -6,6 +6,8 @@ use flashsale::config::Settings;
 use flashsale::qa::harness::{Count, ScratchDb};
 use flashsale::services::ledger_audit::run_audit;
 
+use super::OwnRedisKeys;
+
 /// A database of this test's own, cloned from a migrated template and
 /// dropped when the test ends (pass or fail), with the keys it had on the
 /// machine's Redis.
@@ -14,10 +16,11 @@ pub struct TestDb {
     /// `None` on a second handle for another in-process instance: only the
     /// original drops the database.
     scratch: Option<ScratchDb>,
-    /// Every Redis namespace this database has had (a reset gives it a new
-    /// one). Every key a shop on it writes, whatever its `REDIS_KEY_PREFIX`,
-    /// carries one, so they are the keys to remove when the test ends.
-    namespaces: std::sync::Mutex<Vec<String>>,
+    /// The keys on the machine's Redis of every namespace this database has
+    /// had (a reset gives it a new one): every key a shop on it writes,
+    /// whatever its `REDIS_KEY_PREFIX`, carries one. None on a handle that
+    /// leaves them to the original.
+    redis_keys: Option<OwnRedisKeys>,
 }
 
 /// The `n` that `sql` selects, on `conn` (inside its transaction, if any).
@@ -31,12 +34,23 @@ impl TestDb {
             std::env::var("DATABASE_URL").unwrap_or_else(|_| Settings::DEFAULT_DATABASE_URL.into());
         let scratch = ScratchDb::cloned(&base, "test")
             .expect("a test database (run scripts/test, which starts Postgres)");
-        let db = TestDb {
+        TestDb::owning_redis_keys(TestDb {
             url: scratch.url.clone(),
             scratch: Some(scratch),
-            namespaces: Default::default(),
-        };
-        db.namespaces.lock().unwrap().push(db.redis_namespace());
+            redis_keys: None,
+        })
+    }
+
+    /// A database on a Postgres server the test runs itself, which goes
+    /// with its server; its keys on the machine's Redis go with this handle.
+    pub fn on_private_server(url: &str) -> TestDb {
+        TestDb::owning_redis_keys(TestDb::attach(url))
+    }
+
+    fn owning_redis_keys(mut db: TestDb) -> TestDb {
+        let keys = OwnRedisKeys::default();
+        keys.of_namespace(&db.redis_namespace());
+        db.redis_keys = Some(keys);
         db
     }
 
@@ -45,7 +59,7 @@ impl TestDb {
         TestDb {
             url: url.into(),
             scratch: None,
-            namespaces: Default::default(),
+            redis_keys: None,
         }
     }
 
@@ -59,7 +73,9 @@ impl TestDb {
     /// what an operator's reset does. It gets a new Redis namespace.
     pub fn reset(&self) {
         self.scratch().recreate().unwrap();
-        self.namespaces.lock().unwrap().push(self.redis_namespace());
+        if let Some(keys) = &self.redis_keys {
+            keys.of_namespace(&self.redis_namespace());
+        }
     }
 
     /// The database disappears under whoever is using it (its connections are
@@ -136,46 +152,5 @@ impl TestDb {
             "audit found problems: {:#?}",
             report.problems
         );
-    }
-}
-
-impl Drop for TestDb {
-    fn drop(&mut self) {
-        if self.scratch.is_some() {
-            let namespaces = self.namespaces.lock().unwrap_or_else(|p| p.into_inner());
-            remove_redis_keys(&namespaces);
-        }
-    }
-}
-
-/// Removes from the machine's Redis every key in one of `namespaces` (16
-/// random hex digits each, so the pattern matches nobody else's keys).
-/// Best effort: a test whose shop used a Redis of its own has nothing here,
-/// and a Redis that is down keeps nothing to remove.
-fn remove_redis_keys(namespaces: &[String]) {
-    let urls = std::env::var("REDIS_URL").unwrap_or_else(|_| Settings::DEFAULT_REDIS_URL.into());
-    // Every Redlock node holds lock keys of its own.
-    for url in urls.split(',').map(str::trim).filter(|url| !url.is_empty()) {
-        remove_keys_from(url, namespaces);
-    }
-}
-
-fn remove_keys_from(url: &str, namespaces: &[String]) {
-    use redis::Commands;
-    let connected = redis::Client::open(url)
-        .and_then(|client| client.get_connection_with_timeout(std::time::Duration::from_secs(1)));
-    let Ok(mut conn) = connected else {
-        return;
-    };
-    let _ = conn.set_read_timeout(Some(std::time::Duration::from_secs(5)));
-    for namespace in namespaces {
-        let pattern = format!("*{namespace}:*");
-        let keys: Vec<String> = match conn.scan_match(&pattern) {
-            Ok(keys) => keys.filter_map(Result::ok).collect(),
-            Err(_) => return,
-        };
-        for chunk in keys.chunks(500) {
-            let _: redis::RedisResult<i64> = redis::cmd("UNLINK").arg(chunk).query(&mut conn);
-        }
     }
 }

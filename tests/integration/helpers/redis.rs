@@ -1,4 +1,5 @@
-//! Redis servers of a test's own, for tests that kill them or need a cluster.
+//! Redis servers of a test's own, for tests that kill them or need a cluster,
+//! and the keys a test leaves on the machine's Redis, removed when it ends.
 
 use std::ffi::OsString;
 use std::process::{Command, Stdio};
@@ -118,5 +119,67 @@ impl RedisCluster {
 impl Drop for RedisCluster {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Keys of this test's own on the machine's Redis, removed (from each node
+/// of `REDIS_URL`, by `SCAN` and `UNLINK`) when this is dropped, pass or
+/// fail: the suite shares that Redis and never flushes it. Each pattern
+/// holds 32 or 16 random hex digits, so it matches nobody else's keys.
+/// Best effort: a Redis that is down keeps nothing to remove.
+#[derive(Default)]
+pub struct OwnRedisKeys {
+    patterns: std::sync::Mutex<Vec<String>>,
+}
+
+impl OwnRedisKeys {
+    /// The keys under `prefix` (a `unique_prefix()`).
+    pub fn under(prefix: &str) -> OwnRedisKeys {
+        let keys = OwnRedisKeys::default();
+        keys.add(format!("{prefix}*"));
+        keys
+    }
+
+    /// The keys of a database's Redis namespace, whatever prefix they carry.
+    pub fn of_namespace(&self, namespace: &str) {
+        self.add(format!("*{namespace}:*"));
+    }
+
+    fn add(&self, pattern: String) {
+        self.patterns
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(pattern);
+    }
+}
+
+impl Drop for OwnRedisKeys {
+    fn drop(&mut self) {
+        let patterns = self.patterns.lock().unwrap_or_else(|p| p.into_inner());
+        let urls = std::env::var("REDIS_URL")
+            .unwrap_or_else(|_| flashsale::config::Settings::DEFAULT_REDIS_URL.into());
+        // Every Redlock node holds lock keys of its own.
+        for url in urls.split(',').map(str::trim).filter(|url| !url.is_empty()) {
+            remove_keys(url, &patterns);
+        }
+    }
+}
+
+fn remove_keys(url: &str, patterns: &[String]) {
+    use redis::Commands;
+    let connected = redis::Client::open(url)
+        .and_then(|client| client.get_connection_with_timeout(Duration::from_secs(1)));
+    let Ok(mut conn) = connected else {
+        return;
+    };
+    let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
+    for pattern in patterns {
+        let keys: Vec<String> = match conn.scan_match(pattern) {
+            Ok(keys) => keys.filter_map(Result::ok).collect(),
+            Err(_) => return,
+        };
+        for chunk in keys.chunks(500) {
+            let _: redis::RedisResult<i64> = redis::cmd("UNLINK").arg(chunk).query(&mut conn);
+        }
     }
 }
