@@ -125,7 +125,8 @@ impl Drop for RedisCluster {
 /// Keys of this test's own on the machine's Redis, removed (from each node
 /// of `REDIS_URL`, by `SCAN` and `UNLINK`) when this is dropped, pass or
 /// fail: the suite shares that Redis and never flushes it. Each pattern
-/// holds 32 or 16 random hex digits, so it matches nobody else's keys.
+/// holds a random id (a prefix's 32 hex digits, a namespace's 16), so it
+/// matches nobody else's keys.
 /// Best effort: a Redis that is down keeps nothing to remove.
 #[derive(Default)]
 pub struct OwnRedisKeys {
@@ -166,20 +167,38 @@ impl Drop for OwnRedisKeys {
 }
 
 fn remove_keys(url: &str, patterns: &[String]) {
-    use redis::Commands;
     let connected = redis::Client::open(url)
         .and_then(|client| client.get_connection_with_timeout(Duration::from_secs(1)));
     let Ok(mut conn) = connected else {
         return;
     };
     let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
+    // The walk covers the whole shared keyspace a page at a time: bounded,
+    // and it gives up at the first error rather than asking again.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
     for pattern in patterns {
-        let keys: Vec<String> = match conn.scan_match(pattern) {
-            Ok(keys) => keys.filter_map(Result::ok).collect(),
-            Err(_) => return,
-        };
-        for chunk in keys.chunks(500) {
-            let _: redis::RedisResult<i64> = redis::cmd("UNLINK").arg(chunk).query(&mut conn);
+        let mut cursor: u64 = 0;
+        loop {
+            let page: redis::RedisResult<(u64, Vec<String>)> = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(pattern)
+                .arg("COUNT")
+                .arg(1_000)
+                .query(&mut conn);
+            let Ok((next, keys)) = page else {
+                return;
+            };
+            if !keys.is_empty() {
+                let _: redis::RedisResult<i64> = redis::cmd("UNLINK").arg(&keys).query(&mut conn);
+            }
+            if next == 0 {
+                break;
+            }
+            if std::time::Instant::now() > deadline {
+                return;
+            }
+            cursor = next;
         }
     }
 }
