@@ -1191,42 +1191,10 @@ async fn a_refund_admits_the_next_waiter() {
 // 7. Redis holds nothing the room needs
 // ---------------------------------------------------------------------------
 
-/// Deletes every Redis key of this test's prefix (SCAN + DEL; never a
-/// FLUSH: the Redis is shared); answers how many there were.
-async fn lose_every_redis_key(app: &TestApp) -> usize {
-    let url = app.settings.redis_urls[0].clone();
-    let client = redis::Client::open(url.as_str()).unwrap();
-    let mut redis = client.get_multiplexed_async_connection().await.unwrap();
+/// Deletes every Redis key of this test's prefix; answers how many there were.
+fn lose_every_redis_key(app: &TestApp) -> usize {
     let pattern = format!("{}*", app.shop.redis_prefix);
-    let mut cursor: u64 = 0;
-    let mut keys: Vec<String> = Vec::new();
-    loop {
-        let (next, page): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(&pattern)
-            .arg("COUNT")
-            .arg(1_000)
-            .query_async(&mut redis)
-            .await
-            .unwrap();
-        keys.extend(page);
-        if next == 0 {
-            break;
-        }
-        cursor = next;
-    }
-    keys.sort();
-    keys.dedup();
-    assert!(keys.iter().all(|k| k.starts_with(&app.shop.redis_prefix)));
-    for chunk in keys.chunks(100) {
-        let _: () = redis::cmd("DEL")
-            .arg(chunk)
-            .query_async(&mut redis)
-            .await
-            .unwrap();
-    }
-    keys.len()
+    remove_keys_matching(&app.settings.redis_urls[0], &pattern).unwrap()
 }
 
 /// What a waiter's page shows of their place.
@@ -1270,7 +1238,7 @@ async fn losing_every_redis_key_loses_no_place_and_oversells_nothing() {
         polled.insert(shopper.id, queue_json(&shopper.web, product).await);
     }
 
-    let lost = lose_every_redis_key(&app).await;
+    let lost = lose_every_redis_key(&app);
     eprintln!("deleted {lost} Redis keys of {}", app.shop.redis_prefix);
     if app.settings.stock_gate {
         assert!(lost > 0, "the stock gate keeps keys of the sale");

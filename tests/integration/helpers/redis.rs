@@ -167,38 +167,48 @@ impl Drop for OwnRedisKeys {
 }
 
 fn remove_keys(url: &str, patterns: &[String]) {
-    let connected = redis::Client::open(url)
-        .and_then(|client| client.get_connection_with_timeout(Duration::from_secs(1)));
-    let Ok(mut conn) = connected else {
-        return;
-    };
-    let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
-    // The walk covers the whole shared keyspace a page at a time: bounded,
-    // and it gives up at the first error rather than asking again.
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
     for pattern in patterns {
-        let mut cursor: u64 = 0;
-        loop {
-            let page: redis::RedisResult<(u64, Vec<String>)> = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(pattern)
-                .arg("COUNT")
-                .arg(1_000)
-                .query(&mut conn);
-            let Ok((next, keys)) = page else {
-                return;
-            };
-            if !keys.is_empty() {
-                let _: redis::RedisResult<i64> = redis::cmd("UNLINK").arg(&keys).query(&mut conn);
-            }
-            if next == 0 {
-                break;
-            }
-            if std::time::Instant::now() > deadline {
-                return;
-            }
-            cursor = next;
+        if remove_keys_matching(url, pattern).is_err() {
+            return;
         }
+    }
+}
+
+/// Removes every key matching `pattern` from the Redis at `url` (SCAN pages
+/// of 1,000 and UNLINK; never a FLUSH: the Redis is shared) and answers how
+/// many it removed. Bounded: it gives up at the first error (redis-rs's own
+/// scan iterator would send the same SCAN again forever) and after 10 s.
+pub fn remove_keys_matching(url: &str, pattern: &str) -> Result<usize, String> {
+    let failed = |e: redis::RedisError| e.to_string();
+    let client = redis::Client::open(url).map_err(failed)?;
+    let mut conn = client
+        .get_connection_with_timeout(Duration::from_secs(1))
+        .map_err(failed)?;
+    conn.set_read_timeout(Some(Duration::from_secs(5)))
+        .map_err(failed)?;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let (mut cursor, mut removed) = (0_u64, 0_usize);
+    loop {
+        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(1_000)
+            .query(&mut conn)
+            .map_err(failed)?;
+        if !keys.is_empty() {
+            removed += redis::cmd("UNLINK")
+                .arg(&keys)
+                .query::<usize>(&mut conn)
+                .map_err(failed)?;
+        }
+        if next == 0 {
+            return Ok(removed);
+        }
+        if std::time::Instant::now() > deadline {
+            return Err(format!("gave up removing {pattern} after 10 s"));
+        }
+        cursor = next;
     }
 }
