@@ -12,8 +12,10 @@
 //! share (`group`). Should Postgres refuse some buyer's rows, the batch is
 //! served again buyer by buyer under a savepoint each, so one buyer's
 //! refusal or error touches nobody else.
-//! Then it releases the lock (or keeps it for the next batch when nobody else
-//! here waits for it), so restores, carts and other instances get their turn
+//! Then it answers the batch's buyers, settles their admissions at the gate
+//! (`Settling`: beside the next batch, but always before the lock goes), and
+//! releases the lock (or keeps it for the next batch when nobody else here
+//! waits for it), so restores, carts and other instances get their turn
 //! between batches, and goes again while buyers are waiting.
 
 use std::collections::{HashMap, VecDeque};
@@ -183,6 +185,9 @@ async fn lead(
         leading: true,
     };
     let mut kept: Option<HeldLocks> = None;
+    // Earlier batches' settles at the gate, still running: they must end
+    // before the lock is let go (see `Settling`), not before the next batch.
+    let mut settling = Settling::default();
     loop {
         let taken = match kept.take() {
             Some(held) => Ok(held),
@@ -215,6 +220,7 @@ async fn lead(
         if batch.is_empty() {
             // Everyone in line gave up waiting while the lock was taken.
             if !leadership.still_needed() {
+                settling.finish().await;
                 held.release().await;
                 return;
             }
@@ -238,6 +244,7 @@ async fn lead(
                 .after_refused_write(&held.lease(), *product, *fence)
                 .await
             {
+                settling.finish().await;
                 held.release().await;
                 held = match shop.locks.acquire(vec![*product]).await {
                     Ok(held) => held,
@@ -258,23 +265,18 @@ async fn lead(
         let served = outcomes.is_ok();
         match outcomes {
             Ok(outcomes) => {
-                let written: Vec<Settled> = admissions
-                    .iter()
+                let written: Vec<(String, CustomerId, Quantity)> = admissions
+                    .into_iter()
                     .zip(&outcomes)
                     .filter(|(_, outcome)| matches!(outcome, Ok(PurchaseOutcome::Purchased(_))))
-                    .filter_map(|(admission, _)| {
-                        admission.as_ref().map(|(key, customer, quantity)| Settled {
-                            admission: key,
-                            customer: *customer,
-                            quantity: *quantity,
-                        })
-                    })
+                    .filter_map(|(admission, _)| admission)
                     .collect();
-                // Still under the lock, so a resync never counts these twice.
-                settle(&shop, product, &written).await;
+                // Answered as soon as the commit is: the gate's bookkeeping
+                // below changes nothing a buyer is told.
                 for (answer, outcome) in answers.into_iter().zip(outcomes) {
                     let _ = answer.send(outcome);
                 }
+                settling.start(&shop, product, written);
             }
             Err(error) => {
                 for answer in answers {
@@ -283,6 +285,7 @@ async fn lead(
             }
         }
         if !leadership.still_needed() {
+            settling.finish().await;
             held.release().await;
             return;
         }
@@ -291,7 +294,55 @@ async fn lead(
         if served && held.hold_for_more() {
             kept = Some(held);
         } else {
+            settling.finish().await;
             held.release().await;
+        }
+    }
+}
+
+/// The batches' settles at the gate (`stock_gate::settle`), which must run
+/// under the product lock, so that a resync (which takes the lock) never
+/// counts a written order as pending too. They need not hold up the next
+/// batch, which runs under the same lock: each runs on a task of its own
+/// (they remove different entries, so their order does not matter), and the
+/// leader waits for them only before letting the lock go (a lock is kept
+/// for a bounded run of batches, see `HeldLocks::hold_for_more`).
+#[derive(Default)]
+struct Settling(Vec<tokio::task::JoinHandle<()>>);
+
+impl Settling {
+    /// Settles `written` (admission, customer, units) in the background.
+    fn start(
+        &mut self,
+        shop: &Shop,
+        product: ProductId,
+        written: Vec<(String, CustomerId, Quantity)>,
+    ) {
+        if written.is_empty() {
+            return;
+        }
+        let shop = shop.clone();
+        // A tracked task: a graceful stop waits for it like for the batch.
+        self.0.push(crate::shutdown::spawn(async move {
+            let settled: Vec<Settled> = written
+                .iter()
+                .map(|(admission, customer, quantity)| Settled {
+                    admission,
+                    customer: *customer,
+                    quantity: *quantity,
+                })
+                .collect();
+            settle(&shop, product, &settled).await;
+        }));
+    }
+
+    /// Waits for every settle in flight (each is best effort: one that
+    /// failed was logged, and its entries age out).
+    async fn finish(&mut self) {
+        for task in self.0.drain(..) {
+            if let Err(error) = task.await {
+                tracing::error!(%error, "a gate settle task failed; its entries will age out");
+            }
         }
     }
 }
