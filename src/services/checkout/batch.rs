@@ -185,9 +185,9 @@ async fn lead(
         leading: true,
     };
     let mut kept: Option<HeldLocks> = None;
-    // Earlier batches' settles at the gate, still running: they must end
-    // before the lock is let go (see `Settling`), not before the next batch.
-    let mut settling = Settling::default();
+    // Batches' settles at the gate: beside the next batch while the lock is
+    // kept, all of them done before it is let go (see `Settling`).
+    let mut settling = Settling::new(&shop, product);
     loop {
         let taken = match kept.take() {
             Some(held) => Ok(held),
@@ -220,7 +220,7 @@ async fn lead(
         if batch.is_empty() {
             // Everyone in line gave up waiting while the lock was taken.
             if !leadership.still_needed() {
-                settling.finish().await;
+                settling.finish(Vec::new()).await;
                 held.release().await;
                 return;
             }
@@ -244,7 +244,7 @@ async fn lead(
                 .after_refused_write(&held.lease(), *product, *fence)
                 .await
             {
-                settling.finish().await;
+                settling.finish(Vec::new()).await;
                 held.release().await;
                 held = match shop.locks.acquire(vec![*product]).await {
                     Ok(held) => held,
@@ -263,9 +263,10 @@ async fn lead(
             }
         }
         let served = outcomes.is_ok();
+        let mut written = Written::new();
         match outcomes {
             Ok(outcomes) => {
-                let written: Vec<(String, CustomerId, Quantity)> = admissions
+                written = admissions
                     .into_iter()
                     .zip(&outcomes)
                     .filter(|(_, outcome)| matches!(outcome, Ok(PurchaseOutcome::Purchased(_))))
@@ -276,7 +277,6 @@ async fn lead(
                 for (answer, outcome) in answers.into_iter().zip(outcomes) {
                     let _ = answer.send(outcome);
                 }
-                settling.start(&shop, product, written);
             }
             Err(error) => {
                 for answer in answers {
@@ -285,64 +285,81 @@ async fn lead(
             }
         }
         if !leadership.still_needed() {
-            settling.finish().await;
+            settling.finish(written).await;
             held.release().await;
             return;
         }
         // More buyers queued: keep the lock for the next batch when nobody
         // else here waits for it and the run is short; else let others in.
         if served && held.hold_for_more() {
+            settling.beside_next_batch(written);
             kept = Some(held);
         } else {
-            settling.finish().await;
+            settling.finish(written).await;
             held.release().await;
         }
     }
 }
 
+/// A batch's written admissions at the gate: (admission, customer, units).
+type Written = Vec<(String, CustomerId, Quantity)>;
+
 /// The batches' settles at the gate (`stock_gate::settle`), which must run
 /// under the product lock, so that a resync (which takes the lock) never
-/// counts a written order as pending too. They need not hold up the next
-/// batch, which runs under the same lock: each runs on a task of its own
-/// (they remove different entries, so their order does not matter), and the
-/// leader waits for them only before letting the lock go (a lock is kept
-/// for a bounded run of batches, see `HeldLocks::hold_for_more`).
-#[derive(Default)]
-struct Settling(Vec<tokio::task::JoinHandle<()>>);
+/// counts a written order as pending too. A batch followed by another under
+/// the same lock settles on a task of its own, beside that next batch (they
+/// remove different entries, so their order does not matter); before the
+/// lock is let go, the leader waits for those and settles the last batch
+/// itself (a lock is kept for a bounded run of batches, see
+/// `HeldLocks::hold_for_more`).
+struct Settling {
+    shop: Shop,
+    product: ProductId,
+    in_flight: Vec<tokio::task::JoinHandle<()>>,
+}
 
 impl Settling {
-    /// Settles `written` (admission, customer, units) in the background.
-    fn start(
-        &mut self,
-        shop: &Shop,
-        product: ProductId,
-        written: Vec<(String, CustomerId, Quantity)>,
-    ) {
+    fn new(shop: &Shop, product: ProductId) -> Settling {
+        Settling {
+            shop: shop.clone(),
+            product,
+            in_flight: Vec::new(),
+        }
+    }
+
+    /// Settles `written` in the background, while the lock stays held.
+    fn beside_next_batch(&mut self, written: Written) {
         if written.is_empty() {
             return;
         }
-        let shop = shop.clone();
+        let (shop, product) = (self.shop.clone(), self.product);
         // A tracked task: a graceful stop waits for it like for the batch.
-        self.0.push(crate::shutdown::spawn(async move {
-            let settled: Vec<Settled> = written
-                .iter()
-                .map(|(admission, customer, quantity)| Settled {
-                    admission,
-                    customer: *customer,
-                    quantity: *quantity,
-                })
-                .collect();
-            settle(&shop, product, &settled).await;
+        self.in_flight.push(crate::shutdown::spawn(async move {
+            settle_written(&shop, product, &written).await;
         }));
     }
 
-    /// Waits for every settle in flight (each is best effort: one that
-    /// failed was logged, and its entries age out).
-    async fn finish(&mut self) {
-        for task in self.0.drain(..) {
+    /// Before the lock goes: waits for every settle in flight (each is best
+    /// effort: one that failed was logged, and its entries age out), then
+    /// settles `written`, the last batch's.
+    async fn finish(&mut self, written: Written) {
+        for task in self.in_flight.drain(..) {
             if let Err(error) = task.await {
                 tracing::error!(%error, "a gate settle task failed; its entries will age out");
             }
         }
+        settle_written(&self.shop, self.product, &written).await;
     }
+}
+
+async fn settle_written(shop: &Shop, product: ProductId, written: &Written) {
+    let settled: Vec<Settled> = written
+        .iter()
+        .map(|(admission, customer, quantity)| Settled {
+            admission,
+            customer: *customer,
+            quantity: *quantity,
+        })
+        .collect();
+    settle(shop, product, &settled).await;
 }
