@@ -34,6 +34,7 @@ use rand::Rng;
 use sha2::Sha256;
 
 use crate::config::DoorSettings;
+use crate::db::prepared::Prepared;
 use crate::db::schema::{customers, door_counts, door_passes, spent_challenges};
 use crate::db::{self, PgConn};
 use crate::domain::{CustomerId, ProductId};
@@ -246,20 +247,16 @@ fn admit<K: Copy>(
     // from different addresses wait on each other's inserts in one
     // direction only. (Every address lock is held already.)
     spending.sort_by(|a, b| a.1.nonce.cmp(&b.1.nonce));
-    let solutions: Vec<&Solved> = spending.iter().map(|(_, solved, _)| *solved).collect();
-    let fresh = spend(conn, &solutions)?;
-    let mut through: Vec<&str> = Vec::with_capacity(spending.len());
-    for (key, solved, address) in spending {
-        if fresh.contains(&solved.nonce) {
-            through.push(address);
-        } else {
+    let passing: Vec<(&Solved, &str)> = spending.iter().map(|(_, s, a)| (*s, *a)).collect();
+    let fresh = spend_and_pass(conn, door, &passing, now)?;
+    for (key, solved, _) in spending {
+        if !fresh.contains(&solved.nonce) {
             // Another transaction spent it since the read above. The place
             // it took in its address's count stays taken for the rest of
             // this batch: stricter than needed, never looser.
             refused.push((key, DoorRefusal::Spent));
         }
     }
-    record_passes(conn, door, &through, now)?;
     Ok(refused)
 }
 
@@ -346,7 +343,7 @@ fn lock_addresses(conn: &mut PgConn, door: Door, addresses: &[&str]) -> QueryRes
         .iter()
         .map(|address| format!("door:{}:{address}", door.name()))
         .collect();
-    diesel::sql_query(
+    Prepared::new(
         "SELECT count(pg_advisory_xact_lock(hashtextextended(key, 0))) AS n FROM unnest($1::text[]) AS key",
     )
     .bind::<Array<Text>, _>(keys)
@@ -371,7 +368,7 @@ fn passes_counted(
         #[diesel(sql_type = Timestamptz)]
         passed_at: DateTime<Utc>,
     }
-    let rows: Vec<Counted> = diesel::sql_query(
+    let rows: Vec<Counted> = Prepared::new(
         "SELECT a.client_ip, p.passed_at FROM unnest($2::text[]) AS a(client_ip)
          CROSS JOIN LATERAL (
              SELECT passed_at FROM door_passes
@@ -381,7 +378,7 @@ fn passes_counted(
          ORDER BY p.passed_at DESC",
     )
     .bind::<Text, _>(door.name())
-    .bind::<Array<Text>, _>(addresses)
+    .bind::<Array<Text>, _>(owned(addresses))
     .bind::<Timestamptz, _>(now - window(limits))
     .bind::<BigInt, _>(per_address(limits, door) as i64)
     .load(conn)?;
@@ -395,51 +392,56 @@ fn passes_counted(
     Ok(counted)
 }
 
-/// Spends the solutions, in the order given, in one statement; returns the
-/// nonces that were not spent before (the others' rows were already there).
-fn spend(conn: &mut PgConn, spending: &[&Solved]) -> QueryResult<HashSet<String>> {
+/// Spends the solutions, in the order given, and records a pass through
+/// `door` at `now` for the address of each one spent here, in one
+/// statement (both inside the join's transaction, where a round trip is
+/// time every joiner of the batch waits). Returns the nonces spent here;
+/// the others' rows were already there, and their addresses get no pass.
+fn spend_and_pass(
+    conn: &mut PgConn,
+    door: Door,
+    passing: &[(&Solved, &str)],
+    now: DateTime<Utc>,
+) -> QueryResult<HashSet<String>> {
     #[derive(QueryableByName)]
     struct Spent {
         #[diesel(sql_type = Text)]
         nonce: String,
     }
-    if spending.is_empty() {
+    if passing.is_empty() {
         return Ok(HashSet::new());
     }
-    let nonces: Vec<&str> = spending.iter().map(|s| s.nonce.as_str()).collect();
-    let expiries: Vec<DateTime<Utc>> = spending.iter().map(|s| s.expires_at).collect();
-    let spent: Vec<Spent> = diesel::sql_query(
-        "INSERT INTO spent_challenges (nonce, expires_at)
-         SELECT s.nonce, s.expires_at
-         FROM unnest($1::text[], $2::timestamptz[]) WITH ORDINALITY AS s(nonce, expires_at, n)
-         ORDER BY s.n
-         ON CONFLICT DO NOTHING RETURNING nonce",
+    let nonces: Vec<String> = passing.iter().map(|(s, _)| s.nonce.clone()).collect();
+    let expiries: Vec<DateTime<Utc>> = passing.iter().map(|(s, _)| s.expires_at).collect();
+    let addresses: Vec<String> = passing.iter().map(|(_, a)| a.to_string()).collect();
+    let spent: Vec<Spent> = Prepared::new(
+        "WITH spent AS (
+             INSERT INTO spent_challenges (nonce, expires_at)
+             SELECT s.nonce, s.expires_at
+             FROM unnest($1::text[], $2::timestamptz[]) WITH ORDINALITY AS s(nonce, expires_at, n)
+             ORDER BY s.n
+             ON CONFLICT DO NOTHING RETURNING nonce
+         ), passed AS (
+             INSERT INTO door_passes (door, client_ip, passed_at)
+             SELECT $3, s.address, $5
+             FROM unnest($1::text[], $4::text[]) WITH ORDINALITY AS s(nonce, address, n)
+             WHERE s.nonce IN (SELECT nonce FROM spent)
+             ORDER BY s.n
+         )
+         SELECT nonce FROM spent",
     )
     .bind::<Array<Text>, _>(nonces)
     .bind::<Array<Timestamptz>, _>(expiries)
+    .bind::<Text, _>(door.name())
+    .bind::<Array<Text>, _>(addresses)
+    .bind::<Timestamptz, _>(now)
     .load(conn)?;
     Ok(spent.into_iter().map(|s| s.nonce).collect())
 }
 
-/// One pass through `door` per address given (an address twice, two
-/// passes), at `now`, in one statement.
-fn record_passes(
-    conn: &mut PgConn,
-    door: Door,
-    addresses: &[&str],
-    now: DateTime<Utc>,
-) -> QueryResult<()> {
-    if addresses.is_empty() {
-        return Ok(());
-    }
-    diesel::sql_query(
-        "INSERT INTO door_passes (door, client_ip, passed_at) SELECT $1, a, $3 FROM unnest($2::text[]) AS a",
-    )
-    .bind::<Text, _>(door.name())
-    .bind::<Array<Text>, _>(addresses)
-    .bind::<Timestamptz, _>(now)
-    .execute(conn)?;
-    Ok(())
+/// Values a prepared statement keeps until it runs.
+fn owned(addresses: &[&str]) -> Vec<String> {
+    addresses.iter().map(|a| a.to_string()).collect()
 }
 
 /// Checks `payload` answers a live challenge of `door`, without a

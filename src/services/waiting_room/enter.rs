@@ -11,8 +11,9 @@ use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 use diesel::sql_types::{Array, BigInt, Bool, Int4, Nullable, Text, Timestamptz};
 
-use super::places::read_places;
+use super::places::{place_from_row, read_places, PlaceRow};
 use super::ROOM_LOCK;
+use crate::db::prepared::Prepared;
 use crate::db::PgConn;
 use crate::domain::draw::Ticket;
 use crate::domain::Place;
@@ -111,11 +112,11 @@ fn enter_room(
     joiners: &[(CustomerId, Option<&Visit>)],
     doorkeeper: &Doorkeeper,
 ) -> Result<Result<Seated, Entered>, AppError> {
-    diesel::sql_query("SELECT pg_advisory_xact_lock_shared($1, ($2 % 2147483647)::int)")
+    Prepared::new("SELECT pg_advisory_xact_lock_shared($1, ($2 % 2147483647)::int)")
         .bind::<Int4, _>(ROOM_LOCK)
         .bind::<BigInt, _>(product.get())
         .execute(conn)?;
-    let room: Option<RoomNow> = diesel::sql_query(
+    let room: Option<RoomNow> = Prepared::new(
         "SELECT p.queue_mode, d.product_id IS NOT NULL AS opened,
                 coalesce(d.frozen_at IS NOT NULL, false) AS frozen, clock_timestamp() AS now,
                 p.sale_starts_at AS starts_at, p.queue_opens_at AS opens_at, p.sale_ends_at AS ends_at
@@ -167,14 +168,23 @@ fn enter_room(
         .into_iter()
         .filter(|c| !refused.contains_key(c))
         .collect();
-    if !admitted.is_empty() {
-        if room.frozen {
-            enter_late(conn, product, &admitted)?;
-        } else {
-            enter_pre_queue(conn, product, &admitted, room.now)?;
-        }
+    // A new place comes back from its insert; only the customers who had
+    // one already (or joined late) need their row read.
+    let mut places = Vec::with_capacity(admitted.len());
+    if !admitted.is_empty() && !room.frozen {
+        places = enter_pre_queue(conn, product, &admitted, room.now)?;
+    } else if !admitted.is_empty() {
+        enter_late(conn, product, &admitted)?;
     }
-    let mut seated: Seated = read_places(conn, product, &admitted)?
+    let inserted: HashSet<CustomerId> = places.iter().map(|(c, _)| *c).collect();
+    let unread: Vec<CustomerId> = admitted
+        .into_iter()
+        .filter(|c| !inserted.contains(c))
+        .collect();
+    if !unread.is_empty() {
+        places.extend(read_places(conn, product, &unread)?);
+    }
+    let mut seated: Seated = places
         .into_iter()
         .map(|(customer, place)| (customer, Ok(place)))
         .collect();
@@ -183,30 +193,34 @@ fn enter_room(
 }
 
 /// Places in the pre-queue, joined at `now` (before the start, by the
-/// database's clock). A customer already in the room keeps their place.
+/// database's clock), as written. A customer already in the room keeps
+/// their place, and is not among them.
 fn enter_pre_queue(
     conn: &mut PgConn,
     product: ProductId,
     customers: &[CustomerId],
     now: DateTime<Utc>,
-) -> Result<(), AppError> {
+) -> Result<Vec<(CustomerId, Place)>, AppError> {
     let ids: Vec<i64> = customers.iter().map(|c| c.get()).collect();
     let tickets: Vec<String> = customers
         .iter()
         .map(|_| Ticket::generate().as_str().to_string())
         .collect();
-    diesel::sql_query(
+    Prepared::new(
         "INSERT INTO queue_entries (product_id, customer_id, ticket, seq, joined_at, late)
          SELECT $1, j.customer_id, j.ticket, nextval('queue_entry_seq'), $4, false
          FROM unnest($2::bigint[], $3::text[]) AS j(customer_id, ticket)
-         ON CONFLICT (product_id, customer_id) DO NOTHING",
+         ON CONFLICT (product_id, customer_id) DO NOTHING
+         RETURNING customer_id, ticket, late, position",
     )
     .bind::<BigInt, _>(product.get())
     .bind::<Array<BigInt>, _>(ids)
     .bind::<Array<Text>, _>(tickets)
     .bind::<Timestamptz, _>(now)
-    .execute(conn)?;
-    Ok(())
+    .load::<PlaceRow>(conn)?
+    .into_iter()
+    .map(|row| place_from_row(row, product))
+    .collect()
 }
 
 /// Places behind the drawn line, in arrival order: the room's row is
@@ -229,7 +243,7 @@ fn enter_late(
         #[diesel(sql_type = BigInt)]
         seq: i64,
     }
-    let line: Line = diesel::sql_query(
+    let line: Line = Prepared::new(
         "SELECT last_position, clock_timestamp() AS now FROM queue_draws
          WHERE product_id = $1 FOR UPDATE",
     )
@@ -249,7 +263,7 @@ fn enter_late(
     }
     let count = i32::try_from(newcomers.len()).unwrap_or(i32::MAX);
     let mut seqs: Vec<i64> =
-        diesel::sql_query("SELECT nextval('queue_entry_seq') AS seq FROM generate_series(1, $1)")
+        Prepared::new("SELECT nextval('queue_entry_seq') AS seq FROM generate_series(1, $1)")
             .bind::<Int4, _>(count)
             .load::<Seq>(conn)?
             .into_iter()
@@ -261,7 +275,7 @@ fn enter_late(
         .iter()
         .map(|_| Ticket::generate().as_str().to_string())
         .collect();
-    diesel::sql_query(
+    Prepared::new(
         "INSERT INTO queue_entries (product_id, customer_id, ticket, seq, joined_at, late, position)
          SELECT $1, j.customer_id, j.ticket, j.seq, $6, true, j.position
          FROM unnest($2::bigint[], $3::text[], $4::bigint[], $5::int[]) AS j(customer_id, ticket, seq, position)",
@@ -273,7 +287,7 @@ fn enter_late(
     .bind::<Array<Int4>, _>(positions)
     .bind::<Timestamptz, _>(line.now)
     .execute(conn)?;
-    diesel::sql_query(
+    Prepared::new(
         "UPDATE queue_draws SET last_position = last_position + $2 WHERE product_id = $1",
     )
     .bind::<BigInt, _>(product.get())

@@ -8,6 +8,7 @@ use diesel::prelude::*;
 use diesel::sql_types::{Array, BigInt, Bool, Int4, Nullable, Text};
 
 use super::rooms::{corrupt_if_bad, locked, RoomSnapshot};
+use crate::db::prepared::Prepared;
 use crate::db::{self, PgConn};
 use crate::domain::draw::{PassState, Ticket};
 use crate::domain::{CustomerId, ProductId};
@@ -83,7 +84,7 @@ pub(super) fn remember_places(shop: &Shop, product: ProductId, places: &[(Custom
 }
 
 #[derive(QueryableByName)]
-struct PlaceRow {
+pub(super) struct PlaceRow {
     #[diesel(sql_type = BigInt)]
     customer_id: i64,
     #[diesel(sql_type = Text)]
@@ -101,7 +102,7 @@ pub(super) fn read_places(
     customers: &[CustomerId],
 ) -> Result<Vec<(CustomerId, Place)>, AppError> {
     let ids: Vec<i64> = customers.iter().map(|c| c.get()).collect();
-    let rows: Vec<PlaceRow> = diesel::sql_query(
+    let rows: Vec<PlaceRow> = Prepared::new(
         "SELECT customer_id, ticket, late, position FROM queue_entries
          WHERE product_id = $1 AND customer_id = ANY($2)",
     )
@@ -113,7 +114,10 @@ pub(super) fn read_places(
         .collect()
 }
 
-fn place_from_row(row: PlaceRow, product: ProductId) -> Result<(CustomerId, Place), AppError> {
+pub(super) fn place_from_row(
+    row: PlaceRow,
+    product: ProductId,
+) -> Result<(CustomerId, Place), AppError> {
     Ok((
         CustomerId(row.customer_id),
         Place {
