@@ -9,6 +9,8 @@
 //! - `startup`, `cli`: build the application (`Application::build`) and the
 //!   command line; `main.rs` only calls `cli::main`. `shutdown`: the
 //!   graceful stop (draining, tracked tasks, the jobs' stop signal).
+//!   `serial`: the runtime of the tasks that serve others one step at a
+//!   time (batch leaders, committers, join writers), off the request workers.
 //! - `web`: thin handlers per area (parse the form into domain types, call a
 //!   service, render a template or redirect), the session cookie
 //!   (`web::session_cookie`: sealed entries, opened once per thread) and
@@ -52,6 +54,7 @@ pub mod payment;
 pub mod qa;
 pub mod redis_batch;
 pub mod redis_node;
+pub mod serial;
 pub mod services;
 pub mod shutdown;
 pub mod startup;

@@ -39,6 +39,9 @@
 //! `kill -9` leaves), but slow and needless on a planned stop. So such
 //! tasks are spawned with [`spawn`], which counts them process-wide, and
 //! the stop waits for the count to reach zero before the workers go.
+//! (Batch leaders, committers and join writers run on `serial`'s runtime,
+//! which no worker's end drops; they are counted and waited for all the
+//! same, since the process exits once the stop is over.)
 //! The count is process-wide rather than per shop because the runtime that
 //! would drop them is the process's; a test serving two shops in one
 //! process only waits a little longer.

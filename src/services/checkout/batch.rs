@@ -92,7 +92,7 @@ pub async fn buy_in_batch(shop: &Shop, product: ProductId, buyer: Buyer) -> Answ
     };
     if must_lead {
         // Its own task: a buyer who disconnects cannot cancel a batch half way.
-        crate::shutdown::spawn(lead(
+        crate::serial::spawn(lead(
             shop.clone(),
             product,
             queue.clone(),
@@ -122,7 +122,7 @@ pub async fn buy_in_batch(shop: &Shop, product: ProductId, buyer: Buyer) -> Answ
             answered.await
         }
     };
-    // A leader that vanished mid-batch (its runtime stopped) may still have
+    // A leader that vanished mid-batch (a panic) may still have
     // committed this buyer's order: only a lookup can tell.
     answer.unwrap_or_else(|_| {
         Err(AppError::OutcomeUnknown(

@@ -160,7 +160,7 @@ async fn commit(
         (pending.committers < COMMITTERS).then(|| {
             pending.committers += 1;
             // Made here, not in the task: a task dropped before it first
-            // runs (its runtime stopping) still hands its place back.
+            // runs still hands its place back.
             Committer {
                 group: group.clone(),
                 committing: true,
@@ -170,9 +170,9 @@ async fn commit(
     if let Some(committer) = committer {
         // Its own task, like a batch's leader: nobody's disconnect can cancel
         // a transaction that serves others.
-        crate::shutdown::spawn(run_commits(shop.pool.clone(), committer));
+        crate::serial::spawn(run_commits(shop.pool.clone(), committer));
     }
-    // A committer that vanished mid-transaction (its runtime stopped) may
+    // A committer that vanished mid-transaction (a panic) may
     // still have committed this batch: only a lookup can tell.
     answered.await.unwrap_or_else(|_| {
         Grouped::Answered(Err(AppError::OutcomeUnknown(

@@ -164,7 +164,7 @@ async fn write_place(
     if let Some(writing) = start {
         // Its own task: a joiner who hangs up must not cancel a commit
         // other joiners wait for.
-        crate::shutdown::spawn(write_queued(
+        crate::serial::spawn(write_queued(
             shop.pool.clone(),
             Doorkeeper::of(shop),
             writing,
