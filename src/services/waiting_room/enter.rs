@@ -170,11 +170,13 @@ fn enter_room(
         .collect();
     // A new place comes back from its insert; only the customers who had
     // one already (or joined late) need their row read.
-    let mut places = Vec::with_capacity(admitted.len());
-    if !admitted.is_empty() && !room.frozen {
-        places = enter_pre_queue(conn, product, &admitted, room.now)?;
-    } else if !admitted.is_empty() {
-        enter_late(conn, product, &admitted)?;
+    let mut places = Vec::new();
+    if !admitted.is_empty() {
+        if room.frozen {
+            enter_late(conn, product, &admitted)?;
+        } else {
+            places = enter_pre_queue(conn, product, &admitted, room.now)?;
+        }
     }
     let inserted: HashSet<CustomerId> = places.iter().map(|(c, _)| *c).collect();
     let unread: Vec<CustomerId> = admitted
